@@ -1,0 +1,1 @@
+"""The ``rstar2`` command: one subcommand per module in this package."""

@@ -1,0 +1,58 @@
+"""Entry point of the ``rstar2`` command.
+
+Each subcommand lives in ``rstar2_async/cli/<name>.py`` and defines ``HELP`` (one
+line), ``add_arguments(parser)`` and ``run(args) -> int``.  Modules are imported
+only to build the parser; heavy imports (torch, vLLM clients) happen inside ``run``
+so that ``rstar2 --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> module; the order is the order shown by --help.
+COMMANDS: dict[str, str] = {
+    "sandbox": "rstar2_async.cli.sandbox",
+}
+
+DESCRIPTION = """\
+rstar2-async: agentic RL for reasoning models that run Python (rStar2-Agent style).
+
+Rollouts run as structured-concurrency tasks against OpenAI-compatible servers
+(vLLM, SGLang, any endpoint); tool calls execute in a warm, jailed sandbox pool;
+finished groups train a DeepSpeed GRPO-RoC learner.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rstar2",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(
+            name,
+            help=module.HELP,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
