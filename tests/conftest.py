@@ -1,0 +1,10 @@
+"""Shared fixtures: every async test runs on both asyncio and trio."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return request.param
