@@ -3,6 +3,7 @@
 ``backends`` never imports ``rstar2_async`` or ``sandbox``.
 """
 
+from ._chat_client import ChatClient
 from ._errors import (
     BackendClosed,
     BackendError,
@@ -12,13 +13,23 @@ from ._errors import (
     ServerError,
     ServerUnavailable,
 )
+from ._retry import RetryPolicy
+from ._token_client import TokenClient
+from ._types import ChatCompletion, Completion, FinishReason, SamplingParams
 
 __all__ = [
     "BackendClosed",
     "BackendError",
     "BadResponse",
+    "ChatClient",
+    "ChatCompletion",
+    "Completion",
+    "FinishReason",
     "LaunchError",
     "RequestRejected",
+    "RetryPolicy",
+    "SamplingParams",
     "ServerError",
     "ServerUnavailable",
+    "TokenClient",
 ]

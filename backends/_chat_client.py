@@ -1,0 +1,101 @@
+"""Chat-completions (text) client over the official OpenAI SDK, for endpoints that
+speak only chat: evaluating hosted models.
+
+The SDK brings what users expect from it: ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` /
+``OPENAI_ORG_ID`` from the environment, organisation and project headers, Azure
+endpoints (``AsyncAzureOpenAI``), and its own retries.  It runs on httpx, hence on
+asyncio and trio alike.  No token ids or logprobs come back, so this mode is for
+evaluation, never training.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Self, final
+
+import anyio
+import openai
+
+from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavailable
+from ._types import ChatCompletion, FinishReason, SamplingParams
+
+_FINISH: dict[str | None, FinishReason] = {"stop": "stop", "length": "length", None: "abort"}
+
+
+@final
+class ChatClient:
+    """Text in, text out, through ``client.chat.completions.create``.
+
+    Args:
+        client: a configured ``openai.AsyncOpenAI`` (or ``AsyncAzureOpenAI``); the
+            ChatClient closes it on exit.
+        model: the model (Azure: deployment) name.
+        extra_body: engine-specific fields passed through (e.g. ``{"top_k": 20}``).
+    """
+
+    def __init__(self, client: openai.AsyncOpenAI, *, model: str, extra_body: dict[str, Any] | None = None) -> None:
+        self._client = client
+        self.model = model
+        self.extra_body = extra_body or {}
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, base_url: str | None, *, model: str, api_key: str | None = None, max_retries: int = 5) -> Self:
+        """A client for ``base_url``; ``None`` means the SDK's default (or
+        ``OPENAI_BASE_URL``).  Local servers often need no key: a placeholder is sent."""
+        import os
+
+        key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        return cls(openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=max_retries), model=model)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            await self._client.close()
+
+    async def chat(
+        self, messages: list[dict[str, str]], *, max_tokens: int, sampling: SamplingParams
+    ) -> ChatCompletion:
+        """One assistant message.
+
+        Raises:
+            BackendClosed: after close.
+            RequestRejected: 4xx (bad key, unknown model, context too long).
+            ServerUnavailable: connection errors, timeouts, 5xx after the SDK's retries.
+            BadResponse: an answer with no choices.
+        """
+        if self._closed:
+            raise BackendClosed("ChatClient is closed")
+        extra = dict(self.extra_body)
+        if sampling.top_k > 0:
+            extra.setdefault("top_k", sampling.top_k)
+        try:
+            response = await self._client.chat.completions.create(
+                model=self.model,
+                messages=messages,  # type: ignore[arg-type]
+                max_tokens=max_tokens,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                seed=sampling.seed,
+                extra_body=extra or None,
+            )
+        except openai.APIStatusError as exc:
+            if exc.status_code >= 500:
+                raise ServerUnavailable(f"{self.model}: HTTP {exc.status_code}: {exc.message}") from exc
+            raise RequestRejected(f"{self.model}: HTTP {exc.status_code}: {exc.message}", exc.status_code) from exc
+        except openai.APIConnectionError as exc:  # includes APITimeoutError
+            raise ServerUnavailable(f"{self.model}: {exc}") from exc
+        if not response.choices:
+            raise BadResponse(f"{self.model}: a completion with no choices")
+        choice = response.choices[0]
+        usage = response.usage
+        return ChatCompletion(
+            text=choice.message.content or "",
+            finish_reason=_FINISH.get(choice.finish_reason, "stop"),
+            completion_tokens=usage.completion_tokens if usage else 0,
+        )

@@ -1,0 +1,222 @@
+"""Token-id client for one OpenAI-compatible server (the training hot path).
+
+Requests go to ``/v1/completions`` with a token-id prompt; vLLM's extensions
+``return_token_ids`` and ``return_tokens_as_token_ids`` bring back the exact sampled
+ids and their logprobs.  Bodies are encoded and decoded with msgspec, typed
+decoders built once: this path runs tens of thousands of times per step.
+
+The client is layered: :meth:`TokenClient.generate` resumes aborted generations,
+``_send`` retries, ``_send_once`` does one HTTP exchange and translates httpx's
+exceptions into :mod:`backends._errors` at the edge.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Final, Self, final
+
+import anyio
+import httpx
+import msgspec
+
+from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavailable
+from ._retry import RetryPolicy
+from ._types import Completion, FinishReason, SamplingParams
+
+MAX_RESUMES: Final = 16
+"""Aborted generations resumed per call before giving up with ``abort``: a server that
+aborts every request (stuck paused, shutting down) must not spin a trajectory forever."""
+
+
+class _Logprobs(msgspec.Struct):
+    token_logprobs: list[float | None] = []
+    tokens: list[str] = []
+
+
+class _Choice(msgspec.Struct):
+    text: str = ""
+    token_ids: list[int] | None = None
+    logprobs: _Logprobs | None = None
+    finish_reason: str | None = None
+
+
+class _Response(msgspec.Struct):
+    choices: list[_Choice]
+    weight_version: int | None = None
+
+
+_decoder: Final = msgspec.json.Decoder(_Response)
+_encoder: Final = msgspec.json.Encoder()
+_FINISH: Final[dict[str | None, FinishReason]] = {"stop": "stop", "length": "length", "abort": "abort", None: "abort"}
+
+
+class State(enum.Enum):
+    UNOPENED = 1
+    OPEN = 2
+    CLOSED = 3
+
+
+@final
+class TokenClient:
+    """One server, token ids in and out.
+
+    Use as ``async with TokenClient(url, model=...) as client``; the client owns its
+    connection pool and closes it on exit.
+
+    Args:
+        base_url: the server's base URL ending in ``/v1``.
+        model: model name sent with each request.
+        api_key: bearer token, if the server wants one.
+        timeout: httpx timeouts (connect / read / write / pool kept separate).
+        max_connections: size of the connection pool.
+        retry: backoff policy for connection errors, timeouts and 5xx answers.
+        transport: an httpx transport (tests plug in a mock here).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str,
+        api_key: str | None = None,
+        timeout: httpx.Timeout | None = None,
+        max_connections: int = 4096,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.retry = retry or RetryPolicy()
+        self.weight_version = 0
+        """Stamped on completions whose response carries no version; the weight sync
+        sets it after loading new weights and before resuming the server."""
+        headers = {"content-type": "application/json"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout or httpx.Timeout(3600.0, connect=10.0, pool=60.0),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            transport=transport,
+        )
+        self._state = State.UNOPENED
+
+    async def __aenter__(self) -> Self:
+        if self._state is not State.UNOPENED:
+            raise RuntimeError(f"cannot open a TokenClient that is {self._state.name}")
+        await self._http.__aenter__()
+        self._state = State.OPEN
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._state = State.CLOSED
+        with anyio.CancelScope(shield=True):
+            await self._http.__aexit__(exc_type, exc, tb)
+
+    async def generate(
+        self, prompt_ids: Sequence[int], *, max_tokens: int, sampling: SamplingParams
+    ) -> Completion:
+        """Generate up to ``max_tokens`` tokens after ``prompt_ids``.
+
+        An aborted generation (server paused with abort, preempted, restarting) is
+        resumed from the tokens it produced, up to :data:`MAX_RESUMES` times; the
+        result then reads as one generation.
+
+        Raises:
+            BackendClosed: the client was closed.
+            RequestRejected: the server answered 4xx (a bad request; not retried).
+            ServerUnavailable: connection errors, timeouts or 5xx outlasted the retries.
+            BadResponse: the answer did not decode, after the retries.
+
+        Cancellation: safe at any point; the HTTP request is abandoned and its
+        connection discarded by httpx.
+        """
+        token_ids: list[int] = []
+        logprobs: list[float] = []
+        versions: list[int] = []
+        finish: FinishReason = "abort"
+        for _ in range(MAX_RESUMES + 1):
+            remaining = max_tokens - len(token_ids)
+            if remaining <= 0:
+                finish = "length"
+                break
+            prompt = list(prompt_ids) + token_ids if token_ids else prompt_ids
+            part = await self._send(self._body(prompt, remaining, sampling))
+            token_ids += part.token_ids
+            logprobs += part.logprobs
+            versions.append(part.weight_version)
+            finish = part.finish_reason
+            if finish != "abort":
+                break
+        return Completion(token_ids=token_ids, logprobs=logprobs, finish_reason=finish, weight_version=min(versions))
+
+    def _body(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> bytes:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+        }
+        if sampling.top_k > 0:
+            body["top_k"] = sampling.top_k
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        return _encoder.encode(body)
+
+    async def _send(self, body: bytes) -> Completion:
+        attempt = 0
+        while True:
+            try:
+                return await self._send_once(body)
+            except (ServerUnavailable, BadResponse):
+                attempt += 1
+                if attempt > self.retry.max_retries:
+                    raise
+            await anyio.sleep(self.retry.delay(attempt))
+
+    async def _send_once(self, body: bytes) -> Completion:
+        if self._state is not State.OPEN:
+            raise BackendClosed(f"TokenClient for {self.base_url} is {self._state.name}")
+        try:
+            response = await self._http.post("/completions", content=body)
+        except httpx.TransportError as exc:  # connect/read/write/pool errors and timeouts
+            raise ServerUnavailable(f"{self.base_url}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 500:
+            raise ServerUnavailable(f"{self.base_url}: HTTP {response.status_code}: {response.text[:200]}")
+        if response.status_code >= 400:
+            raise RequestRejected(f"{self.base_url}: HTTP {response.status_code}: {response.text[:500]}", response.status_code)
+        return self._parse(response.content)
+
+    def _parse(self, content: bytes) -> Completion:
+        try:
+            choice = (parsed := _decoder.decode(content)).choices[0]
+        except (msgspec.DecodeError, IndexError) as exc:
+            raise BadResponse(f"{self.base_url}: undecodable completion: {content[:200]!r}") from exc
+        lp = choice.logprobs
+        ids = choice.token_ids
+        if ids is None:  # servers without return_token_ids: "token_id:123" strings
+            try:
+                ids = [int(t.removeprefix("token_id:")) for t in (lp.tokens if lp else [])]
+            except ValueError as exc:
+                raise BadResponse(f"{self.base_url}: no token ids in the completion") from exc
+        logprobs = [0.0 if x is None else x for x in (lp.token_logprobs if lp else [])]
+        if len(logprobs) != len(ids):
+            raise BadResponse(f"{self.base_url}: {len(ids)} token ids but {len(logprobs)} logprobs")
+        version = self.weight_version if parsed.weight_version is None else parsed.weight_version
+        return Completion(
+            token_ids=ids,
+            logprobs=logprobs,
+            finish_reason=_FINISH.get(choice.finish_reason, "stop"),
+            weight_version=version,
+            text=choice.text,
+        )

@@ -1,0 +1,224 @@
+"""One trajectory: generate -> parse tool calls -> run them -> append -> repeat.
+
+Budgets, owned here as cancel scopes and counters:
+- the trajectory's wall clock (``rollout.trajectory_timeout_s``): a ``move_on_after``
+  around the whole loop; when it fires the trajectory ends as ``timeout`` with what
+  it has so far;
+- turns (``rollout.max_turns``);
+- response tokens (``rollout.max_response_tokens``): each generation may produce only
+  what is left, and a tool turn that would not fit ends the trajectory;
+- each tool call's time, enforced by the sandbox.
+
+Server failures that outlast the client's retries end the trajectory as ``error``;
+they never raise out of :func:`run_trajectory`, so one bad request cannot take down
+a batch.  Cancellation from outside propagates.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+import anyio
+import msgspec
+
+from backends import BackendClosed, BackendError, ChatCompletion, Completion, SamplingParams
+from sandbox import Sandbox
+
+from .chat import ChatTokenizer
+from .config import RolloutConfig
+from .toolcall import count_answer_blocks, parse_tool_calls, render_tool_turn
+from .tools import TOOLS, execute_all, system_prompt
+from .types import FinishReason, Problem, Trajectory, Turn
+
+
+class TokenBackend(Protocol):
+    async def generate(self, prompt_ids: list[int], *, max_tokens: int, sampling: SamplingParams) -> Completion: ...
+
+
+class ChatBackend(Protocol):
+    async def chat(
+        self, messages: list[dict[str, str]], *, max_tokens: int, sampling: SamplingParams
+    ) -> ChatCompletion: ...
+
+
+class _Generated(msgspec.Struct):
+    text: str
+    num_tokens: int
+    finish: str
+    weight_version: int
+
+
+class _TokenConversation:
+    """Token ids in and out; the training path."""
+
+    def __init__(self, backend: TokenBackend, tokenizer: ChatTokenizer, messages: list[dict[str, str]]) -> None:
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.prompt_ids = tokenizer.encode_prompt(messages)
+        self.response_ids: list[int] = []
+        self.loss_mask: list[int] = []
+        self.logprobs: list[float] = []
+
+    @property
+    def length(self) -> int:
+        return len(self.response_ids)
+
+    async def generate(self, max_tokens: int, sampling: SamplingParams) -> _Generated:
+        c = await self.backend.generate(self.prompt_ids + self.response_ids, max_tokens=max_tokens, sampling=sampling)
+        self.response_ids += c.token_ids
+        self.loss_mask += [1] * len(c.token_ids)
+        self.logprobs += c.logprobs
+        ids = c.token_ids[:-1] if c.token_ids and c.token_ids[-1] == self.tokenizer.eos_token_id else c.token_ids
+        return _Generated(self.tokenizer.decode(ids), len(c.token_ids), c.finish_reason, c.weight_version)
+
+    def tool_turn_size(self, content: str) -> tuple[int, list[int]]:
+        ids = self.tokenizer.encode_tool_turn(content)
+        return len(ids), ids
+
+    def append_tool_turn(self, ids: list[int]) -> None:
+        self.response_ids += ids
+        self.loss_mask += [0] * len(ids)
+        self.logprobs += [0.0] * len(ids)
+
+    def transcript(self) -> str:
+        return self.tokenizer.decode(self.response_ids)
+
+
+class _ChatConversation:
+    """Text messages in and out; evaluation of chat-only endpoints.  Lengths are
+    the server's completion-token counts plus a character estimate of tool turns."""
+
+    def __init__(self, backend: ChatBackend, messages: list[dict[str, str]]) -> None:
+        self.backend = backend
+        self.messages = list(messages)
+        self.parts: list[str] = []
+        self.length = 0
+
+    async def generate(self, max_tokens: int, sampling: SamplingParams) -> _Generated:
+        c = await self.backend.chat(self.messages, max_tokens=max_tokens, sampling=sampling)
+        self.messages.append({"role": "assistant", "content": c.text})
+        self.parts.append(c.text)
+        self.length += c.completion_tokens
+        return _Generated(c.text, c.completion_tokens, c.finish_reason, 0)
+
+    def tool_turn_size(self, content: str) -> tuple[int, str]:
+        return len(content) // 4 + 8, content  # ~4 characters per token, plus the template
+
+    def append_tool_turn(self, content: str) -> None:
+        self.messages.append({"role": "user", "content": content})
+        self.parts.append(content)
+
+    def transcript(self) -> str:
+        return "\n".join(self.parts)
+
+
+def problem_messages(problem: Problem, config: RolloutConfig) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": system_prompt(config.system_prompt)},
+        {"role": "user", "content": problem.problem},
+    ]
+
+
+async def run_trajectory(
+    problem: Problem,
+    sample_index: int,
+    *,
+    backend: TokenBackend | ChatBackend,
+    sandbox: Sandbox,
+    config: RolloutConfig,
+    tokenizer: ChatTokenizer | None,
+    sampling: SamplingParams,
+) -> tuple[Trajectory, str]:
+    """Run one trajectory to its end.
+
+    Returns the trajectory (reward unset) and the text the model generated across
+    its turns (without tool responses), which is what gets graded.
+
+    Raises:
+        BackendClosed: the backend was closed under the trajectory (shutdown).
+    """
+    messages = problem_messages(problem, config)
+    conv: _TokenConversation | _ChatConversation
+    if tokenizer is None:
+        conv = _ChatConversation(backend, messages)  # type: ignore[arg-type]
+    else:
+        conv = _TokenConversation(backend, tokenizer, messages)  # type: ignore[arg-type]
+    turns: list[Turn] = []
+    model_text: list[str] = []
+    finish: FinishReason = "turn_limit"
+    error = ""
+    with anyio.move_on_after(config.trajectory_timeout_s) as budget:
+        for turn_index in range(config.max_turns):
+            remaining = config.max_response_tokens - conv.length
+            if remaining <= 0:
+                finish = "token_budget"
+                break
+            start, t0 = conv.length, time.monotonic()
+            try:
+                gen = await conv.generate(remaining, sampling)
+            except BackendClosed:
+                raise
+            except BackendError as exc:
+                finish, error = "error", f"{type(exc).__name__}: {exc}"
+                break
+            model_text.append(gen.text)
+            calls = parse_tool_calls(gen.text, TOOLS)
+            # Recorded before the tools run, so a timeout during them leaves the
+            # generated tokens accounted for.
+            turns.append(
+                Turn(
+                    start=start,
+                    num_generated=gen.num_tokens,
+                    num_appended=0,
+                    weight_version=gen.weight_version,
+                    finish=gen.finish,  # type: ignore[arg-type]
+                    latency_s=time.monotonic() - t0,
+                    num_answer_blocks=count_answer_blocks(gen.text),
+                )
+            )
+            if gen.finish == "length":
+                finish = "token_budget"
+                break
+            if gen.finish == "abort":
+                finish, error = "error", "the server aborted the generation repeatedly"
+                break
+            if not calls:
+                finish = "answer"
+                break
+            if turn_index == config.max_turns - 1:
+                break  # a call on the last allowed turn could never be answered
+            results = await execute_all(
+                calls,
+                sandbox,
+                timeout=config.tool_timeout_s,
+                max_chars=config.max_tool_output_chars,
+                max_calls=config.max_tool_calls_per_turn,
+            )
+            size, payload = conv.tool_turn_size(render_tool_turn([r.output for r in results]))
+            fits = conv.length + size < config.max_response_tokens
+            if fits:
+                conv.append_tool_turn(payload)  # type: ignore[arg-type]
+            turns[-1] = msgspec.structs.replace(
+                turns[-1], tool_results=results, num_appended=size if fits else 0, latency_s=time.monotonic() - t0
+            )
+            if not fits:
+                finish = "token_budget"
+                break
+    if budget.cancelled_caught:
+        finish = "timeout"
+    tokens = isinstance(conv, _TokenConversation)
+    trajectory = Trajectory(
+        problem_id=problem.id,
+        sample_index=sample_index,
+        prompt_ids=conv.prompt_ids if tokens else [],
+        response_ids=conv.response_ids if tokens else [],
+        loss_mask=conv.loss_mask if tokens else [],
+        logprobs=conv.logprobs if tokens else [],
+        turns=turns,
+        finish_reason=finish,
+        weight_version=min((t.weight_version for t in turns), default=0),
+        response_text=conv.transcript(),
+        error=error,
+    )
+    return trajectory, "\n".join(model_text)

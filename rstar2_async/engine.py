@@ -1,0 +1,191 @@
+"""The rollout engine: many trajectories at once, groups streamed out as they finish.
+
+Every trajectory is a task in one anyio task group.  A FIFO capacity limiter admits
+at most ``rollout.max_in_flight`` at a time, acquired *before* the task is spawned, so
+a batch of 100,000 trajectories never holds 100,000 waiting tasks.  A problem's group
+is sent on the output stream the moment its last trajectory is graded: no barrier
+over the batch, so the learner (or GRPO-RoC filtering) starts on early groups while
+the long tail is still generating.
+
+Resource handling: leaving :meth:`RolloutEngine.stream`'s block, normally, by an
+exception, or by cancellation, cancels every trajectory still running; their HTTP
+requests and sandbox calls are cancelled with them.  The engine owns neither the
+backend nor the sandbox: their owners close them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Protocol, final
+
+import anyio
+import msgspec
+from anyio.abc import ObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from backends import SamplingParams
+from sandbox import Sandbox
+
+from .agent import ChatBackend, TokenBackend, run_trajectory
+from .chat import ChatTokenizer
+from .config import RolloutConfig
+from .types import Group, Problem, Trajectory
+
+
+class Scorer(Protocol):
+    async def score(self, response_text: str, gold: str) -> float: ...
+
+
+class RolloutStatistics(msgspec.Struct, frozen=True):
+    """A snapshot of the engine's counters (for progress bars and metrics)."""
+
+    trajectories_started: int
+    trajectories_finished: int
+    in_flight: int
+    waiting_for_admission: int
+    groups_finished: int
+    turns: int
+    tool_calls: int
+    tool_errors: int
+    generated_tokens: int
+    elapsed_s: float
+
+
+class _PendingGroup:
+    __slots__ = ("problem", "slots", "remaining")
+
+    def __init__(self, problem: Problem, n: int) -> None:
+        self.problem = problem
+        self.slots: list[Trajectory | None] = [None] * n
+        self.remaining = n
+
+
+@final
+class RolloutEngine:
+    """Runs trajectories for problems and yields complete groups.
+
+    Args:
+        backend: a token backend (``generate``) when ``tokenizer`` is given, else a
+            chat backend (``chat``).
+        sandbox: where tool calls run.
+        config: turn, token, time and admission limits.
+        tokenizer: the model's chat tokenizer; ``None`` selects chat (text) mode.
+        scorer: grades each trajectory against the problem's answer; ``None`` leaves
+            ``reward`` unset.
+    """
+
+    def __init__(
+        self,
+        *,
+        backend: TokenBackend | ChatBackend,
+        sandbox: Sandbox,
+        config: RolloutConfig,
+        tokenizer: ChatTokenizer | None = None,
+        scorer: Scorer | None = None,
+    ) -> None:
+        self.backend = backend
+        self.sandbox = sandbox
+        self.config = config
+        self.tokenizer = tokenizer
+        self.scorer = scorer
+        self._limiter = anyio.CapacityLimiter(config.max_in_flight)
+        self._started = self._finished = self._groups = 0
+        self._turns = self._tool_calls = self._tool_errors = self._tokens = 0
+        self._t0 = time.monotonic()
+
+    def statistics(self) -> RolloutStatistics:
+        limiter = self._limiter.statistics()
+        return RolloutStatistics(
+            trajectories_started=self._started,
+            trajectories_finished=self._finished,
+            in_flight=limiter.borrowed_tokens,
+            waiting_for_admission=limiter.tasks_waiting,
+            groups_finished=self._groups,
+            turns=self._turns,
+            tool_calls=self._tool_calls,
+            tool_errors=self._tool_errors,
+            generated_tokens=self._tokens,
+            elapsed_s=time.monotonic() - self._t0,
+        )
+
+    @asynccontextmanager
+    async def stream(self, problems: Sequence[Problem], n: int) -> AsyncIterator[MemoryObjectReceiveStream[Group]]:
+        """Start ``n`` trajectories for each problem; yield a stream of finished groups.
+
+        Groups arrive in completion order.  The stream ends after the last group.
+        Trajectories of the same problem get sample indices ``0..n-1``.
+
+        Usage::
+
+            async with engine.stream(problems, n=16) as groups:
+                async for group in groups:
+                    ...
+        """
+        if n < 1:
+            raise ValueError(f"n: expected int >= 1, got {n}")
+        send, receive = anyio.create_memory_object_stream[Group](0)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._produce, problems, n, send)
+            async with receive:
+                try:
+                    yield receive
+                finally:
+                    tg.cancel_scope.cancel()
+
+    async def run(self, problems: Sequence[Problem], n: int) -> list[Group]:
+        """All groups, in the order of ``problems``."""
+        order = {id(p): i for i, p in enumerate(problems)}
+        groups: list[Group] = []
+        async with self.stream(problems, n) as stream:
+            async for group in stream:
+                groups.append(group)
+        return sorted(groups, key=lambda g: order[id(g.problem)])
+
+    async def _produce(self, problems: Sequence[Problem], n: int, send: ObjectSendStream[Group]) -> None:
+        sampling = self.config.sampling
+        async with send, anyio.create_task_group() as tg:
+            for p_index, problem in enumerate(problems):
+                pending = _PendingGroup(problem, n)
+                for i in range(n):
+                    seed = None if sampling.seed is None else sampling.seed + p_index * n + i
+                    params = SamplingParams(
+                        temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, seed=seed
+                    )
+                    borrower = object()
+                    await self._limiter.acquire_on_behalf_of(borrower)
+                    self._started += 1
+                    tg.start_soon(self._one, pending, i, params, borrower, send)
+
+    async def _one(
+        self, pending: _PendingGroup, i: int, params: SamplingParams, borrower: object, send: ObjectSendStream[Group]
+    ) -> None:
+        try:
+            trajectory, model_text = await run_trajectory(
+                pending.problem,
+                i,
+                backend=self.backend,
+                sandbox=self.sandbox,
+                config=self.config,
+                tokenizer=self.tokenizer,
+                sampling=params,
+            )
+            if self.scorer is not None:
+                reward = await self.scorer.score(model_text, pending.problem.answer)
+                trajectory = msgspec.structs.replace(trajectory, reward=reward)
+        finally:
+            self._limiter.release_on_behalf_of(borrower)
+        self._account(trajectory)
+        pending.slots[i] = trajectory
+        pending.remaining -= 1
+        if pending.remaining == 0:
+            self._groups += 1
+            await send.send(Group(problem=pending.problem, trajectories=pending.slots))  # type: ignore[arg-type]
+
+    def _account(self, t: Trajectory) -> None:
+        self._finished += 1
+        self._turns += t.num_turns
+        self._tool_calls += t.num_tool_calls
+        self._tool_errors += t.num_tool_errors
+        self._tokens += sum(turn.num_generated for turn in t.turns)

@@ -1,0 +1,66 @@
+"""Test double: a minimal HTTP/1.1 server on anyio sockets (asyncio and trio),
+for scripting misbehaving inference servers over real HTTP.
+
+A handler gets ``(method, path, body)`` and returns ``(status, body)``; raising
+:class:`DropConnection` closes the socket without an answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+import anyio
+import h11
+from anyio.abc import SocketAttribute, SocketStream, TaskStatus
+
+Handler = Callable[[str, str, bytes], Awaitable[tuple[int, bytes]]]
+
+
+class DropConnection(Exception):
+    """Raised by a handler to close the connection mid-request."""
+
+
+async def serve_http(handler: Handler, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+    """Serve on a free loopback port; ``started`` with the port once listening."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    async with listener:
+        task_status.started(listener.extra(SocketAttribute.local_port))
+        await listener.serve(partial(_connection, handler))
+
+
+async def _connection(handler: Handler, stream: SocketStream) -> None:
+    conn = h11.Connection(h11.SERVER)
+    async with stream:
+        while True:
+            request, body = None, b""
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    try:
+                        conn.receive_data(await stream.receive(65536))
+                    except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        return
+                    continue
+                if isinstance(event, h11.Request):
+                    request = event
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                    break
+            if request is None:
+                return
+            try:
+                status, payload = await handler(request.method.decode(), request.target.decode(), body)
+            except DropConnection:
+                return
+            headers = [("content-type", "application/json"), ("content-length", str(len(payload)))]
+            try:
+                await stream.send(conn.send(h11.Response(status_code=status, headers=headers)))
+                await stream.send(conn.send(h11.Data(data=payload)))
+                await stream.send(conn.send(h11.EndOfMessage()))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
+            if conn.our_state is h11.MUST_CLOSE:
+                return
+            conn.start_next_cycle()

@@ -1,0 +1,169 @@
+"""Test doubles at the edges of the rollout core: a byte-level ChatML tokenizer, a
+scripted "model" served over real HTTP as an OpenAI completions endpoint, and an
+in-process sandbox.  Each has a real counterpart tested in tests/integration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import anyio
+import msgspec
+
+from sandbox import ExecResult
+
+from .http import DropConnection
+
+IM_START, IM_END = 256, 257
+_SPECIAL = {IM_START: "<|im_start|>", IM_END: "<|im_end|>"}
+_SPECIAL_RE = re.compile("(<\\|im_start\\|>|<\\|im_end\\|>)")
+
+
+class FakeByteTokenizer:
+    """Test double of :class:`rstar2_async.chat.HFChatTokenizer`: UTF-8 bytes are
+    ids 0-255, ``<|im_start|>``/``<|im_end|>`` are 256/257, ChatML template."""
+
+    eos_token_id = IM_END
+
+    def _encode_text(self, text: str, *, specials: bool = True) -> list[int]:
+        ids: list[int] = []
+        for part in _SPECIAL_RE.split(text) if specials else [text]:
+            if specials and part == "<|im_start|>":
+                ids.append(IM_START)
+            elif specials and part == "<|im_end|>":
+                ids.append(IM_END)
+            else:
+                ids += part.encode()
+        return ids
+
+    def encode_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        return self._encode_text(text + "<|im_start|>assistant\n")
+
+    def encode_tool_turn(self, content: str) -> list[int]:
+        return (
+            self._encode_text("\n<|im_start|>user\n")
+            + self._encode_text(content, specials=False)
+            + self._encode_text("<|im_end|>\n<|im_start|>assistant\n")
+        )
+
+    def decode(self, ids: Sequence[int]) -> str:
+        out, buf = [], bytearray()
+        for i in ids:
+            if i in _SPECIAL:
+                out.append(buf.decode(errors="replace"))
+                buf.clear()
+                out.append(_SPECIAL[i])
+            else:
+                buf.append(i)
+        out.append(buf.decode(errors="replace"))
+        return "".join(out)
+
+
+def last_user_message(conversation: str) -> str:
+    return conversation.rsplit("<|im_start|>user\n", 1)[-1].split("<|im_end|>", 1)[0]
+
+
+def arithmetic_policy(conversation: str) -> str:
+    """A scripted solver: asks the tool to compute ``a*b`` from "What is a*b?", then
+    copies the tool's answer into ``\\boxed{}``."""
+    last = last_user_message(conversation)
+    if "<tool_response>" in last:
+        value = last.split("<tool_response>\n", 1)[1].split("\n", 1)[0]
+        return f"The tool says {value}.\n<answer>\\boxed{{{value}}}</answer>"
+    expr = re.search(r"What is (\d+\*\d+)\?", last)
+    assert expr, last
+    call = {"name": "execute_python_code_with_standard_io", "arguments": {"code": f"print({expr.group(1)})"}}
+    return f"Let me compute.\n<tool_call>{json.dumps(call)}</tool_call>"
+
+
+@dataclass
+class ScriptedServer:
+    """An OpenAI ``/v1/completions`` endpoint (vLLM's token-id dialect) whose
+    "model" is a Python function of the decoded conversation.
+
+    Misbehaviour knobs: ``delay_s`` per request, ``fail_first`` requests answered 503,
+    ``drop_first`` connections closed without an answer, ``abort_every`` (every k-th
+    request returns half its tokens with ``finish_reason: "abort"``), ``garbage_first``
+    requests answered with bytes that are not JSON.
+    """
+
+    policy: Callable[[str], str] = arithmetic_policy
+    tokenizer: FakeByteTokenizer = field(default_factory=FakeByteTokenizer)
+    delay_s: float = 0.0
+    fail_first: int = 0
+    drop_first: int = 0
+    abort_every: int = 0
+    garbage_first: int = 0
+    weight_version: int | None = None
+    requests: list[dict] = field(default_factory=list)
+
+    async def __call__(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        n = len(self.requests)
+        request = json.loads(body) if body else {}
+        self.requests.append(request)
+        if self.delay_s:
+            await anyio.sleep(self.delay_s)
+        if n < self.drop_first:
+            raise DropConnection
+        if n < self.fail_first:
+            return 503, b'{"error": "overloaded"}'
+        if n < self.garbage_first:
+            return 200, b"\x00\xffnot json"
+        if path != "/v1/completions":
+            return 404, b'{"error": "not found"}'
+        prompt: list[int] = request["prompt"]
+        text = self.policy(self.tokenizer.decode(prompt))
+        # A resumed request already holds the start of the answer: continue it.
+        done = self.tokenizer.decode(prompt).rsplit("<|im_start|>assistant\n", 1)[-1]
+        ids = self.tokenizer._encode_text(text, specials=False)[len(done.encode()):] + [IM_END]
+        finish = "stop"
+        if len(ids) > request["max_tokens"]:
+            ids, finish = ids[: request["max_tokens"]], "length"
+        if self.abort_every and n % self.abort_every == self.abort_every - 1 and len(ids) > 1:
+            ids, finish = ids[: len(ids) // 2], "abort"
+        choice = {
+            "index": 0,
+            "text": self.tokenizer.decode(ids),
+            "token_ids": ids,
+            "logprobs": {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": [-0.25] * len(ids)},
+            "finish_reason": finish,
+        }
+        payload: dict = {"id": f"cmpl-{n}", "object": "text_completion", "choices": [choice]}
+        if self.weight_version is not None:
+            payload["weight_version"] = self.weight_version
+        return 200, msgspec.json.encode(payload)
+
+
+class InProcessSandbox:
+    """Test double of :class:`sandbox.SandboxPool`: runs code with ``exec`` in a
+    worker thread, no isolation.  Only for trusted test snippets."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def run(self, code: str, stdin: str = "", timeout: float = 4.0) -> ExecResult:
+        self.calls.append(code)
+        start = time.monotonic()
+        return await anyio.to_thread.run_sync(self._run, code, stdin, start)
+
+    @staticmethod
+    def _run(code: str, stdin: str, start: float) -> ExecResult:
+        out, err = io.StringIO(), io.StringIO()
+        status, exit_code = "ok", 0
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                exec(compile(code, "<tool>", "exec"), {"__name__": "__main__"})
+            except SystemExit as exc:
+                exit_code = exc.code if isinstance(exc.code, int) else 1
+                status = "ok" if exit_code == 0 else "error"
+            except BaseException as exc:  # noqa: BLE001 - the code's failure is a result
+                print(f"{type(exc).__name__}: {exc}", file=err)
+                status, exit_code = "error", 1
+        return ExecResult(status, out.getvalue(), err.getvalue(), exit_code, time.monotonic() - start)

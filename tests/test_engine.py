@@ -1,0 +1,211 @@
+"""The rollout engine and agent loop against a scripted server over real HTTP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import httpx
+import pytest
+
+from backends import RetryPolicy, SamplingParams, TokenClient
+from rstar2_async.config import RolloutConfig
+from rstar2_async.engine import RolloutEngine
+from rstar2_async.types import Problem
+from tests.fakes.http import serve_http
+from tests.fakes.model import IM_END, FakeByteTokenizer, InProcessSandbox, ScriptedServer, last_user_message
+
+pytestmark = pytest.mark.anyio
+
+FAST_RETRY = RetryPolicy(max_retries=3, initial_s=0.001, max_s=0.01)
+
+
+def problems(k: int) -> list[Problem]:
+    return [Problem(id=f"p{i}", problem=f"What is {i + 2}*{i + 3}?", answer=str((i + 2) * (i + 3))) for i in range(k)]
+
+
+class ExactScorer:
+    """Test double of the math-verify grader: exact match on the last boxed value."""
+
+    async def score(self, response_text: str, gold: str) -> float:
+        return float(f"\\boxed{{{gold}}}" in response_text)
+
+
+@asynccontextmanager
+async def running(server: ScriptedServer, **engine_kw: object) -> AsyncIterator[tuple[RolloutEngine, InProcessSandbox]]:
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_http, server)
+        sandbox = InProcessSandbox()
+        async with TokenClient(f"http://127.0.0.1:{port}/v1", model="m", retry=FAST_RETRY) as client:
+            config = engine_kw.pop("config", RolloutConfig(max_in_flight=8))
+            yield (
+                RolloutEngine(
+                    backend=client,
+                    sandbox=sandbox,
+                    config=config,  # type: ignore[arg-type]
+                    tokenizer=FakeByteTokenizer(),
+                    scorer=ExactScorer(),
+                    **engine_kw,  # type: ignore[arg-type]
+                ),
+                sandbox,
+            )
+        tg.cancel_scope.cancel()
+
+
+async def test_groups_with_tool_calls_and_token_accounting() -> None:
+    server = ScriptedServer()
+    async with running(server) as (engine, sandbox):
+        groups = await engine.run(problems(3), n=4)
+    assert [g.problem.id for g in groups] == ["p0", "p1", "p2"]
+    tok = FakeByteTokenizer()
+    for g in groups:
+        assert [t.sample_index for t in g.trajectories] == [0, 1, 2, 3]
+        for t in g.trajectories:
+            assert t.finish_reason == "answer" and t.reward == 1.0
+            assert t.num_turns == 2 and t.num_tool_calls == 1 and t.num_tool_errors == 0
+            assert len(t.response_ids) == len(t.loss_mask) == len(t.logprobs)
+            first, second = t.turns
+            # model tokens: mask 1 and the server's logprob; tool tokens: mask 0, logprob 0
+            assert t.loss_mask[first.start:first.num_generated] == [1] * first.num_generated
+            tool = slice(first.num_generated, first.num_generated + first.num_appended)
+            assert set(t.loss_mask[tool]) == {0} and set(t.logprobs[tool]) == {0.0}
+            assert second.start == first.num_generated + first.num_appended
+            assert t.response_ids[first.num_generated - 1] == IM_END and t.response_ids[-1] == IM_END
+            assert "<tool_response>\n" + g.problem.answer in tok.decode(t.response_ids[tool])
+            assert set(t.logprobs[second.start:]) == {-0.25}
+    # The prompt + response the server saw on the second turn is exactly our tokens.
+    t = groups[0].trajectories[0]
+    second_prompts = [r["prompt"] for r in server.requests if len(r["prompt"]) > len(t.prompt_ids) + 10]
+    assert t.prompt_ids + t.response_ids[: t.turns[1].start] in second_prompts
+    assert len(sandbox.calls) == 12
+    stats = engine.statistics()
+    assert stats.trajectories_finished == 12 and stats.groups_finished == 3 and stats.in_flight == 0
+    assert stats.tool_calls == 12 and stats.turns == 24
+
+
+async def test_groups_stream_out_before_the_batch_ends() -> None:
+    slow_problem = Problem(id="slow", problem="What is 1*1?", answer="1")
+
+    class SlowOnOne(ScriptedServer):
+        async def __call__(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+            if "1*1" in self.tokenizer.decode(json.loads(body)["prompt"]):
+                await anyio.sleep(3600)  # never finishes unless cancelled
+            return await super().__call__(method, path, body)
+
+    async with running(SlowOnOne()) as (engine, _):
+        async with engine.stream([slow_problem, *problems(2)], n=2) as groups:
+            first = await groups.receive()
+            second = await groups.receive()
+            # leaving the block cancels the stuck trajectories
+    assert {first.problem.id, second.problem.id} == {"p0", "p1"}
+
+
+async def test_admission_bounds_trajectories_in_flight() -> None:
+    peak = 0
+    server = ScriptedServer(delay_s=0.01)
+    async with running(server, config=RolloutConfig(max_in_flight=3)) as (engine, _):
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, engine.statistics().in_flight)
+                await anyio.sleep(0.001)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            groups = await engine.run(problems(4), n=3)
+            tg.cancel_scope.cancel()
+    assert peak == 3 and sum(len(g.trajectories) for g in groups) == 12
+
+
+async def test_failing_and_dropping_server_is_retried() -> None:
+    server = ScriptedServer(fail_first=2, drop_first=1)
+    async with running(server) as (engine, _):
+        [group] = await engine.run(problems(1), n=1)
+    assert group.trajectories[0].finish_reason == "answer"
+    assert len(server.requests) == 2 + 2  # two failed attempts, then two good turns
+
+
+async def test_garbage_responses_are_retried_then_reported() -> None:
+    server = ScriptedServer(garbage_first=100)
+    async with running(server) as (engine, _):
+        [group] = await engine.run(problems(1), n=2)
+    for t in group.trajectories:
+        assert t.finish_reason == "error" and "BadResponse" in t.error and t.reward == 0.0
+    assert len(server.requests) == 2 * (FAST_RETRY.max_retries + 1)
+
+
+async def test_aborted_generations_resume_from_their_tokens() -> None:
+    server = ScriptedServer(abort_every=2)  # every other request stops halfway
+    async with running(server) as (engine, _):
+        [group] = await engine.run(problems(1), n=1)
+    t = group.trajectories[0]
+    assert t.finish_reason == "answer" and t.reward == 1.0
+    resumed = [r for r in server.requests if r["prompt"][-1] != ord("\n")]
+    assert resumed, "some requests must continue a partial answer"
+
+
+async def test_token_budget_and_turn_limit() -> None:
+    def chatter(conversation: str) -> str:
+        call = {"name": "execute_python_code_with_standard_io", "arguments": {"code": "print(1)"}}
+        return f"again <tool_call>{json.dumps(call)}</tool_call>"
+
+    async with running(ScriptedServer(policy=chatter), config=RolloutConfig(max_turns=3)) as (engine, sandbox):
+        [group] = await engine.run(problems(1), n=1)
+    t = group.trajectories[0]
+    assert t.finish_reason == "turn_limit" and t.num_turns == 3
+    assert t.num_tool_calls == 2 and len(sandbox.calls) == 2  # the last turn's call is not run
+
+    async with running(ScriptedServer(policy=chatter), config=RolloutConfig(max_response_tokens=150)) as (engine, _):
+        [group] = await engine.run(problems(1), n=1)
+    t = group.trajectories[0]
+    assert t.finish_reason == "token_budget" and len(t.response_ids) <= 150
+
+
+async def test_malformed_call_returns_a_tool_error_to_the_model() -> None:
+    def sloppy(conversation: str) -> str:
+        if "<tool_response>" in last_user_message(conversation):
+            return "<answer>\\boxed{0}</answer>"
+        return "<tool_call>{oops</tool_call>"
+
+    server = ScriptedServer(policy=sloppy)
+    async with running(server) as (engine, sandbox):
+        [group] = await engine.run(problems(1), n=1)
+    t = group.trajectories[0]
+    assert t.finish_reason == "answer" and t.num_tool_errors == 1 and sandbox.calls == []
+    assert t.turns[0].tool_results[0].status == "invalid_call"
+    assert "not valid JSON" in t.response_text
+
+
+async def test_trajectory_timeout_keeps_what_it_has() -> None:
+    server = ScriptedServer(delay_s=3600)
+    config = RolloutConfig(trajectory_timeout_s=0.2)
+    async with running(server, config=config) as (engine, _):
+        [group] = await engine.run(problems(1), n=2)
+    assert [t.finish_reason for t in group.trajectories] == ["timeout", "timeout"]
+
+
+async def test_cancellation_leaves_no_task_or_connection() -> None:
+    server = ScriptedServer(delay_s=3600)
+    async with running(server) as (engine, _):
+        with anyio.move_on_after(0.3):
+            await engine.run(problems(4), n=4)
+        assert engine.statistics().in_flight == 0
+
+
+async def test_client_rejects_4xx_without_retry() -> None:
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        return httpx.Response(400, json={"error": "prompt too long"})
+
+    async with TokenClient("http://x/v1", model="m", transport=httpx.MockTransport(handler)) as client:
+        from backends import RequestRejected
+
+        with pytest.raises(RequestRejected, match="prompt too long"):
+            await client.generate([1, 2], max_tokens=4, sampling=SamplingParams())
+    assert calls == 1
