@@ -33,6 +33,8 @@ from .types import FinishReason, Problem, Trajectory, Turn
 
 
 class TokenBackend(Protocol):
+    """``prompt_ids`` is lent for the call: read it, never keep or mutate it."""
+
     async def generate(self, prompt_ids: list[int], *, max_tokens: int, sampling: SamplingParams) -> Completion: ...
 
 
@@ -50,36 +52,50 @@ class _Generated(msgspec.Struct):
 
 
 class _TokenConversation:
-    """Token ids in and out; the training path."""
+    """Token ids in and out; the training path.
+
+    ``ids`` holds prompt and response in one list that only grows, so each turn
+    sends it without copying; the backend must not keep or mutate it.
+    """
 
     def __init__(self, backend: TokenBackend, tokenizer: ChatTokenizer, messages: list[dict[str, str]]) -> None:
         self.backend = backend
         self.tokenizer = tokenizer
-        self.prompt_ids = tokenizer.encode_prompt(messages)
-        self.response_ids: list[int] = []
+        self.ids = tokenizer.encode_prompt(messages)
+        self.prompt_len = len(self.ids)
         self.loss_mask: list[int] = []
         self.logprobs: list[float] = []
 
     @property
+    def prompt_ids(self) -> list[int]:
+        return self.ids[: self.prompt_len]
+
+    @property
+    def response_ids(self) -> list[int]:
+        return self.ids[self.prompt_len:]
+
+    @property
     def length(self) -> int:
-        return len(self.response_ids)
+        return len(self.ids) - self.prompt_len
 
     async def generate(self, max_tokens: int, sampling: SamplingParams) -> _Generated:
-        c = await self.backend.generate(self.prompt_ids + self.response_ids, max_tokens=max_tokens, sampling=sampling)
-        self.response_ids += c.token_ids
-        self.loss_mask += [1] * len(c.token_ids)
+        c = await self.backend.generate(self.ids, max_tokens=max_tokens, sampling=sampling)
+        n = len(c.token_ids)
+        self.ids += c.token_ids
+        self.loss_mask += [1] * n
         self.logprobs += c.logprobs
-        ids = c.token_ids[:-1] if c.token_ids and c.token_ids[-1] == self.tokenizer.eos_token_id else c.token_ids
-        return _Generated(self.tokenizer.decode(ids), len(c.token_ids), c.finish_reason, c.weight_version)
+        ids = c.token_ids[:-1] if n and c.token_ids[-1] == self.tokenizer.eos_token_id else c.token_ids
+        return _Generated(self.tokenizer.decode(ids), n, c.finish_reason, c.weight_version)
 
     def tool_turn_size(self, content: str) -> tuple[int, list[int]]:
         ids = self.tokenizer.encode_tool_turn(content)
         return len(ids), ids
 
     def append_tool_turn(self, ids: list[int]) -> None:
-        self.response_ids += ids
-        self.loss_mask += [0] * len(ids)
-        self.logprobs += [0.0] * len(ids)
+        n = len(ids)
+        self.ids += ids
+        self.loss_mask += [0] * n
+        self.logprobs += [0.0] * n
 
     def transcript(self) -> str:
         return self.tokenizer.decode(self.response_ids)
@@ -211,10 +227,10 @@ async def run_trajectory(
     trajectory = Trajectory(
         problem_id=problem.id,
         sample_index=sample_index,
-        prompt_ids=conv.prompt_ids if tokens else [],
-        response_ids=conv.response_ids if tokens else [],
-        loss_mask=conv.loss_mask if tokens else [],
-        logprobs=conv.logprobs if tokens else [],
+        prompt_ids=conv.prompt_ids if tokens else [],  # type: ignore[union-attr]
+        response_ids=conv.response_ids if tokens else [],  # type: ignore[union-attr]
+        loss_mask=conv.loss_mask if tokens else [],  # type: ignore[union-attr]
+        logprobs=conv.logprobs if tokens else [],  # type: ignore[union-attr]
         turns=turns,
         finish_reason=finish,
         weight_version=min((t.weight_version for t in turns), default=0),

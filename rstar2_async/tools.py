@@ -3,6 +3,7 @@ from a decoded call to the sandbox."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from typing import Final
@@ -43,6 +44,7 @@ DEFAULT_SYSTEM_PROMPT: Final = (
 )
 
 
+@functools.cache
 def system_prompt(base: str | None = None) -> str:
     """The system prompt with the tool list appended inside ``<tools>``."""
     listing = "\n".join(json.dumps(t.to_openai()) for t in TOOLS.values())
