@@ -1,0 +1,171 @@
+"""One warm worker process, seen from the pool: start it, send it calls, end it.
+
+The worker speaks length-prefixed JSON frames on its stdin/stdout (see
+``_worker.py``).  This module turns every way a worker can fail (exit, broken
+pipe, garbage) into :class:`WorkerDied`, which the pool handles by replacing
+the worker; nothing here retries.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import anyio
+import msgspec
+from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from ._errors import SandboxBroken
+from ._jail import WorkerSpec
+from ._types import Status
+
+_HEADER = struct.Struct(">I")
+
+
+class CallFrame(msgspec.Struct, frozen=True):
+    """pool -> worker: one call."""
+
+    id: int
+    code: str
+    stdin: str
+    timeout: float
+
+
+class ReplyFrame(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """worker -> pool: the answer to the call with the same ``id``."""
+
+    id: int
+    status: Status
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    duration_s: float
+
+
+_encode = msgspec.json.Encoder().encode
+_decode_reply = msgspec.json.Decoder(ReplyFrame).decode
+
+
+class WorkerDied(Exception):
+    """The worker exited, closed its pipes or answered garbage (internal to the pool)."""
+
+
+class WorkerProcess:
+    """A started, ready worker.  Owned by one pool slot; not safe to share.
+
+    Resource handling: :meth:`aclose` kills the process (and so, through
+    bubblewrap's ``--die-with-parent`` and the pid namespace, everything in its
+    jail) and waits for it; it is idempotent and safe under cancellation.
+    """
+
+    def __init__(self, process: Process, spec: WorkerSpec) -> None:
+        self.process = process
+        self.spec = spec
+        self.calls = 0
+        self._out = BufferedByteReceiveStream(process.stdout)  # type: ignore[arg-type]
+        self._closed = False
+
+    @property
+    def pid(self) -> int:
+        """Host pid of the outermost process (bubblewrap, or the worker when not jailed)."""
+        return self.process.pid
+
+    @classmethod
+    async def start(cls, spec: WorkerSpec, start_timeout: float) -> WorkerProcess:
+        """Start a worker and wait until it has imported its preloads.
+
+        Raises:
+            SandboxBroken: it could not start, or did not become ready in time;
+                the message carries its stderr.
+        """
+        process = await anyio.open_process(
+            spec.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        worker = cls(process, spec)
+        try:
+            with anyio.fail_after(start_timeout):
+                await worker._send(_encode(spec.setup))
+                ready = msgspec.json.decode(await worker._receive())
+        except (WorkerDied, TimeoutError, msgspec.DecodeError) as e:
+            worker._kill()
+            detail = await worker._stderr_tail()
+            await worker.aclose()
+            why = "did not become ready in time" if isinstance(e, TimeoutError) else "exited during start-up"
+            raise SandboxBroken(f"sandbox worker {why}: {detail or e!r}\ncommand: {' '.join(spec.argv)}") from e
+        except BaseException:
+            await worker.aclose()
+            raise
+        if not ready.get("ready"):
+            await worker.aclose()
+            raise SandboxBroken(f"sandbox worker failed to load its preloads: {ready.get('error')}")
+        return worker
+
+    async def call(self, frame: CallFrame) -> ReplyFrame:
+        """Send one call and wait for its reply (no time limit: the caller owns the budget).
+
+        Raises:
+            WorkerDied: the worker is gone or broke the protocol.
+        """
+        await self._send(_encode(frame))
+        try:
+            reply = _decode_reply(await self._receive())
+        except msgspec.DecodeError as e:
+            raise WorkerDied(f"undecodable reply: {e}") from e
+        if reply.id != frame.id:
+            raise WorkerDied(f"reply to call {reply.id}, expected {frame.id}")
+        self.calls += 1
+        return reply
+
+    async def wait_exit(self) -> int:
+        """Return once the worker process has exited (for whatever reason)."""
+        return await self.process.wait()
+
+    async def aclose(self) -> None:
+        """Kill the worker and its jail, reap it, remove its host scratch.  Shielded."""
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            self._kill()
+            await self.process.wait()
+            await self.process.aclose()
+            if self.spec.scratch_host:
+                await anyio.to_thread.run_sync(shutil.rmtree, self.spec.scratch_host, True)
+
+    def _kill(self) -> None:
+        if self.process.returncode is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    async def _send(self, data: bytes) -> None:
+        try:
+            await self.process.stdin.send(_HEADER.pack(len(data)) + data)  # type: ignore[union-attr]
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as e:
+            raise WorkerDied(f"cannot write to worker: {e!r}") from e
+
+    async def _receive(self) -> bytes:
+        try:
+            head = await self._out.receive_exactly(4)
+            return await self._out.receive_exactly(_HEADER.unpack(head)[0])
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, OSError) as e:
+            raise WorkerDied(f"worker closed its output (exit status {self.process.returncode})") from e
+
+    async def _stderr_tail(self) -> str:
+        chunks: list[bytes] = []
+        with anyio.move_on_after(1.0):
+            try:
+                async for chunk in self.process.stderr:  # type: ignore[union-attr]
+                    chunks.append(chunk)
+            except (anyio.BrokenResourceError, OSError):
+                pass
+        return b"".join(chunks).decode(errors="replace")[-2000:].strip()
+
