@@ -43,7 +43,7 @@ import msgspec
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from rstar2_async._grade_worker import HEADER, REPLY_DECODER, GradeReply, GradeRequest, frame
-from rstar2_async.answer_norm import MAX_ANSWER_CHARS, _matching_brace, answers_match
+from rstar2_async.answer_norm import MAX_ANSWER_CHARS, answers_match
 
 __all__ = [
     "GRADING_TIMEOUT_S",
@@ -96,10 +96,27 @@ class AnswerFormat(msgspec.Struct, frozen=True):
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
 _TAG = re.compile(r"<(/?)answer>")
 _BARE_ARGUMENT = re.compile(r"[^\s$<]+")
+_BRACE = re.compile(r"\\.|[{}]", re.DOTALL)  # an escaped character, or a brace
+
+
+def _brace_pairs(text: str) -> dict[int, int]:
+    """Map each `{` that is closed to its `}`, in one pass (`\\{`, `\\}` are literals).
+
+    One pass for the whole text keeps extraction linear even in a degenerate
+    response full of unclosed boxes."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for m in _BRACE.finditer(text):
+        if m[0] == "{":
+            stack.append(m.start())
+        elif m[0] == "}" and stack:
+            pairs[stack.pop()] = m.start()
+    return pairs
 
 
 def _last_boxed(text: str) -> str | None:
     """Contents of the last readable box; boxes nested in a taken box do not count."""
+    pairs: dict[int, int] | None = None
     last = None
     resume = 0
     for m in _BOX.finditer(text):
@@ -109,10 +126,10 @@ def _last_boxed(text: str) -> str | None:
         while i < len(text) and text[i].isspace():
             i += 1
         if text.startswith("{", i):
-            close = _matching_brace(text, i)
-            if close < 0:  # truncated mid-box
+            pairs = _brace_pairs(text) if pairs is None else pairs
+            if i not in pairs:  # truncated mid-box
                 continue
-            content, resume = text[i + 1 : close].strip(), close + 1
+            content, resume = text[i + 1 : pairs[i]].strip(), pairs[i] + 1
         elif bare := _BARE_ARGUMENT.match(text, i):  # `\boxed 5`
             content, resume = bare[0], bare.end()
         else:

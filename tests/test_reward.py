@@ -101,6 +101,20 @@ def test_answer_format(text: str, blocks: int, unmatched: int, boxed_in: bool, w
     assert fmt.answer == extract_answer(text)
 
 
+def test_extraction_is_linear_on_degenerate_responses() -> None:
+    degenerate = [
+        "\\boxed{" * 100_000,  # a model stuck opening boxes, never closing one
+        "<answer>" * 100_000,
+        "\\boxed " * 100_000,
+        "{" * 100_000 + "\\boxed{1}",
+    ]
+    start = time.perf_counter()
+    formats = [answer_format(text) for text in degenerate]
+    assert time.perf_counter() - start < 2.0
+    assert [f.answer for f in formats] == [None, None, "\\boxed", "1"]
+    assert formats[1].unmatched_tags == 100_000
+
+
 def test_answer_format_is_a_frozen_struct() -> None:
     fmt = answer_format("<answer>\\boxed{1}</answer>")
     assert isinstance(fmt, AnswerFormat)
