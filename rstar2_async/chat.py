@@ -14,9 +14,14 @@ Tool output is tokenised with special tokens split, so a program that prints
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol, final
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
 
 _ASSISTANT: Final = "\x1fASSISTANT-PLACEHOLDER\x1f"
 _TOOL: Final = "\x1fTOOL-PLACEHOLDER\x1f"
@@ -42,51 +47,82 @@ class ChatTokenizer(Protocol):
 
 @final
 class HFChatTokenizer:
-    """A :class:`ChatTokenizer` over a transformers tokenizer and its chat template.
+    """A :class:`ChatTokenizer` over a Hugging Face model directory.
+
+    It reads ``tokenizer.json`` with the Rust ``tokenizers`` library and renders the
+    chat template with jinja2 the way transformers does, without importing
+    transformers (which imports torch: seconds of start-up for evaluation-only users).
 
     Raises ``ValueError`` at construction when the template does not place message
     contents verbatim (the bridge cannot be found), rather than mis-tokenising later.
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Tokenizer, chat_template: str, *, eos_token: str, bos_token: str | None = None) -> None:
         self._tok = tokenizer
-        eos = tokenizer.eos_token_id
+        # A second instance that treats special-token text as plain text (for tool output).
+        self._literal = Tokenizer.from_str(tokenizer.to_str())
+        self._literal.encode_special_tokens = True
+        eos = tokenizer.token_to_id(eos_token)
         if eos is None:
-            raise ValueError("the tokenizer has no eos_token_id; the chat template needs one to end turns")
-        self.eos_token_id: int = int(eos)
+            raise ValueError(f"eos token {eos_token!r} is not in the vocabulary")
+        self.eos_token_id: int = eos
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+        env.globals["raise_exception"] = _raise_template_error
+        self._template = env.from_string(chat_template)
+        self._template_vars = {"eos_token": eos_token, "bos_token": bos_token or ""}
         base = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": _ASSISTANT}]
-        text = tokenizer.apply_chat_template(
-            [*base, {"role": "user", "content": _TOOL}], tokenize=False, add_generation_prompt=True
-        )
+        text = self.render([*base, {"role": "user", "content": _TOOL}], add_generation_prompt=True)
         if _ASSISTANT not in text or _TOOL not in text:
             raise ValueError("the chat template does not render message contents verbatim")
         bridge = text[text.index(_ASSISTANT) + len(_ASSISTANT):]
-        eos_text = tokenizer.convert_ids_to_tokens(self.eos_token_id)
         # The model's own EOS token ends its turn and is already in the response.
         before, after = bridge.split(_TOOL)
-        before = before.removeprefix(eos_text)
-        self._before: list[int] = self._encode(before, split_special=False)
-        self._after: list[int] = self._encode(after, split_special=False)
+        self._before = self._encode(before.removeprefix(eos_token))
+        self._after = self._encode(after)
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> HFChatTokenizer:
-        from transformers import AutoTokenizer
+        """Load from a model directory: ``tokenizer.json``, ``tokenizer_config.json``,
+        and the template from ``chat_template.jinja`` or the config's ``chat_template``.
 
-        return cls(AutoTokenizer.from_pretrained(str(path)))
+        Raises:
+            FileNotFoundError: ``tokenizer.json`` is missing.
+            ValueError: no chat template or no eos token is configured.
+        """
+        path = Path(path)
+        config = json.loads((path / "tokenizer_config.json").read_text()) if (path / "tokenizer_config.json").is_file() else {}
+        template_file = path / "chat_template.jinja"
+        template = template_file.read_text() if template_file.is_file() else config.get("chat_template")
+        if isinstance(template, list):  # named templates: use the default one
+            template = next((t["template"] for t in template if t.get("name") == "default"), None)
+        if not template:
+            raise ValueError(f"{path}: no chat template (chat_template.jinja or tokenizer_config.json)")
+        eos = _token_text(config.get("eos_token"))
+        if eos is None:
+            raise ValueError(f"{path}: tokenizer_config.json names no eos_token")
+        return cls(
+            Tokenizer.from_file(str(path / "tokenizer.json")), template, eos_token=eos, bos_token=_token_text(config.get("bos_token"))
+        )
 
-    @property
-    def hf_tokenizer(self) -> Any:
-        return self._tok
+    def render(self, messages: list[dict[str, str]], *, add_generation_prompt: bool) -> str:
+        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt, **self._template_vars)
 
-    def _encode(self, text: str, *, split_special: bool) -> list[int]:
-        return list(self._tok(text, add_special_tokens=False, split_special_tokens=split_special)["input_ids"])
+    def _encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
 
     def encode_prompt(self, messages: list[dict[str, str]]) -> list[int]:
-        text = self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return self._encode(text, split_special=False)
+        return self._encode(self.render(messages, add_generation_prompt=True))
 
     def encode_tool_turn(self, content: str) -> list[int]:
-        return self._before + self._encode(content, split_special=True) + self._after
+        return self._before + self._literal.encode(content, add_special_tokens=False).ids + self._after
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)
+
+
+def _token_text(token: str | dict[str, Any] | None) -> str | None:
+    return token.get("content") if isinstance(token, dict) else token
+
+
+def _raise_template_error(message: str) -> None:
+    raise TemplateError(message)
