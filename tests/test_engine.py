@@ -209,3 +209,21 @@ async def test_client_rejects_4xx_without_retry() -> None:
         with pytest.raises(RequestRejected, match="prompt too long"):
             await client.generate([1, 2], max_tokens=4, sampling=SamplingParams())
     assert calls == 1
+
+
+async def test_chat_mode_through_the_openai_sdk() -> None:
+    from backends import ChatClient
+
+    server = ScriptedServer()
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_http, server)
+        async with ChatClient.from_url(f"http://127.0.0.1:{port}/v1", model="hosted", api_key="sk-test") as client:
+            engine = RolloutEngine(backend=client, sandbox=InProcessSandbox(), config=RolloutConfig(), scorer=ExactScorer())
+            groups = await engine.run(problems(2), n=2)
+        tg.cancel_scope.cancel()
+    for g in groups:
+        for t in g.trajectories:
+            assert t.finish_reason == "answer" and t.reward == 1.0 and t.num_tool_calls == 1
+            assert t.response_ids == [] and "<tool_response>" in t.response_text
+    assert server.requests[0]["model"] == "hosted"
+    assert [m["role"] for m in server.requests[-1]["messages"]] == ["system", "user", "assistant", "user"]

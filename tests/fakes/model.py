@@ -126,6 +126,8 @@ class ScriptedServer:
             return 503, b'{"error": "overloaded"}'
         if n < self.garbage_first:
             return 200, b"\x00\xffnot json"
+        if path == "/v1/chat/completions":
+            return 200, self._chat(request, n)
         if path != "/v1/completions":
             return 404, b'{"error": "not found"}'
         prompt: list[int] = request["prompt"]
@@ -149,6 +151,19 @@ class ScriptedServer:
         if self.weight_version is not None:
             payload["weight_version"] = self.weight_version
         return 200, msgspec.json.encode(payload)
+
+
+    def _chat(self, request: dict, n: int) -> bytes:
+        """The same policy behind the chat API (text in, text out)."""
+        conversation = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in request["messages"])
+        text = self.policy(conversation + "<|im_start|>assistant\n")
+        message = {"role": "assistant", "content": text}
+        usage = {"prompt_tokens": len(conversation), "completion_tokens": len(text.encode()) + 1, "total_tokens": 0}
+        payload = {
+            "id": f"chat-{n}", "object": "chat.completion", "created": 0, "model": request["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": usage,
+        }
+        return msgspec.json.encode(payload)
 
 
 class InProcessSandbox:
