@@ -1,28 +1,38 @@
-"""The grading worker process, and the wire protocol the reward speaks with it.
+"""The grading worker process: its wire protocol, the child's loop, the parent's handles.
 
 math-verify times itself out with ``signal.alarm``, which works only in the main
 thread, and some comparisons run in C code no alarm can interrupt.  So grading runs
 in a child process, ``python -m rstar2_async._grade_worker``, which the parent kills
-when it overruns; see `rstar2_async.reward` for the owners of these processes.
+when it overruns.  `SyncWorker` (blocking, for `reward.score`) and `AsyncWorker`
+(anyio, for `reward.Grader`) are the parent's handles on one child each; the owners
+of those handles decide when to kill.
 
 Protocol over the child's stdin/stdout, one request at a time: each message is a
 4-byte big-endian length followed by msgpack.  The child first sends one
 `GradeReply` once math-verify is imported and warm (its readiness signal), then
 answers every `GradeRequest` with one `GradeReply`.  EOF on stdin ends the child.
 
-Importing this module imports neither math-verify nor sympy: the parent needs only
-the protocol.
+Importing this module imports neither math-verify nor sympy (the child imports them
+in `verify_answer`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import select
 import struct
+import subprocess
 import sys
-from typing import BinaryIO
+import time
+from pathlib import Path
+from typing import BinaryIO, final
 
+import anyio
+import anyio.abc
 import msgspec
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 HEADER = struct.Struct(">I")
 """Frame header: payload length in bytes."""
@@ -79,6 +89,157 @@ def verify_answer(answer: str, gold: str, alarm_s: int) -> GradeReply:
     except Exception as exc:  # math-verify swallows most errors itself; be sure
         return GradeReply(correct=False, error=f"{type(exc).__name__}: {exc}")
     return GradeReply(correct=bool(correct))
+
+
+# --- parent side: driving a worker -------------------------------------------------
+
+
+WORKER_START_TIMEOUT_S = 60.0
+"""Limit on starting one worker (interpreter, math-verify and sympy imports, one
+warm-up grading).  About 1 s on an idle core; generous for busy CI machines."""
+
+
+class GraderBrokenError(RuntimeError):
+    """A grading worker could not be started (the interpreter or math-verify is
+    missing or broken, or start-up overran `WORKER_START_TIMEOUT_S`).  Chained from
+    the cause.  A worker that hangs or dies while grading is not this error: that
+    grading is 0.0 and the worker is replaced."""
+
+
+def worker_command() -> tuple[list[str], dict[str, str]]:
+    # The worker must import this package even when it is not installed (a source
+    # checkout): put the directory above it first on the child's path.
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    return [sys.executable, "-m", "rstar2_async._grade_worker"], {**os.environ, "PYTHONPATH": path}
+
+
+@final
+class SyncWorker:
+    """One worker driven with blocking reads bounded by `select` deadlines."""
+
+    def __init__(self) -> None:
+        command, env = worker_command()
+        try:
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0
+            )
+        except OSError as exc:
+            raise GraderBrokenError(f"cannot start a grading worker: {exc}") from exc
+        self.owner_pid = os.getpid()
+        ready = self._receive(time.monotonic() + WORKER_START_TIMEOUT_S)
+        if ready is None or not ready.correct:
+            self.kill()
+            raise GraderBrokenError(f"grading worker failed its warm-up: {ready}")
+
+    def grade(self, request: GradeRequest, timeout: float) -> GradeReply | None:
+        """The reply, or None if the worker overran `timeout` or died."""
+        try:
+            # Requests are far below a pipe buffer, so this write never blocks.
+            os.write(self.process.stdin.fileno(), frame(request))  # type: ignore[union-attr]
+        except OSError:
+            return None
+        return self._receive(time.monotonic() + timeout)
+
+    def _receive(self, deadline: float) -> GradeReply | None:
+        header = self._read_exactly(HEADER.size, deadline)
+        if header is None:
+            return None
+        payload = self._read_exactly(HEADER.unpack(header)[0], deadline)
+        try:
+            return None if payload is None else REPLY_DECODER.decode(payload)
+        except msgspec.DecodeError:
+            return None
+
+    def _read_exactly(self, n: int, deadline: float) -> bytes | None:
+        fd = self.process.stdout.fileno()  # type: ignore[union-attr]
+        data = b""
+        while len(data) < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                return None
+            chunk = os.read(fd, n - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        self.process.stdin.close()  # type: ignore[union-attr]
+        self.process.stdout.close()  # type: ignore[union-attr]
+
+
+@final
+class AsyncWorker:
+    """One worker driven through anyio's process streams."""
+
+    def __init__(self, process: anyio.abc.Process) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.process = process
+        self._stdin = process.stdin
+        self._stdout = BufferedByteReceiveStream(process.stdout)
+        self._killed = False
+
+    @classmethod
+    async def start(cls) -> AsyncWorker:
+        """Start a worker and wait until it has graded its warm-up.
+
+        Cancellation-safe: a cancelled start kills the half-started process.
+        """
+        command, env = worker_command()
+        try:
+            process = await anyio.open_process(command, env=env, stderr=None)
+        except OSError as exc:
+            raise GraderBrokenError(f"cannot start a grading worker: {exc}") from exc
+        worker = cls(process)
+        try:
+            with anyio.fail_after(WORKER_START_TIMEOUT_S):
+                ready = await worker.receive()
+        except Exception as exc:
+            await worker.kill()
+            raise GraderBrokenError(f"grading worker failed to start: {exc!r}") from exc
+        except BaseException:
+            await worker.kill()
+            raise
+        if not ready.correct:
+            await worker.kill()
+            raise GraderBrokenError(f"grading worker failed its warm-up: {ready}")
+        return worker
+
+    async def grade(self, request: GradeRequest) -> GradeReply:
+        await self._stdin.send(frame(request))
+        return await self.receive()
+
+    async def receive(self) -> GradeReply:
+        (size,) = HEADER.unpack(await self._stdout.receive_exactly(HEADER.size))
+        return REPLY_DECODER.decode(await self._stdout.receive_exactly(size))
+
+    async def kill(self) -> None:
+        """Kill and reap the process.  Idempotent; shielded, so it finishes even
+        when the caller is being cancelled."""
+        if self._killed:
+            return
+        self._killed = True
+        with anyio.CancelScope(shield=True):
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            await self.process.aclose()
+
+
+# What a worker that died or garbled the protocol mid-call raises at us.
+WORKER_FAILURES = (
+    anyio.EndOfStream,
+    anyio.IncompleteRead,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    msgspec.DecodeError,
+    OSError,
+)
+
+
+# --- child side -------------------------------------------------------------------
 
 
 def _read_exactly(stream: BinaryIO, n: int) -> bytes | None:

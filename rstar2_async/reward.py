@@ -25,24 +25,23 @@ malformed ``<answer>`` block, number of blocks).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import enum
 import os
 import re
-import select
-import subprocess
-import sys
 import threading
-import time
-from pathlib import Path
 from typing import final
 
 import anyio
-import anyio.abc
 import msgspec
-from anyio.streams.buffered import BufferedByteReceiveStream
 
-from rstar2_async._grade_worker import HEADER, REPLY_DECODER, GradeReply, GradeRequest, frame
+from rstar2_async._grade_worker import (
+    WORKER_FAILURES,
+    WORKER_START_TIMEOUT_S,
+    AsyncWorker,
+    GraderBrokenError,
+    GradeRequest,
+    SyncWorker,
+)
 from rstar2_async.answer_norm import MAX_ANSWER_CHARS, answers_match
 
 __all__ = [
@@ -61,11 +60,6 @@ GRADING_TIMEOUT_S = 10.0
 """Default wall-clock limit on one math-verify grading.  Real answers grade in
 milliseconds; math-verify's own limits are 5 s per step, so anything near 10 s is a
 pathological expression (a tower of powers, a huge factorial) that is wrong anyway."""
-
-WORKER_START_TIMEOUT_S = 60.0
-"""Limit on starting one worker (interpreter, math-verify and sympy imports, one
-warm-up grading).  About 1 s on an idle core; generous for busy CI machines."""
-
 
 # --- answer extraction --------------------------------------------------------------
 
@@ -192,80 +186,8 @@ def _alarm_seconds(timeout: float) -> int:
 # --- worker processes ---------------------------------------------------------------
 
 
-class GraderBrokenError(RuntimeError):
-    """A grading worker could not be started (the interpreter or math-verify is
-    missing or broken, or start-up overran `WORKER_START_TIMEOUT_S`).  Chained from
-    the cause.  A worker that hangs or dies while grading is not this error: that
-    grading is 0.0 and the worker is replaced."""
-
-
-def _worker_command() -> tuple[list[str], dict[str, str]]:
-    # The worker must import this package even when it is not installed (a source
-    # checkout): put the directory above it first on the child's path.
-    root = str(Path(__file__).resolve().parent.parent)
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    return [sys.executable, "-m", "rstar2_async._grade_worker"], {**os.environ, "PYTHONPATH": path}
-
-
-@final
-class _SyncWorker:
-    """One worker driven with blocking reads bounded by `select` deadlines."""
-
-    def __init__(self) -> None:
-        command, env = _worker_command()
-        try:
-            self.process = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0
-            )
-        except OSError as exc:
-            raise GraderBrokenError(f"cannot start a grading worker: {exc}") from exc
-        self.owner_pid = os.getpid()
-        ready = self._receive(time.monotonic() + WORKER_START_TIMEOUT_S)
-        if ready is None or not ready.correct:
-            self.kill()
-            raise GraderBrokenError(f"grading worker failed its warm-up: {ready}")
-
-    def grade(self, request: GradeRequest, timeout: float) -> GradeReply | None:
-        """The reply, or None if the worker overran `timeout` or died."""
-        try:
-            # Requests are far below a pipe buffer, so this write never blocks.
-            os.write(self.process.stdin.fileno(), frame(request))  # type: ignore[union-attr]
-        except OSError:
-            return None
-        return self._receive(time.monotonic() + timeout)
-
-    def _receive(self, deadline: float) -> GradeReply | None:
-        header = self._read_exactly(HEADER.size, deadline)
-        if header is None:
-            return None
-        payload = self._read_exactly(HEADER.unpack(header)[0], deadline)
-        try:
-            return None if payload is None else REPLY_DECODER.decode(payload)
-        except msgspec.DecodeError:
-            return None
-
-    def _read_exactly(self, n: int, deadline: float) -> bytes | None:
-        fd = self.process.stdout.fileno()  # type: ignore[union-attr]
-        data = b""
-        while len(data) < n:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-                return None
-            chunk = os.read(fd, n - len(data))
-            if not chunk:
-                return None
-            data += chunk
-        return data
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait()
-        self.process.stdin.close()  # type: ignore[union-attr]
-        self.process.stdout.close()  # type: ignore[union-attr]
-
-
 _sync_lock = threading.Lock()
-_sync_worker: _SyncWorker | None = None
+_sync_worker: SyncWorker | None = None
 
 
 @atexit.register
@@ -290,89 +212,24 @@ def score(response_text: str, gold: str, *, timeout: float = GRADING_TIMEOUT_S) 
 
     Raises:
         GraderBrokenError: no worker could be started.
+        ValueError: `timeout` <= 0.
     """
     global _sync_worker
+    if not timeout > 0:
+        raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
     verdict, answer = _quick_verdict(response_text, gold)
     if verdict is not None:
         return verdict
     request = GradeRequest(answer=answer, gold=gold, alarm_s=_alarm_seconds(timeout))
     with _sync_lock:
         if _sync_worker is None or _sync_worker.owner_pid != os.getpid():
-            _sync_worker = _SyncWorker()
+            _sync_worker = SyncWorker()
         reply = _sync_worker.grade(request, timeout)
         if reply is None:
             _sync_worker.kill()
             _sync_worker = None
             return 0.0
     return 1.0 if reply.correct else 0.0
-
-
-@final
-class _Worker:
-    """One worker driven through anyio's process streams."""
-
-    def __init__(self, process: anyio.abc.Process) -> None:
-        assert process.stdin is not None and process.stdout is not None
-        self.process = process
-        self._stdin = process.stdin
-        self._stdout = BufferedByteReceiveStream(process.stdout)
-        self._killed = False
-
-    @classmethod
-    async def start(cls) -> _Worker:
-        """Start a worker and wait until it has graded its warm-up.
-
-        Cancellation-safe: a cancelled start kills the half-started process.
-        """
-        command, env = _worker_command()
-        try:
-            process = await anyio.open_process(command, env=env, stderr=None)
-        except OSError as exc:
-            raise GraderBrokenError(f"cannot start a grading worker: {exc}") from exc
-        worker = cls(process)
-        try:
-            with anyio.fail_after(WORKER_START_TIMEOUT_S):
-                ready = await worker.receive()
-        except Exception as exc:
-            await worker.kill()
-            raise GraderBrokenError(f"grading worker failed to start: {exc!r}") from exc
-        except BaseException:
-            await worker.kill()
-            raise
-        if not ready.correct:
-            await worker.kill()
-            raise GraderBrokenError(f"grading worker failed its warm-up: {ready}")
-        return worker
-
-    async def grade(self, request: GradeRequest) -> GradeReply:
-        await self._stdin.send(frame(request))
-        return await self.receive()
-
-    async def receive(self) -> GradeReply:
-        (size,) = HEADER.unpack(await self._stdout.receive_exactly(HEADER.size))
-        return REPLY_DECODER.decode(await self._stdout.receive_exactly(size))
-
-    async def kill(self) -> None:
-        """Kill and reap the process.  Idempotent; shielded, so it finishes even
-        when the caller is being cancelled."""
-        if self._killed:
-            return
-        self._killed = True
-        with anyio.CancelScope(shield=True):
-            with contextlib.suppress(ProcessLookupError):
-                self.process.kill()
-            await self.process.aclose()
-
-
-# What a worker that died or garbled the protocol mid-call raises at us.
-_WORKER_FAILURES = (
-    anyio.EndOfStream,
-    anyio.IncompleteRead,
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    msgspec.DecodeError,
-    OSError,
-)
 
 
 class GraderStatistics(msgspec.Struct, frozen=True):
@@ -436,8 +293,8 @@ class Grader:
         self._timeout = timeout
         self._state = _State.UNOPENED
         self._slots = anyio.Semaphore(workers)
-        self._idle: list[_Worker] = []
-        self._alive: set[_Worker] = set()
+        self._idle: list[AsyncWorker] = []
+        self._alive: set[AsyncWorker] = set()
         self._busy = 0
         self._graded = self._correct = self._by_normaliser = 0
         self._timeouts = self._crashes = self._started = 0
@@ -474,8 +331,8 @@ class Grader:
         for worker in list(self._alive):
             await self._discard(worker)
 
-    async def _start_worker(self) -> _Worker:
-        worker = await _Worker.start()
+    async def _start_worker(self) -> AsyncWorker:
+        worker = await AsyncWorker.start()
         self._alive.add(worker)
         self._started += 1
         if self._state is _State.CLOSED:  # closed while it was starting
@@ -483,7 +340,7 @@ class Grader:
             raise anyio.ClosedResourceError
         return worker
 
-    async def _discard(self, worker: _Worker) -> None:
+    async def _discard(self, worker: AsyncWorker) -> None:
         self._alive.discard(worker)
         await worker.kill()
 
@@ -519,7 +376,7 @@ class Grader:
                 reply = None
                 with anyio.move_on_after(self._timeout):
                     reply = await worker.grade(request)
-            except _WORKER_FAILURES as exc:
+            except WORKER_FAILURES as exc:
                 await self._discard(worker)
                 if self._state is _State.CLOSED:
                     raise anyio.ClosedResourceError from exc

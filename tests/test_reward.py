@@ -279,3 +279,5 @@ def test_grader_rejects_bad_settings() -> None:
         Grader(workers=0)
     with pytest.raises(ValueError, match="timeout"):
         Grader(timeout=0)
+    with pytest.raises(ValueError, match="timeout"):
+        score("\\boxed{1}", "2", timeout=0)
