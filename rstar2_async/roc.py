@@ -65,19 +65,23 @@ class AnswerFormat(NamedTuple):
 
 
 def turn_answer_format(traj: Trajectory) -> AnswerFormat:
-    """The default checker, from what the rollout recorded: the answer blocks counted
-    per turn (``Turn.num_answer_blocks``), the finish reason, and - when present -
-    the response text (the last ``<answer>`` is closed and holds a ``\\boxed{}``).
+    """The default checker. With the response text it asks the reward's parser
+    (:func:`rstar2_async.reward.answer_format`: complete blocks, stray tags, a boxed
+    answer in the last block); without text it trusts what the rollout recorded
+    (``Turn.num_answer_blocks``). Either way a trajectory that did not end with an
+    answer (turn limit, token budget, timeout, error) has a missing answer.
 
-    Swap in ``rstar2_async.reward.answer_format`` by passing a different
-    ``check`` to :func:`format_penalty` / :func:`trajectory_penalty`.
+    Pass a different ``check`` to :func:`format_penalty` / :func:`trajectory_penalty`
+    to change the rule.
     """
+    if traj.response_text:
+        from rstar2_async.reward import answer_format
+
+        fmt = answer_format(traj.response_text)
+        ok = fmt.answer_blocks >= 1 and fmt.unmatched_tags == 0 and fmt.boxed_in_answer
+        return AnswerFormat(ok and traj.finish_reason == "answer", fmt.answer_blocks)
     blocks = sum(t.num_answer_blocks for t in traj.turns)
-    ok = traj.finish_reason == "answer" and blocks >= 1
-    if ok and traj.response_text:
-        tail = traj.response_text[traj.response_text.rfind("<answer>") :]
-        ok = tail.startswith("<answer>") and "</answer>" in tail and "\\boxed{" in tail
-    return AnswerFormat(ok, blocks)
+    return AnswerFormat(traj.finish_reason == "answer" and blocks >= 1, blocks)
 
 
 FormatCheck = Callable[[Trajectory], AnswerFormat]

@@ -68,6 +68,8 @@ def test_format_penalty_by_hand() -> None:
     assert format_penalty(traj(0, 1.0, text="<answer>42</answer>")) == 1.0
     assert format_penalty(traj(0, 1.0, text="x <answer>so \\boxed{42}</answer>")) == 0.0
     assert format_penalty(traj(0, 1.0, text="<answer>\\boxed{42}")) == 1.0
+    two = "<answer>\\boxed{1}</answer> wait <answer>\\boxed{2}</answer>"
+    assert format_penalty(traj(0, 1.0, answers=(0, 2), text=two)) == pytest.approx(0.5)  # 1 extra / 2 turns
     # A pluggable checker (e.g. reward.answer_format) replaces the default.
     assert format_penalty(traj(0, 1.0), check=lambda t: AnswerFormat(True, 3)) == 1.0
     assert trajectory_penalty(traj(0, 1.0, tools=(("error", "ok"),), answers=(2, 0))) == 1.0
