@@ -183,7 +183,7 @@ def _alarm_seconds(timeout: float) -> int:
     return int(timeout // 3)
 
 
-# --- worker processes ---------------------------------------------------------------
+# --- grading: the sync score() and the async Grader --------------------------------
 
 
 _sync_lock = threading.Lock()
