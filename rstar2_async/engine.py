@@ -16,7 +16,7 @@ backend nor the sandbox: their owners close them.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol, final
 
@@ -54,12 +54,13 @@ class RolloutStatistics(msgspec.Struct, frozen=True):
 
 
 class _PendingGroup:
-    __slots__ = ("problem", "slots", "remaining")
+    __slots__ = ("problem", "slots", "remaining", "on_trajectory")
 
-    def __init__(self, problem: Problem, n: int) -> None:
+    def __init__(self, problem: Problem, n: int, on_trajectory: Callable[[Trajectory], None] | None) -> None:
         self.problem = problem
         self.slots: list[Trajectory | None] = [None] * n
         self.remaining = n
+        self.on_trajectory = on_trajectory
 
 
 @final
@@ -111,11 +112,24 @@ class RolloutEngine:
         )
 
     @asynccontextmanager
-    async def stream(self, problems: Sequence[Problem], n: int) -> AsyncIterator[MemoryObjectReceiveStream[Group]]:
+    async def stream(
+        self,
+        problems: Sequence[Problem],
+        n: int,
+        *,
+        finished: Mapping[tuple[str, int], Trajectory] | None = None,
+        on_trajectory: Callable[[Trajectory], None] | None = None,
+    ) -> AsyncIterator[MemoryObjectReceiveStream[Group]]:
         """Start ``n`` trajectories for each problem; yield a stream of finished groups.
 
         Groups arrive in completion order.  The stream ends after the last group.
         Trajectories of the same problem get sample indices ``0..n-1``.
+
+        Args:
+            finished: trajectories kept from an interrupted run, by
+                ``(problem_id, sample_index)``; they fill their slots and are not re-run.
+            on_trajectory: called with each new trajectory as it finishes (before its
+                group is complete), e.g. to append it to a samples file.
 
         Usage::
 
@@ -127,28 +141,45 @@ class RolloutEngine:
             raise ValueError(f"n: expected int >= 1, got {n}")
         send, receive = anyio.create_memory_object_stream[Group](0)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._produce, problems, n, send)
+            tg.start_soon(self._produce, problems, n, finished or {}, on_trajectory, send)
             async with receive:
                 try:
                     yield receive
                 finally:
                     tg.cancel_scope.cancel()
 
-    async def run(self, problems: Sequence[Problem], n: int) -> list[Group]:
-        """All groups, in the order of ``problems``."""
+    async def run(
+        self,
+        problems: Sequence[Problem],
+        n: int,
+        *,
+        finished: Mapping[tuple[str, int], Trajectory] | None = None,
+        on_trajectory: Callable[[Trajectory], None] | None = None,
+    ) -> list[Group]:
+        """All groups, in the order of ``problems``.  Arguments as for :meth:`stream`."""
         order = {id(p): i for i, p in enumerate(problems)}
         groups: list[Group] = []
-        async with self.stream(problems, n) as stream:
+        async with self.stream(problems, n, finished=finished, on_trajectory=on_trajectory) as stream:
             async for group in stream:
                 groups.append(group)
         return sorted(groups, key=lambda g: order[id(g.problem)])
 
-    async def _produce(self, problems: Sequence[Problem], n: int, send: ObjectSendStream[Group]) -> None:
+    async def _produce(
+        self,
+        problems: Sequence[Problem],
+        n: int,
+        finished: Mapping[tuple[str, int], Trajectory],
+        on_trajectory: Callable[[Trajectory], None] | None,
+        send: ObjectSendStream[Group],
+    ) -> None:
         sampling = self.config.sampling
         async with send, anyio.create_task_group() as tg:
             for p_index, problem in enumerate(problems):
-                pending = _PendingGroup(problem, n)
+                pending = _PendingGroup(problem, n, on_trajectory)
                 for i in range(n):
+                    if (problem.id, i) in finished:
+                        await self._complete(pending, i, finished[problem.id, i], send)
+                        continue
                     seed = None if sampling.seed is None else sampling.seed + p_index * n + i
                     params = SamplingParams(
                         temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, seed=seed
@@ -177,6 +208,11 @@ class RolloutEngine:
         finally:
             self._limiter.release_on_behalf_of(borrower)
         self._account(trajectory)
+        if pending.on_trajectory is not None:
+            pending.on_trajectory(trajectory)
+        await self._complete(pending, i, trajectory, send)
+
+    async def _complete(self, pending: _PendingGroup, i: int, trajectory: Trajectory, send: ObjectSendStream[Group]) -> None:
         pending.slots[i] = trajectory
         pending.remaining -= 1
         if pending.remaining == 0:

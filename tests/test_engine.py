@@ -227,3 +227,16 @@ async def test_chat_mode_through_the_openai_sdk() -> None:
             assert t.response_ids == [] and "<tool_response>" in t.response_text
     assert server.requests[0]["model"] == "hosted"
     assert [m["role"] for m in server.requests[-1]["messages"]] == ["system", "user", "assistant", "user"]
+
+
+async def test_finished_trajectories_are_not_rerun() -> None:
+    server = ScriptedServer()
+    async with running(server) as (engine, _):
+        first = await engine.run(problems(2), n=2)
+        kept = {(t.problem_id, t.sample_index): t for g in first for t in g.trajectories if t.sample_index == 0}
+        requests_before = len(server.requests)
+        seen: list[tuple[str, int]] = []
+        second = await engine.run(problems(2), n=2, finished=kept, on_trajectory=lambda t: seen.append((t.problem_id, t.sample_index)))
+    assert sorted(seen) == [("p0", 1), ("p1", 1)]
+    assert len(server.requests) - requests_before == 2 * 2  # two new trajectories of two turns
+    assert [g.trajectories[0] for g in second] == [g.trajectories[0] for g in first]
