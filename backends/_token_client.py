@@ -13,7 +13,7 @@ exceptions into :mod:`backends._errors` at the edge.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from types import TracebackType
 from typing import Any, Final, Self, final
 
@@ -119,9 +119,10 @@ class TokenClient:
             await self._http.__aexit__(exc_type, exc, tb)
 
     async def generate(
-        self, prompt_ids: Sequence[int], *, max_tokens: int, sampling: SamplingParams
+        self, prompt_ids: Sequence[int], *, max_tokens: int, sampling: SamplingParams, session: Hashable = None
     ) -> Completion:
-        """Generate up to ``max_tokens`` tokens after ``prompt_ids``.
+        """Generate up to ``max_tokens`` tokens after ``prompt_ids``.  ``session`` is
+        accepted for interface compatibility with server pools and ignored.
 
         An aborted generation (server paused with abort, preempted, restarting) is
         resumed from the tokens it produced, up to :data:`MAX_RESUMES` times; the

@@ -52,7 +52,7 @@ class FixedLatencyBackend:
         # Every prompt has the same length, so the turn number follows from it in O(1).
         self.last_turn_len = prompt_len + (TURNS - 1) * (len(call) + len(tool_turn))
 
-    async def generate(self, prompt_ids: list[int], *, max_tokens: int, sampling: SamplingParams) -> Completion:
+    async def generate(self, prompt_ids: list[int], *, max_tokens: int, sampling: SamplingParams, session: object = None) -> Completion:
         await anyio.sleep(GEN_S)
         return self.answer if len(prompt_ids) >= self.last_turn_len else self.call
 

@@ -17,6 +17,7 @@ a batch.  Cancellation from outside propagates.
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 from typing import Protocol
 
 import anyio
@@ -33,9 +34,13 @@ from .types import FinishReason, Problem, Trajectory, Turn
 
 
 class TokenBackend(Protocol):
-    """``prompt_ids`` is lent for the call: read it, never keep or mutate it."""
+    """``prompt_ids`` is lent for the call: read it, never keep or mutate it.
+    ``session`` names the trajectory, so a server pool can keep its turns on one
+    server (prefix-cache hits); single servers ignore it."""
 
-    async def generate(self, prompt_ids: list[int], *, max_tokens: int, sampling: SamplingParams) -> Completion: ...
+    async def generate(
+        self, prompt_ids: list[int], *, max_tokens: int, sampling: SamplingParams, session: Hashable = None
+    ) -> Completion: ...
 
 
 class ChatBackend(Protocol):
@@ -58,9 +63,12 @@ class _TokenConversation:
     sends it without copying; the backend must not keep or mutate it.
     """
 
-    def __init__(self, backend: TokenBackend, tokenizer: ChatTokenizer, messages: list[dict[str, str]]) -> None:
+    def __init__(
+        self, backend: TokenBackend, tokenizer: ChatTokenizer, messages: list[dict[str, str]], session: Hashable
+    ) -> None:
         self.backend = backend
         self.tokenizer = tokenizer
+        self.session = session
         self.ids = tokenizer.encode_prompt(messages)
         self.prompt_len = len(self.ids)
         self.loss_mask: list[int] = []
@@ -79,7 +87,7 @@ class _TokenConversation:
         return len(self.ids) - self.prompt_len
 
     async def generate(self, max_tokens: int, sampling: SamplingParams) -> _Generated:
-        c = await self.backend.generate(self.ids, max_tokens=max_tokens, sampling=sampling)
+        c = await self.backend.generate(self.ids, max_tokens=max_tokens, sampling=sampling, session=self.session)
         n = len(c.token_ids)
         self.ids += c.token_ids
         self.loss_mask += [1] * n
@@ -159,7 +167,7 @@ async def run_trajectory(
     if tokenizer is None:
         conv = _ChatConversation(backend, messages)  # type: ignore[arg-type]
     else:
-        conv = _TokenConversation(backend, tokenizer, messages)  # type: ignore[arg-type]
+        conv = _TokenConversation(backend, tokenizer, messages, (problem.id, sample_index))  # type: ignore[arg-type]
     turns: list[Turn] = []
     model_text: list[str] = []
     finish: FinishReason = "turn_limit"
