@@ -14,6 +14,7 @@ import sys
 
 # name -> module; the order is the order shown by --help.
 COMMANDS: dict[str, str] = {
+    "eval": "rstar2_async.cli.eval",
     "sandbox": "rstar2_async.cli.sandbox",
 }
 

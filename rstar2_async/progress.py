@@ -1,0 +1,40 @@
+"""A live progress bar for long rollouts, fed by the engine's statistics snapshots."""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from .engine import RolloutEngine
+
+REFRESH_S = 0.5
+"""Poll interval: frequent enough to look live, rare enough to cost nothing."""
+
+
+async def show_progress(engine: RolloutEngine, total: int, description: str, *, done_before: int = 0) -> None:
+    """Render a progress bar until cancelled.  Run it in the task group that runs the
+    rollout and cancel it when the rollout ends.  Silent when stderr is not a
+    terminal (CI logs stay readable)."""
+    if not sys.stderr.isatty():
+        await anyio.sleep_forever()
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rates]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, transient=False) as bar:
+        task = bar.add_task(description, total=total, completed=done_before, rates="")
+        while True:
+            s = engine.statistics()
+            elapsed = max(s.elapsed_s, 1e-9)
+            rates = (
+                f"in flight {s.in_flight} | {s.generated_tokens / elapsed:,.0f} tok/s | "
+                f"{s.tool_calls / elapsed:,.1f} calls/s | tool errors {s.tool_errors}"
+            )
+            bar.update(task, completed=done_before + s.trajectories_finished, rates=rates)
+            await anyio.sleep(REFRESH_S)

@@ -1,0 +1,57 @@
+"""`rstar2 eval` end to end: real sandbox pool, real grader, scripted endpoint."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio.from_thread
+import pytest
+
+from rstar2_async.cli.main import main
+from tests.fakes.http import serve_http
+from tests.fakes.model import ScriptedServer
+
+
+@pytest.fixture
+def endpoint() -> Iterator[tuple[str, ScriptedServer]]:
+    server = ScriptedServer()
+    with anyio.from_thread.start_blocking_portal() as portal:
+        future, port = portal.start_task(serve_http, server)
+        yield f"http://127.0.0.1:{port}/v1", server
+        future.cancel()
+
+
+def test_eval_against_an_endpoint_and_resume(tmp_path: Path, endpoint: tuple[str, ScriptedServer], capsys: pytest.CaptureFixture[str]) -> None:
+    url, server = endpoint
+    data = tmp_path / "toy.jsonl"
+    data.write_text("".join(json.dumps({"id": f"t{i}", "problem": f"What is {i}*7?", "answer": str(i * 7)}) + "\n" for i in range(3)))
+    argv = ["eval", "--endpoint", url, "--served-model", "toy-model", "--data", str(data), "--n", "2",
+            "--temperature", "0.7", "--top-p", "0.9", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    [summary] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["avg_at_n"] == 1.0 and summary["pass_at_n"] == 1.0 and summary["mean_tool_calls"] == 1.0
+    assert summary["temperature"] == 0.7 and summary["top_p"] == 0.9
+    samples = (tmp_path / "out" / "toy" / "samples.jsonl").read_text().splitlines()
+    assert len(samples) == 6
+    assert "temperature = 0.7" in (tmp_path / "out" / "config.toml").read_text()
+    assert all(r["temperature"] == 0.7 and r["top_p"] == 0.9 for r in server.requests)
+
+    before = len(server.requests)
+    assert main(argv) == 0  # everything is done: resumes, runs nothing
+    assert len(server.requests) == before
+    [again] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again["resumed_samples"] == 6 and again["avg_at_n"] == 1.0
+
+
+def test_eval_requires_explicit_sampling(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["eval", "--endpoint", "http://x/v1", "--served-model", "m", "--data", "aime24"])
+    assert "--temperature" in capsys.readouterr().err
+
+
+def test_eval_names_a_bad_data_set(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["eval", "--endpoint", "http://x/v1", "--served-model", "m", "--data", "nope", "--temperature", "0", "--top-p", "1"]
+    assert main(argv) == 2
+    assert "unknown data set 'nope'" in capsys.readouterr().err
