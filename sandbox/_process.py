@@ -9,6 +9,7 @@ the worker; nothing here retries.
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import struct
@@ -67,6 +68,7 @@ class WorkerProcess:
         self.calls = 0
         self._out = BufferedByteReceiveStream(process.stdout)  # type: ignore[arg-type]
         self._closed = False
+        self._init_pidfd: int | None = None  # bubblewrap's init: pid 1 of the jail's pid namespace
 
     @property
     def pid(self) -> int:
@@ -105,6 +107,8 @@ class WorkerProcess:
         if not ready.get("ready"):
             await worker.aclose()
             raise SandboxBroken(f"sandbox worker failed to load its preloads: {ready.get('error')}")
+        if spec.layers.get("jail"):
+            worker._init_pidfd = _child_pidfd(process.pid)
         return worker
 
     async def call(self, frame: CallFrame) -> ReplyFrame:
@@ -128,18 +132,32 @@ class WorkerProcess:
         return await self.process.wait()
 
     async def aclose(self) -> None:
-        """Kill the worker and its jail, reap it, remove its host scratch.  Shielded."""
+        """Kill the worker and its jail, wait until every process in it is gone,
+        remove its host scratch.  Idempotent; shielded from cancellation.
+
+        In the jail, killing bubblewrap's init (pid 1 of the namespace) makes the
+        kernel kill everything else in the namespace before init itself exits, so
+        waiting for init to exit is waiting for the whole jail.
+        """
         if self._closed:
             return
         self._closed = True
         with anyio.CancelScope(shield=True):
             self._kill()
             await self.process.wait()
+            if self._init_pidfd is not None:
+                await anyio.to_thread.run_sync(_wait_fd, self._init_pidfd, 30.0)
+                os.close(self._init_pidfd)
             await self.process.aclose()
             if self.spec.scratch_host:
                 await anyio.to_thread.run_sync(shutil.rmtree, self.spec.scratch_host, True)
 
     def _kill(self) -> None:
+        if self._init_pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._init_pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         if self.process.returncode is None:
             try:
                 os.killpg(self.process.pid, signal.SIGKILL)
@@ -169,3 +187,34 @@ class WorkerProcess:
                 pass
         return b"".join(chunks).decode(errors="replace")[-2000:].strip()
 
+
+
+def _child_pidfd(pid: int) -> int | None:
+    """A pidfd for the (single) child of ``pid``, or None if it has none (it died)."""
+    try:
+        children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+    except OSError:
+        children = [e for e in os.listdir("/proc") if e.isdigit() and _ppid(e) == pid]
+    for child in children:
+        try:
+            fd = os.pidfd_open(int(child))
+        except OSError:
+            continue
+        if _ppid(child) == pid:  # still ours after opening: not a recycled pid
+            return fd
+        os.close(fd)
+    return None
+
+
+def _ppid(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _wait_fd(fd: int, timeout: float) -> None:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    poller.poll(timeout * 1000)
