@@ -46,7 +46,7 @@ Not covered:
   jail, calls run on the host with only the in-process layers.
 """
 
-# from ._client import SandboxClient
+from ._client import ClientState, ClientStatistics, SandboxClient
 from ._config import SandboxConfig
 from ._errors import (
     SandboxBroken,
@@ -59,20 +59,24 @@ from ._errors import (
 from ._jail import HostSupport, check_host
 from ._pool import PoolState, PoolStatistics, SandboxPool
 from ._protocol import Sandbox
+from ._service import SandboxService
 from ._types import ExecResult, Status
 
 __all__ = [
+    "ClientState",
+    "ClientStatistics",
     "ExecResult",
     "HostSupport",
     "PoolState",
     "PoolStatistics",
     "Sandbox",
     "SandboxBroken",
-    # "SandboxClient",
+    "SandboxClient",
     "SandboxClosed",
     "SandboxConfig",
     "SandboxError",
     "SandboxPool",
+    "SandboxService",
     "SandboxUnavailable",
     "ServiceError",
     "ServiceUnavailable",
