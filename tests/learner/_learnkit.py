@@ -167,3 +167,39 @@ def rl_loop(
 def dump(path: Path, rec: dict) -> None:
     with path.open("a") as f:
         f.write(json.dumps(rec) + "\n")
+
+
+def fixed_groups(seed: int, *, num_groups: int = 3, size: int = 6, vocab: int = 32) -> list[Group]:
+    """A deterministic batch with long-tailed lengths and masked tool tokens."""
+    rng = random.Random(seed)
+    groups = []
+    for g in range(num_groups):
+        prompt = [rng.randrange(2, vocab) for _ in range(rng.randint(3, 8))]
+        trajs = []
+        for i in range(size):
+            gen1, tool, gen2 = rng.randint(1, 12), rng.choice([0, 0, 4]), rng.randint(1, 30 if i else 60)
+            resp = [rng.randrange(2, vocab) for _ in range(gen1 + tool + gen2)]
+            mask = [1] * gen1 + [0] * tool + [1] * gen2
+            lps = [-rng.uniform(0.5, 4.0) if m else 0.0 for m in mask]
+            turns = [Turn(start=0, num_generated=gen1, num_appended=tool, weight_version=0, finish="stop")]
+            trajs.append(
+                Trajectory(
+                    problem_id=f"g{g}", sample_index=i, prompt_ids=prompt, response_ids=resp, loss_mask=mask,
+                    logprobs=lps, turns=turns, finish_reason="answer", weight_version=0, reward=float(i % 2),
+                )  # fmt: skip
+            )
+        groups.append(Group(problem=Problem(id=f"g{g}", problem="", answer=""), trajectories=trajs))
+    return groups
+
+
+def train_fixed(model_path: Path, *, steps: int = 3, **overrides) -> tuple[list[float], object]:  # noqa: ANN003
+    """Fresh learner on ``model_path``; ``steps`` GRPO updates on :func:`fixed_groups`;
+    returns the losses and the learner."""
+    from rstar2_async.grpo import grpo_step
+    from rstar2_async.learner import Learner
+    from rstar2_async.learner_config import LearnerConfig
+
+    cfg = dict(precision="fp32", lr=1e-2, warmup_steps=2, gradient_checkpointing=False, micro_batch_tokens=96)
+    learner = Learner(LearnerConfig(**(cfg | overrides)), model_path)
+    losses = [grpo_step(learner, fixed_groups(s)).loss for s in range(steps)]
+    return losses, learner
