@@ -1,0 +1,282 @@
+"""Which server gets the next turn: a pure policy, no I/O, no tasks, no clock.
+
+rStar2-Agent's rollout scheduler gives each request to the server with the most
+free KV-cache capacity instead of assigning trajectories statically, so that no
+server overflows its cache (preemption, recomputation) while another idles at the
+end of a long tail.  This module is that policy; :mod:`backends._pool` is the thin
+async driver that feeds it observations and waits when it says "no room".
+
+The budget policy (``"budget"``):
+
+- A server's *free budget* is its KV capacity in tokens minus what is in use:
+  ``capacity - max(reserved, observed)``, where ``reserved`` sums the
+  reservations of the requests we have in flight on it and ``observed`` is the
+  server's own last report (other clients, and tokens we did not reserve).
+- A request reserves ``tokens`` (the driver passes prompt + allowed new tokens,
+  i.e. the most KV the request can ever hold), so a server given only requests
+  that fit can never overflow.
+- A later turn of a session goes back to the server of its previous turn (its
+  prefix is cached there) unless that server cannot fit it or has
+  ``affinity_slack`` of its capacity less free budget than the best server.
+- Otherwise the server with the most free budget that fits the request wins.
+  If none fits, :meth:`Dispatcher.acquire_nowait` raises ``anyio.WouldBlock``
+  and the driver waits for a release.  A request larger than any server's whole
+  capacity is admitted alone on an idle server (it cannot run anywhere else).
+- A reservation is held until :meth:`Dispatcher.release` (the turn ended,
+  normally or not).
+
+The baseline (``"round_robin"``): each new session is assigned the next server in
+rotation and keeps it for all its turns; no budget is checked (static assignment,
+as in most RL frameworks).  It never blocks.
+
+Servers marked down are skipped by both policies; their sessions move.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from typing import Final, Literal, final
+
+import anyio
+import msgspec
+
+__all__ = ["DispatchStatistics", "Dispatcher", "NoServerUp", "ServerLoad", "ServerStatistics", "Ticket"]
+
+Policy = Literal["budget", "round_robin"]
+
+MAX_SESSIONS: Final = 1 << 17
+"""Sessions whose server is remembered; the least recently used is forgotten
+beyond this.  A session is a trajectory: 128K covers several steps of rStar2's
+batch (64 problems x 32 samples) without ever growing without bound."""
+
+
+class NoServerUp(anyio.WouldBlock):
+    """Every server is marked down: nothing can be dispatched until one comes back."""
+
+
+class ServerLoad(msgspec.Struct, frozen=True, kw_only=True):
+    """A server's own report of its KV cache, as polled by the driver.
+
+    ``capacity_tokens`` is the whole KV cache in tokens; ``used_tokens`` the part
+    held by requests now (both >= 0).
+    """
+
+    capacity_tokens: int
+    used_tokens: int = 0
+    running: int = 0
+    waiting: int = 0
+
+
+class Ticket(msgspec.Struct, frozen=True):
+    """One admitted request: hand it back to :meth:`Dispatcher.release` exactly once."""
+
+    id: int
+    server: int
+    tokens: int
+    session: Hashable = None
+
+
+class ServerStatistics(msgspec.Struct, frozen=True):
+    up: bool
+    capacity_tokens: int
+    reserved_tokens: int
+    observed_tokens: int
+    in_flight: int
+    dispatched: int
+
+
+class DispatchStatistics(msgspec.Struct, frozen=True):
+    """A snapshot of the dispatcher's state and counters."""
+
+    policy: str
+    servers: list[ServerStatistics]
+    in_flight: int
+    dispatched: int
+    affinity_hits: int
+    """Later turns that went back to their session's server."""
+    affinity_moves: int
+    """Later turns moved away from their server (it was full, overloaded or down)."""
+    blocked: int
+    """Calls to ``acquire_nowait`` that found no room."""
+
+
+class _Server:
+    __slots__ = ("up", "capacity", "reserved", "observed", "in_flight", "dispatched")
+
+    def __init__(self, capacity: int) -> None:
+        self.up = True
+        self.capacity = capacity
+        self.reserved = 0
+        self.observed = 0
+        self.in_flight = 0
+        self.dispatched = 0
+
+    @property
+    def free(self) -> int:
+        return self.capacity - max(self.reserved, self.observed)
+
+
+@final
+class Dispatcher:
+    """Assigns requests to servers; see the module docstring for the policies.
+
+    Args:
+        capacities: each server's KV capacity in tokens until the first
+            :meth:`observe` replaces it (the driver polls before dispatching).
+        policy: ``"budget"`` (ours) or ``"round_robin"`` (static baseline).
+        affinity_slack: fraction of a server's capacity by which the best server
+            must have more free budget before a session leaves its own server.
+            0 disables affinity; 1 never moves a session that still fits.
+
+    Not thread-safe; one event loop drives it.  Every method is O(servers).
+    """
+
+    def __init__(self, capacities: Sequence[int], *, policy: Policy = "budget", affinity_slack: float = 0.25) -> None:
+        if not capacities:
+            raise ValueError("capacities: expected at least one server")
+        if any(c <= 0 for c in capacities):
+            raise ValueError(f"capacities: expected positive token counts, got {list(capacities)!r}")
+        if policy not in ("budget", "round_robin"):
+            raise ValueError(f"policy: expected 'budget' or 'round_robin', got {policy!r}")
+        if not 0.0 <= affinity_slack <= 1.0:
+            raise ValueError(f"affinity_slack: expected 0..1, got {affinity_slack!r}")
+        self.policy: Policy = policy
+        self.affinity_slack = affinity_slack
+        self._servers = [_Server(c) for c in capacities]
+        self._sessions: OrderedDict[Hashable, int] = OrderedDict()
+        self._live: dict[int, Ticket] = {}
+        self._ids = itertools.count()
+        self._rotation = 0
+        self._dispatched = self._hits = self._moves = self._blocked = 0
+
+    # -- observations --------------------------------------------------------------
+
+    def observe(self, server: int, load: ServerLoad) -> None:
+        """Record a server's polled load (capacity and tokens in use)."""
+        s = self._servers[server]
+        if load.capacity_tokens > 0:
+            s.capacity = load.capacity_tokens
+        s.observed = max(0, load.used_tokens)
+
+    def set_up(self, server: int, up: bool) -> None:
+        """Mark a server usable or not.  Reservations on a server marked down stay
+        until released: its requests are still being given up by the driver."""
+        self._servers[server].up = up
+
+    def is_up(self, server: int) -> bool:
+        return self._servers[server].up
+
+    def forget(self, session: Hashable) -> None:
+        """Drop a finished session's affinity (optional: old sessions age out)."""
+        self._sessions.pop(session, None)
+
+    # -- admission -----------------------------------------------------------------
+
+    def acquire_nowait(self, tokens: int, session: Hashable = None, *, avoid: int | None = None) -> Ticket:
+        """Pick a server for a request that may hold up to ``tokens`` of KV.
+
+        Args:
+            tokens: the reservation (prompt plus the new tokens it may generate).
+            session: the trajectory's key; ``None`` for one-off requests.
+            avoid: a server not to use unless it is the only one up (the one a
+                resubmitted request just failed on).
+
+        Returns:
+            A ticket; the reservation holds until :meth:`release`.
+
+        Raises:
+            NoServerUp: every server is down.
+            anyio.WouldBlock: (budget policy) no server has room now; retry after
+                a release or an observation.
+        """
+        if tokens < 0:
+            raise ValueError(f"tokens: expected >= 0, got {tokens}")
+        up = [i for i, s in enumerate(self._servers) if s.up]
+        if not up:
+            self._blocked += 1
+            raise NoServerUp("no server is up")
+        if avoid is not None and len(up) > 1 and avoid in up:
+            up.remove(avoid)
+        previous = self._sessions.get(session) if session is not None else None
+        if self.policy == "round_robin":
+            server = self._choose_static(up, previous)
+        else:
+            server = self._choose_budget(up, previous, tokens)
+        if previous is not None:
+            if server == previous:
+                self._hits += 1
+            else:
+                self._moves += 1
+        if session is not None:
+            self._sessions[session] = server
+            self._sessions.move_to_end(session)
+            if len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+        s = self._servers[server]
+        s.reserved += tokens
+        s.in_flight += 1
+        s.dispatched += 1
+        self._dispatched += 1
+        ticket = Ticket(next(self._ids), server, tokens, session)
+        self._live[ticket.id] = ticket
+        return ticket
+
+    def release(self, ticket: Ticket) -> None:
+        """End a request's reservation.  Call exactly once per ticket, however the
+        request ended.
+
+        Raises:
+            RuntimeError: the ticket was already released (or never issued here).
+        """
+        if self._live.pop(ticket.id, None) is None:
+            raise RuntimeError(f"cannot release ticket {ticket.id}: not in flight (released twice?)")
+        s = self._servers[ticket.server]
+        s.reserved -= ticket.tokens
+        s.in_flight -= 1
+
+    def _choose_static(self, up: list[int], previous: int | None) -> int:
+        if previous is not None and previous in up:
+            return previous
+        n = len(self._servers)
+        for step in range(n):
+            candidate = (self._rotation + step) % n
+            if candidate in up:
+                self._rotation = candidate + 1
+                return candidate
+        raise AssertionError("unreachable: up is not empty")
+
+    def _choose_budget(self, up: list[int], previous: int | None, tokens: int) -> int:
+        servers = self._servers
+        best = max(up, key=lambda i: (servers[i].free, -servers[i].in_flight))
+        if previous is not None and previous in up:
+            p = servers[previous]
+            if p.free >= tokens and servers[best].free - p.free <= self.affinity_slack * p.capacity:
+                return previous
+        if servers[best].free >= tokens:
+            return best
+        # Larger than any free budget: admit it alone on an idle server only if it
+        # could never fit anywhere (bigger than a whole cache); otherwise wait.
+        if all(tokens > servers[i].capacity for i in up):
+            idle = [i for i in up if servers[i].in_flight == 0]
+            if idle:
+                return max(idle, key=lambda i: servers[i].capacity)
+        self._blocked += 1
+        raise anyio.WouldBlock
+
+    # -- observation ---------------------------------------------------------------
+
+    def statistics(self) -> DispatchStatistics:
+        return DispatchStatistics(
+            policy=self.policy,
+            servers=[
+                ServerStatistics(s.up, s.capacity, s.reserved, s.observed, s.in_flight, s.dispatched)
+                for s in self._servers
+            ],
+            in_flight=len(self._live),
+            dispatched=self._dispatched,
+            affinity_hits=self._hits,
+            affinity_moves=self._moves,
+            blocked=self._blocked,
+        )

@@ -1,0 +1,120 @@
+"""The dispatch policy with literal loads: no I/O, no clock."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from backends._dispatch import Dispatcher, NoServerUp, ServerLoad
+
+
+def test_most_free_budget_wins_and_release_returns_it() -> None:
+    d = Dispatcher([1000, 1000, 1000])
+    a = d.acquire_nowait(600)
+    b = d.acquire_nowait(500)
+    c = d.acquire_nowait(400)
+    assert sorted([a.server, b.server, c.server]) == [0, 1, 2]
+    # Free: 400, 500, 600 (in some order): the next 300 goes where 600 is free.
+    d2 = d.acquire_nowait(300)
+    assert d2.server == c.server
+    d.release(a)
+    assert d.acquire_nowait(900).server == a.server
+    stats = d.statistics()
+    assert stats.in_flight == 4 and stats.dispatched == 5
+    assert sum(s.reserved_tokens for s in stats.servers) == 500 + 400 + 300 + 900
+
+
+def test_no_room_would_block_until_a_release() -> None:
+    d = Dispatcher([1000, 1000])
+    t1, t2 = d.acquire_nowait(800), d.acquire_nowait(800)
+    with pytest.raises(anyio.WouldBlock):
+        d.acquire_nowait(300)
+    assert d.statistics().blocked == 1
+    d.release(t2)
+    assert d.acquire_nowait(300).server == t2.server
+    d.release(t1)
+
+
+def test_observed_usage_counts_when_above_reservations() -> None:
+    d = Dispatcher([1000, 1000])
+    d.observe(0, ServerLoad(capacity_tokens=1000, used_tokens=900))  # another client's load
+    assert d.acquire_nowait(200).server == 1
+    d.observe(1, ServerLoad(capacity_tokens=4000, used_tokens=0))  # capacity from the server
+    assert d.statistics().servers[1].capacity_tokens == 4000
+    assert d.acquire_nowait(3500).server == 1
+
+
+def test_later_turns_stay_on_their_server_unless_overloaded() -> None:
+    d = Dispatcher([1000, 1000], affinity_slack=0.25)
+    first = d.acquire_nowait(100, session="p")
+    d.release(first)
+    home, away = first.server, 1 - first.server
+    load = d.acquire_nowait(200)  # most free: home and away tie at 1000, either may take it
+    d.release(load)
+    d.observe(home, ServerLoad(capacity_tokens=1000, used_tokens=200))  # 200 behind: within the slack
+    again = d.acquire_nowait(100, session="p")
+    assert again.server == home
+    d.release(again)
+    d.observe(home, ServerLoad(capacity_tokens=1000, used_tokens=300))  # 300 behind: overloaded
+    moved = d.acquire_nowait(100, session="p")
+    assert moved.server == away
+    stats = d.statistics()
+    assert (stats.affinity_hits, stats.affinity_moves) == (1, 1)
+
+
+def test_session_waits_rather_than_overflowing() -> None:
+    d = Dispatcher([1000, 1000], affinity_slack=1.0)
+    d.observe(0, ServerLoad(capacity_tokens=1000, used_tokens=700))
+    d.observe(1, ServerLoad(capacity_tokens=1000, used_tokens=850))
+    with pytest.raises(anyio.WouldBlock):
+        d.acquire_nowait(400, session="s")
+    assert d.acquire_nowait(250, session="s").server == 0
+
+
+def test_round_robin_is_static_and_never_blocks() -> None:
+    d = Dispatcher([10, 10, 10], policy="round_robin")
+    first = [d.acquire_nowait(1000, session=i).server for i in range(6)]
+    assert first == [0, 1, 2, 0, 1, 2]
+    assert [d.acquire_nowait(5, session=i).server for i in range(6)] == first
+
+
+def test_down_servers_are_skipped_and_sessions_move() -> None:
+    for policy in ("budget", "round_robin"):
+        d = Dispatcher([1000, 1000], policy=policy)
+        t = d.acquire_nowait(10, session="s")
+        d.set_up(t.server, False)
+        assert d.acquire_nowait(10, session="s").server != t.server
+        d.set_up(1 - t.server, False)
+        with pytest.raises(NoServerUp):
+            d.acquire_nowait(10)
+        d.release(t)  # reservations on a down server are still released
+
+
+def test_avoid_skips_the_failed_server_unless_it_is_the_only_one() -> None:
+    d = Dispatcher([1000, 1000])
+    assert d.acquire_nowait(10, avoid=0).server == 1
+    d.set_up(1, False)
+    assert d.acquire_nowait(10, avoid=0).server == 0
+
+
+def test_oversized_request_runs_alone_on_an_idle_server() -> None:
+    d = Dispatcher([1000, 1000])
+    busy = d.acquire_nowait(10)
+    big = d.acquire_nowait(5000)
+    assert big.server != busy.server
+    with pytest.raises(anyio.WouldBlock):
+        d.acquire_nowait(5000)
+
+
+def test_release_twice_is_an_error_and_validation() -> None:
+    d = Dispatcher([1000])
+    t = d.acquire_nowait(10)
+    d.release(t)
+    with pytest.raises(RuntimeError, match="released twice"):
+        d.release(t)
+    with pytest.raises(ValueError, match="capacities"):
+        Dispatcher([])
+    with pytest.raises(ValueError, match="policy"):
+        Dispatcher([1], policy="random")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="affinity_slack"):
+        Dispatcher([1], affinity_slack=2)
