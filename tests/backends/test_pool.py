@@ -1,0 +1,157 @@
+"""The server pool over real HTTP against recording vLLM doubles (asyncio and trio)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+
+import anyio
+import pytest
+
+from backends import SamplingParams, ServerUnavailable
+from backends._pool import ServerPool
+from rstar2_async.config import RolloutConfig
+from rstar2_async.engine import RolloutEngine
+from rstar2_async.types import Problem
+from tests.fakes.fleet import FakeVLLM
+from tests.fakes.http import serve_http
+from tests.fakes.model import FakeByteTokenizer, InProcessSandbox, ScriptedServer
+
+pytestmark = pytest.mark.anyio
+GREEDY = SamplingParams(temperature=0.0)
+
+
+@asynccontextmanager
+async def fleet(*fakes: FakeVLLM, **pool_kwargs: object) -> AsyncIterator[ServerPool]:
+    async with anyio.create_task_group() as tg:
+        ports = [await tg.start(serve_http, fake) for fake in fakes]
+        kwargs = {"poll_interval_s": 0.05, **pool_kwargs}
+        async with ServerPool([f"http://127.0.0.1:{p}" for p in ports], model="m", **kwargs) as pool:  # type: ignore[arg-type]
+            yield pool
+        tg.cancel_scope.cancel()
+
+
+def prompt(text: str) -> list[int]:
+    return FakeByteTokenizer().encode_prompt([{"role": "user", "content": text}])
+
+
+async def test_capacity_comes_from_metrics_and_turns_spread_by_free_budget() -> None:
+    fakes = [FakeVLLM(ScriptedServer(delay_s=0.2), capacity_tokens=4096) for _ in range(2)]
+    fakes[0].used_tokens = 3000  # someone else's load
+    async with fleet(*fakes) as pool:
+        stats = pool.statistics().dispatch
+        assert [s.capacity_tokens for s in stats.servers] == [4096, 4096]
+        assert stats.servers[0].observed_tokens == 3000
+        async with anyio.create_task_group() as tg:
+            for i in range(4):
+                tg.start_soon(partial(pool.generate, prompt(f"What is {i}*3?"), max_tokens=200, sampling=GREEDY))
+        served = [sum(r.path == "/v1/completions" for r in f.log) for f in fakes]
+    assert served == [0, 4], "the loaded server gets nothing while the other has room"
+
+
+async def test_later_turns_go_back_to_their_server() -> None:
+    fakes = [FakeVLLM() for _ in range(3)]
+    async with fleet(*fakes) as pool:
+        for turn in range(3):
+            for s in range(6):
+                await pool.generate(prompt(f"What is {s}*{turn}?"), max_tokens=100, sampling=GREEDY, session=("p", s))
+        stats = pool.statistics().dispatch
+    assert stats.affinity_hits == 12 and stats.affinity_moves == 0
+
+
+async def test_no_room_waits_for_a_release_instead_of_overflowing() -> None:
+    fake = FakeVLLM(ScriptedServer(delay_s=0.1), capacity_tokens=400)
+    async with fleet(fake) as pool:
+        async with anyio.create_task_group() as tg:
+            for i in range(3):
+                tg.start_soon(partial(pool.generate, prompt(f"What is {i}*2?"), max_tokens=300, sampling=GREEDY))
+            await anyio.sleep(0.05)
+            assert pool.statistics().dispatch.in_flight == 1  # each reserves > half the cache
+        assert pool.statistics().dispatch.blocked >= 2
+        assert pool.statistics().turns == 3
+
+
+async def test_dead_server_turn_is_resubmitted_elsewhere_and_server_comes_back() -> None:
+    fakes = [FakeVLLM(ScriptedServer(delay_s=0.1)) for _ in range(2)]
+    async with fleet(*fakes) as pool:
+        ids = prompt("What is 6*7?")
+        first = await pool.generate(ids, max_tokens=100, sampling=GREEDY, session="s")
+        home = next(i for i, f in enumerate(fakes) if any(r.path == "/v1/completions" for r in f.log))
+        async with anyio.create_task_group() as tg:
+
+            async def turn() -> None:
+                nonlocal second
+                second = await pool.generate(ids, max_tokens=100, sampling=GREEDY, session="s")
+
+            second = None
+            tg.start_soon(turn)
+            await anyio.sleep(0.05)
+            fakes[home].dead = True  # dies mid-generation
+        assert second is not None and second.token_ids == first.token_ids
+        stats = pool.statistics()
+        assert stats.failovers >= 1 and not pool.is_up(home)
+        fakes[home].dead = False  # "restarted"
+        with anyio.fail_after(5):
+            while not pool.is_up(home):
+                await anyio.sleep(0.02)
+        assert pool.statistics().servers_back == 1
+
+
+async def test_hung_server_times_out_and_the_turn_moves() -> None:
+    fakes = [FakeVLLM(hang=True), FakeVLLM()]
+    async with fleet(*fakes, request_timeout_s=0.3, policy="round_robin") as pool:
+        with anyio.fail_after(5):
+            c = await pool.generate(prompt("What is 2*2?"), max_tokens=300, sampling=GREEDY, session="a")
+    assert c.finish_reason == "stop" and pool.statistics().failovers == 1
+
+
+async def test_all_servers_down_raises_after_the_budget() -> None:
+    fakes = [FakeVLLM(dead=True)]
+    async with fleet(*fakes, unavailable_timeout_s=0.3) as pool:
+        assert pool.statistics().servers_up == 0
+        with pytest.raises(ServerUnavailable, match="no server up"):
+            await pool.generate(prompt("What is 1*1?"), max_tokens=10, sampling=GREEDY)
+
+
+async def test_weight_version_is_stamped_and_held_blocks_new_turns() -> None:
+    async with fleet(FakeVLLM()) as pool:
+        pool.set_weight_version(3)
+        c = await pool.generate(prompt("What is 3*3?"), max_tokens=100, sampling=GREEDY)
+        assert c.weight_version == 3
+        done = anyio.Event()
+
+        async def turn() -> None:
+            await pool.generate(prompt("What is 4*4?"), max_tokens=100, sampling=GREEDY)
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            async with pool.held():
+                tg.start_soon(turn)
+                await anyio.sleep(0.2)
+                assert not done.is_set()
+        assert done.is_set()
+
+
+async def test_rollout_engine_runs_unchanged_over_the_pool_through_a_server_death() -> None:
+    fakes = [FakeVLLM(ScriptedServer(delay_s=0.02)) for _ in range(3)]
+    problems = [Problem(id=f"p{i}", problem=f"What is {i}*{i + 1}?", answer=str(i * (i + 1))) for i in range(8)]
+    async with fleet(*fakes) as pool:
+        engine = RolloutEngine(
+            backend=pool, sandbox=InProcessSandbox(), config=RolloutConfig(max_in_flight=16), tokenizer=FakeByteTokenizer()
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_kill_later, fakes[1])
+            groups = await engine.run(problems, n=4)
+            tg.cancel_scope.cancel()
+    trajectories = [t for g in groups for t in g.trajectories]
+    assert len(trajectories) == 32
+    assert all(t.finish_reason == "answer" for t in trajectories), {t.finish_reason for t in trajectories}
+    assert sorted((t.problem_id, t.sample_index) for t in trajectories) == sorted(
+        (p.id, i) for p in problems for i in range(4)
+    )
+
+
+async def _kill_later(fake: FakeVLLM) -> None:
+    await anyio.sleep(0.1)
+    fake.dead = True

@@ -1,0 +1,159 @@
+"""Test doubles of vLLM and SGLang servers for the pool, the adapters and the weight
+sync: each records every request (method, path, query, JSON body) and answers
+with the shapes the real engines use (measured for vLLM, documented for SGLang).
+
+``FakeVLLM`` generates with a :class:`tests.fakes.model.ScriptedServer`; knobs:
+``dead`` (drop every connection), ``hang`` (never answer completions),
+``fail_paths`` (paths answered 500), ``capacity_tokens`` / ``used_tokens``
+(reported in ``/metrics``).  While paused, completions wait for ``/resume``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, urlsplit
+
+import anyio
+import msgspec
+
+from .http import DropConnection
+from .model import ScriptedServer
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: dict[str, str]
+    body: object
+
+
+@dataclass
+class FakeVLLM:
+    scripted: ScriptedServer = field(default_factory=ScriptedServer)
+    capacity_tokens: int = 131072
+    used_tokens: int = 0
+    dead: bool = False
+    hang: bool = False
+    fail_paths: set[str] = field(default_factory=set)
+    version: str = "default"
+    weights: str = "initial"
+    log: list[Recorded] = field(default_factory=list)
+    running: int = 0
+
+    def __post_init__(self) -> None:
+        self._resumed = anyio.Event()
+        self._resumed.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._resumed.is_set()
+
+    def paths(self) -> list[str]:
+        return [r.path for r in self.log if r.path not in ("/metrics", "/health", "/v1/completions")]
+
+    async def __call__(self, method: str, target: str, body: bytes) -> tuple[int, bytes]:
+        if self.dead:
+            raise DropConnection
+        url = urlsplit(target)
+        path, query = url.path, dict(parse_qsl(url.query))
+        parsed = json.loads(body) if body else None
+        self.log.append(Recorded(method, path, query, parsed))
+        if path in self.fail_paths:
+            return 500, b'{"error": "injected failure"}'
+        if path == "/v1/completions":
+            if self.hang:
+                await anyio.sleep_forever()
+            await self._resumed.wait()
+            self.running += 1
+            try:
+                status, payload = await self.scripted(method, path, body)
+            finally:
+                self.running -= 1
+            if self.dead:  # killed while generating
+                raise DropConnection
+            return status, payload
+        return self.admin(path, query, parsed)
+
+    def admin(self, path: str, query: dict[str, str], body: object) -> tuple[int, bytes]:
+        ok = b"{}"
+        match path:
+            case "/health":
+                return 200, b""
+            case "/metrics":
+                fraction = self.used_tokens / self.capacity_tokens
+                text = (
+                    f'vllm:num_requests_running{{engine="0",model_name="m"}} {float(self.running)}\n'
+                    'vllm:num_requests_waiting{engine="0",model_name="m"} 0.0\n'
+                    f'vllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {fraction}\n'
+                    f'vllm:cache_config_info{{block_size="128",kv_cache_size_tokens="{self.capacity_tokens}",'
+                    f'num_gpu_blocks="{self.capacity_tokens // 128}"}} 1.0\n'
+                )
+                return 200, text.encode()
+            case "/pause":
+                self._resumed = anyio.Event()
+                return 200, b'{"status": "paused"}'
+            case "/resume":
+                self._resumed.set()
+                return 200, b'{"status": "resumed"}'
+            case "/is_paused":
+                return 200, json.dumps({"is_paused": self.paused}).encode()
+            case "/collective_rpc":
+                assert isinstance(body, dict)
+                self.weights = body["kwargs"]["weights_path"]
+                return 200, b'{"results": [null]}'
+            case "/reset_prefix_cache":
+                return 200, ok
+            case "/update_weight_version":
+                assert isinstance(body, dict)
+                self.version = body["new_version"]
+                return 200, msgspec.json.encode({"success": True, "new_version": self.version})
+            case "/weight_info":
+                return 200, msgspec.json.encode({"weight_version": self.version})
+            case "/finish_weight_update":
+                assert isinstance(body, dict)
+                self.version = body["weight_version"]
+                return 200, ok
+            case "/init_weight_transfer_engine" | "/start_weight_update" | "/update_weights":
+                return 200, ok
+        return 404, b'{"error": "not found"}'
+
+
+@dataclass
+class FakeSGLang:
+    """Records requests; answers SGLang's native shapes."""
+
+    capacity_tokens: int = 200000
+    used_tokens: int = 1000
+    log: list[Recorded] = field(default_factory=list)
+    version: str = "0"
+
+    async def __call__(self, method: str, target: str, body: bytes) -> tuple[int, bytes]:
+        url = urlsplit(target)
+        parsed = json.loads(body) if body else None
+        self.log.append(Recorded(method, url.path, dict(parse_qsl(url.query)), parsed))
+        match url.path:
+            case "/health":
+                return 200, b""
+            case "/get_server_info":
+                return 200, msgspec.json.encode({"max_total_num_tokens": self.capacity_tokens, "tp_size": 1})
+            case "/get_load":
+                return 200, msgspec.json.encode([{"dp_rank": 0, "num_reqs": 2, "num_waiting_reqs": 1, "num_tokens": self.used_tokens}])
+            case "/generate":
+                assert isinstance(parsed, dict)
+                n = min(3, parsed["sampling_params"]["max_new_tokens"])
+                ids = [7 + i for i in range(n)]
+                meta = {
+                    "finish_reason": {"type": "length" if n == parsed["sampling_params"]["max_new_tokens"] else "stop"},
+                    "output_token_logprobs": [[-0.5, t, None] for t in ids],
+                    "weight_version": self.version,
+                }
+                return 200, msgspec.json.encode({"text": "abc"[:n], "output_ids": ids, "meta_info": meta})
+            case "/update_weight_version":
+                assert isinstance(parsed, dict)
+                self.version = parsed["new_version"]
+                return 200, b'{"success": true}'
+            case "/get_weight_version":
+                return 200, msgspec.json.encode({"weight_version": self.version})
+        return 200, b'{"success": true, "message": "ok"}'
