@@ -6,7 +6,9 @@
     │                          retrying cannot help
     ├── ServerError            the server broke underneath us (chained with ``from``)
     │   ├── ServerUnavailable  connection refused/reset, timeouts, 5xx, after retries
-    │   └── BadResponse        an answer that does not decode to what the API promises
+    │   ├── BadResponse        an answer that does not decode to what the API promises
+    │   └── WeightSyncError    no server took the new weights (a weight sync that
+    │                          reaches some servers returns and names the others)
     └── LaunchError            a server process failed to start or died while starting;
                                the message carries the tail of its log
 """
@@ -44,3 +46,7 @@ class BadResponse(ServerError):
 
 class LaunchError(BackendError):
     """A server process could not be started or died while starting."""
+
+
+class WeightSyncError(ServerError):
+    """A weight sync could not move any server to the new weights, or was misused."""

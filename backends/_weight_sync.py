@@ -1,0 +1,408 @@
+"""Weight sync: one call moves every server of a pool to new weights and a new version.
+
+``await sync.sync(weights, version)`` runs, with the pool admitting no new turn:
+
+1. pause   every server in rotation (``wait``: in-flight requests finish first;
+           ``abort``: they end at once and their clients resume them after step 5);
+2. load    the new weights (disk: each server reads a safetensors directory;
+           broadcast: the learner's rank 0 sends each tensor to all servers at once);
+3. flush   prefix caches (cached KV of the old weights is wrong for the new ones);
+4. version set the version on the server and on the pool's clients (stamped on
+           every token generated from now on);
+5. resume  every paused server, always (shielded), whatever failed before.
+
+Guarantees:
+- No server is left paused: step 5 runs on every way out, cancellation included.
+- No server serves a mixed version: a server whose load, flush or version step
+  still fails after ``retries`` is taken out of the pool's rotation before resume;
+  it is loaded with the current weights when it comes back (the pool calls
+  :meth:`WeightSync.on_server_back` before reusing a server that was down, e.g.
+  after the fleet restarted it), and only then re-enters rotation.
+- ``sync`` raises :class:`WeightSyncError` only if *no* server took the new
+  weights; otherwise it returns a :class:`SyncReport` naming the servers it
+  retried and those it took out.
+
+Not covered: servers that are down when ``sync`` starts are skipped (they are
+loaded when they come back); the broadcast transport cannot retry a single
+server (the transfer is a collective) and relies on ``fallback_dir`` for that.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Final, Literal, Protocol, final
+
+import anyio
+import msgspec
+
+from ._errors import BackendError, WeightSyncError
+from ._pool import PoolServer, ServerPool
+
+__all__ = ["BroadcastTransport", "DiskTransport", "SyncReport", "WeightSync"]
+
+PauseMode = Literal["wait", "abort"]
+
+_RETRY_DELAY_S: Final = 0.5
+"""Pause between retries of one server's step: long enough for a transient
+connection reset to clear, short next to a reload (seconds)."""
+
+
+class SyncReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What one sync did and how long each phase took (seconds, wall clock)."""
+
+    version: int
+    transport: str
+    servers: list[int]
+    """Servers that now serve ``version``."""
+    retried: list[int]
+    """Servers that needed more than one try of some step."""
+    removed: list[int]
+    """Servers taken out of rotation (loaded later, when they come back)."""
+    pause_s: float
+    load_s: float
+    flush_s: float
+    version_s: float
+    resume_s: float
+    total_s: float
+
+
+class Transport(Protocol):
+    name: str
+
+    async def load(self, servers: Sequence[PoolServer], weights: Any, version: int) -> dict[int, BaseException]:
+        """Load ``weights`` into ``servers``; return the failures by server index."""
+        ...
+
+    async def load_one(self, server: PoolServer, weights: Any) -> None:
+        """Retry one server (raise if this transport cannot)."""
+        ...
+
+
+@final
+class DiskTransport:
+    """Every server reads the same safetensors directory (any engine; the path must
+    be visible to every server, e.g. a shared filesystem)."""
+
+    name: Final = "disk"
+
+    async def load(self, servers: Sequence[PoolServer], weights: Any, version: int) -> dict[int, BaseException]:
+        failures: dict[int, BaseException] = {}
+
+        async def one(server: PoolServer) -> None:
+            try:
+                await self.load_one(server, weights)
+            except BackendError as exc:
+                failures[server.index] = exc
+
+        async with anyio.create_task_group() as tg:
+            for server in servers:
+                tg.start_soon(one, server)
+        return failures
+
+    async def load_one(self, server: PoolServer, weights: Any) -> None:
+        await server.admin.load_weights_from_disk(str(Path(weights).resolve()))
+
+
+class _Sender(Protocol):
+    def open(self, master_address: str, master_port: int, world_size: int) -> None: ...
+    def broadcast(self, tensor: Any) -> None: ...
+    def close(self) -> None: ...
+
+
+class GlooSender:
+    """Rank 0 of a gloo group made from a TCPStore (torch, CPU).  The receivers
+    join with the same store address and ``ProcessGroupGloo``; tests use it.
+
+    On GPU servers, vLLM's receivers join through its own NCCL communicator, so a
+    sender built on ``vllm.distributed.weight_transfer.nccl_engine`` is needed
+    there (not provided here)."""
+
+    def __init__(self, timeout_s: float = 300.0) -> None:
+        self.timeout_s = timeout_s
+        self._group: Any = None
+        self._store: Any = None
+
+    def open(self, master_address: str, master_port: int, world_size: int) -> None:
+        import torch.distributed as dist
+
+        timeout = timedelta(seconds=self.timeout_s)
+        self._store = dist.TCPStore(master_address, master_port, world_size, is_master=True, timeout=timeout)
+        self._group = dist.ProcessGroupGloo(self._store, 0, world_size, timeout)
+
+    def broadcast(self, tensor: Any) -> None:
+        import torch.distributed as dist
+
+        opts = dist.BroadcastOptions()
+        opts.rootRank = 0
+        self._group.broadcast([tensor.contiguous()], opts).wait()
+
+    def close(self) -> None:
+        self._group = self._store = None
+
+
+@final
+class BroadcastTransport:
+    """The learner's rank 0 broadcasts each tensor to every server at once.
+
+    ``weights`` is a mapping of parameter name to tensor (on rank 0).  The group is
+    formed on the first sync (ranks: 0 the sender, ``1 + i`` server ``i``) and kept.
+
+    Args:
+        master_address, master_port: the rendezvous the servers connect to; the
+            address must be reachable from every server.
+        sender: the collective on rank 0 (default :class:`GlooSender`).
+        fallback_dir: a directory where the learner also saved the weights; used to
+            retry a single server through the disk path (optional).
+    """
+
+    name: Final = "broadcast"
+
+    def __init__(
+        self,
+        *,
+        master_address: str = "127.0.0.1",
+        master_port: int,
+        sender: _Sender | None = None,
+        fallback_dir: str | None = None,
+    ) -> None:
+        self.master_address = master_address
+        self.master_port = master_port
+        self.sender = sender or GlooSender()
+        self.fallback_dir = fallback_dir
+        self._members: tuple[int, ...] | None = None
+
+    async def _open(self, servers: Sequence[PoolServer]) -> None:
+        members = tuple(s.index for s in servers)
+        world = 1 + len(members)
+        async with anyio.create_task_group() as tg:
+            for rank, server in enumerate(servers, start=1):
+                tg.start_soon(lambda s=server, r=rank: s.admin.init_weight_transfer(
+                    master_address=self.master_address, master_port=self.master_port, rank_offset=r, world_size=world
+                ))
+            await anyio.to_thread.run_sync(self.sender.open, self.master_address, self.master_port, world)
+        self._members = members
+
+    async def load(self, servers: Sequence[PoolServer], weights: Any, version: int) -> dict[int, BaseException]:
+        members = tuple(s.index for s in servers)
+        if self._members is not None and self._members != members:
+            raise WeightSyncError(f"broadcast group was formed with servers {self._members}, now {members}: "
+                                  "a broadcast group cannot change members; use fallback_dir or the disk transport")
+        if self._members is None:
+            await self._open(servers)
+        tensors: Mapping[str, Any] = weights
+        names = list(tensors)
+        dtypes = [str(t.dtype).removeprefix("torch.") for t in tensors.values()]
+        shapes = [list(t.shape) for t in tensors.values()]
+        failures: dict[int, BaseException] = {}
+
+        async def receive(server: PoolServer) -> None:
+            try:
+                await server.admin.start_weight_update()
+                await server.admin.receive_weights(names, dtypes, shapes)
+                await server.admin.finish_weight_update(str(version))
+            except BackendError as exc:
+                failures[server.index] = exc
+
+        def send() -> None:
+            for t in tensors.values():
+                self.sender.broadcast(t)
+
+        async with anyio.create_task_group() as tg:
+            for server in servers:
+                tg.start_soon(receive, server)
+            await anyio.to_thread.run_sync(send)
+        return failures
+
+    async def load_one(self, server: PoolServer, weights: Any) -> None:
+        if self.fallback_dir is None:
+            raise WeightSyncError(f"server {server.index}: a broadcast cannot be retried for one server (no fallback_dir)")
+        await server.admin.load_weights_from_disk(self.fallback_dir)
+
+
+@final
+class WeightSync:
+    """Moves a pool's servers to new weights; see the module docstring.
+
+    Args:
+        pool: the servers (borrowed; the sync installs itself as the pool's
+            ``on_server_back`` hook).
+        transport: :class:`DiskTransport` or :class:`BroadcastTransport`.
+        pause_mode: ``wait`` (in-flight requests finish on the old weights) or
+            ``abort`` (they stop now and resume on the new weights; their tokens
+            carry the older version).
+        retries: extra tries of a failing server's step before taking it out.
+        restart: optional ``restart(index)`` (e.g. the fleet's) called for a server
+            taken out; it comes back through the pool's poller and is loaded then.
+    """
+
+    def __init__(
+        self,
+        pool: ServerPool,
+        transport: DiskTransport | BroadcastTransport,
+        *,
+        pause_mode: PauseMode = "wait",
+        retries: int = 2,
+        restart: Callable[[int], Awaitable[None]] | None = None,
+    ) -> None:
+        self.pool = pool
+        self.transport = transport
+        self.pause_mode = pause_mode
+        self.retries = retries
+        self.restart = restart
+        self._version: int | None = None
+        self._dir: str | None = None
+        pool.on_server_back = self.on_server_back
+
+    async def sync(self, weights: Any, version: int) -> SyncReport:
+        """Load ``weights`` (a directory for disk; a name -> tensor mapping for
+        broadcast) on every server in rotation and switch them to ``version``.
+
+        Raises:
+            WeightSyncError: no server is in rotation, or none took the weights.
+
+        Cancellation: servers paused so far are resumed (shielded); a server that
+        may hold partial weights is taken out of rotation.
+        """
+        t0 = time.monotonic()
+        servers = [s for s in self.pool.servers if self.pool.is_up(s.index)]
+        if not servers:
+            raise WeightSyncError("no server in rotation to sync")
+        if isinstance(weights, (str, Path)):
+            self._dir = str(Path(weights).resolve())
+        elif isinstance(self.transport, BroadcastTransport):
+            self._dir = self.transport.fallback_dir
+        retried: set[int] = set()
+        removed: set[int] = set()
+        paused: list[PoolServer] = []
+        times = dict.fromkeys(("pause", "load", "flush", "version", "resume"), 0.0)
+        async with self.pool.held():
+            try:
+                start = time.monotonic()
+                await self._each(servers, self._pause, retried, removed, paused)
+                times["pause"] = time.monotonic() - start
+                start = time.monotonic()
+                live = [s for s in servers if s.index not in removed]
+                try:
+                    failures = await self.transport.load(live, weights, version)
+                except BaseException:
+                    removed.update(s.index for s in live)  # may hold partial weights
+                    raise
+                for server in live:
+                    if server.index in failures:
+                        retried.add(server.index)
+                        if not await self._retry(lambda s: self.transport.load_one(s, weights), server):
+                            removed.add(server.index)
+                times["load"] = time.monotonic() - start
+                start = time.monotonic()
+                await self._each([s for s in servers if s.index not in removed],
+                                 lambda s: s.admin.reset_prefix_cache(), retried, removed)
+                times["flush"] = time.monotonic() - start
+                start = time.monotonic()
+                await self._each([s for s in servers if s.index not in removed],
+                                 lambda s: s.admin.set_weight_version(str(version)), retried, removed)
+                ok = [s.index for s in servers if s.index not in removed]
+                if ok:
+                    self.pool.set_weight_version(version, ok)
+                    self._version = version
+                times["version"] = time.monotonic() - start
+            finally:
+                for index in removed:
+                    self.pool.set_up(index, False)
+                with anyio.CancelScope(shield=True):
+                    start = time.monotonic()
+                    await self._resume(paused)
+                    times["resume"] = time.monotonic() - start
+        if not ok:
+            raise WeightSyncError(f"no server took weights version {version} (removed: {sorted(removed)})")
+        if self.restart is not None:
+            for index in sorted(removed):
+                await self.restart(index)
+        return SyncReport(
+            version=version,
+            transport=self.transport.name,
+            servers=ok,
+            retried=sorted(retried),
+            removed=sorted(removed),
+            pause_s=times["pause"],
+            load_s=times["load"],
+            flush_s=times["flush"],
+            version_s=times["version"],
+            resume_s=times["resume"],
+            total_s=time.monotonic() - t0,
+        )
+
+    async def _pause(self, server: PoolServer) -> None:
+        if self.pause_mode == "wait" and not server.admin.native_wait:
+            await self.pool.drained(server.index)
+        await server.admin.pause(self.pause_mode)
+
+    async def _each(
+        self,
+        servers: Sequence[PoolServer],
+        step: Callable[[PoolServer], Awaitable[None]],
+        retried: set[int],
+        removed: set[int],
+        paused: list[PoolServer] | None = None,
+    ) -> None:
+        """Run ``step`` on every server concurrently, with retries; failures are removed."""
+
+        async def one(server: PoolServer) -> None:
+            if paused is not None:
+                paused.append(server)  # resume even if the pause itself failed half-way
+            try:
+                await step(server)
+            except BackendError:
+                retried.add(server.index)
+                if not await self._retry(step, server):
+                    removed.add(server.index)
+
+        async with anyio.create_task_group() as tg:
+            for server in servers:
+                tg.start_soon(one, server)
+
+    async def _retry(self, step: Callable[[PoolServer], Awaitable[None]], server: PoolServer) -> bool:
+        for _ in range(self.retries):
+            await anyio.sleep(_RETRY_DELAY_S)
+            try:
+                await step(server)
+                return True
+            except BackendError:
+                continue
+        return False
+
+    async def _resume(self, paused: Sequence[PoolServer]) -> None:
+        async def one(server: PoolServer) -> None:
+            for attempt in range(1 + self.retries):
+                try:
+                    await server.admin.resume()
+                    return
+                except BackendError:
+                    await anyio.sleep(_RETRY_DELAY_S * (attempt + 1))
+            self.pool.set_up(server.index, False)  # unreachable now; loaded when it returns
+
+        async with anyio.create_task_group() as tg:
+            for server in paused:
+                tg.start_soon(one, server)
+
+    async def on_server_back(self, server: PoolServer) -> None:
+        """Before a server re-enters rotation: make sure it serves the current
+        version, loading the current weights from disk if it does not.
+
+        Raises:
+            WeightSyncError: it is on another version and no directory holds the
+                current weights (it stays out of rotation).
+            BackendError: the server failed while being loaded.
+        """
+        if self._version is None:
+            return
+        if await server.admin.weight_version() == str(self._version):
+            return
+        if self._dir is None:
+            raise WeightSyncError(f"server {server.index} is not on version {self._version} and no weights dir is known")
+        await server.admin.load_weights_from_disk(self._dir)
+        await server.admin.reset_prefix_cache()
+        await server.admin.set_weight_version(str(self._version))
+        server.client.weight_version = self._version

@@ -1,0 +1,162 @@
+"""Weight sync against recording vLLM doubles: the choreography, per-phase timings,
+and the guarantees when a server fails (never left paused, never on a mixed version)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from backends import SamplingParams
+from backends._errors import WeightSyncError
+from backends._pool import ServerPool
+from backends._weight_sync import DiskTransport, WeightSync
+from tests.fakes.fleet import FakeVLLM
+from tests.fakes.http import serve_http
+from tests.fakes.model import FakeByteTokenizer, ScriptedServer
+
+pytestmark = pytest.mark.anyio
+
+CHOREOGRAPHY = ["/pause", "/collective_rpc", "/reset_prefix_cache", "/update_weight_version", "/resume"]
+
+
+@asynccontextmanager
+async def fleet(*fakes: FakeVLLM) -> AsyncIterator[ServerPool]:
+    async with anyio.create_task_group() as tg:
+        ports = [await tg.start(serve_http, fake) for fake in fakes]
+        async with ServerPool([f"http://127.0.0.1:{p}" for p in ports], model="m", poll_interval_s=0.05) as pool:
+            yield pool
+        tg.cancel_scope.cancel()
+
+
+async def test_disk_sync_runs_the_choreography_on_every_server(tmp_path: Path) -> None:
+    fakes = [FakeVLLM(), FakeVLLM()]
+    async with fleet(*fakes) as pool:
+        report = await WeightSync(pool, DiskTransport()).sync(tmp_path, version=1)
+        ids = FakeByteTokenizer().encode_prompt([{"role": "user", "content": "What is 2*3?"}])
+        c = await pool.generate(ids, max_tokens=300, sampling=SamplingParams())
+    for fake in fakes:
+        assert fake.paths() == CHOREOGRAPHY
+        assert fake.log[[r.path for r in fake.log].index("/pause")].query == {"mode": "wait"}
+        assert fake.weights == str(tmp_path.resolve()) and fake.version == "1" and not fake.paused
+    assert report.servers == [0, 1] and report.removed == [] and report.transport == "disk"
+    assert min(report.pause_s, report.load_s, report.flush_s, report.version_s, report.resume_s) >= 0
+    assert report.total_s >= report.load_s
+    assert c.weight_version == 1 and pool.weight_version == 1
+
+
+async def test_abort_mode_and_in_flight_turn_resumes_after_sync(tmp_path: Path) -> None:
+    fakes = [FakeVLLM(ScriptedServer(delay_s=0.3))]
+    async with fleet(*fakes) as pool:
+        sync = WeightSync(pool, DiskTransport(), pause_mode="abort")
+        ids = FakeByteTokenizer().encode_prompt([{"role": "user", "content": "What is 2*3?"}])
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: pool.generate(ids, max_tokens=300, sampling=SamplingParams()))
+            await anyio.sleep(0.05)
+            report = await sync.sync(tmp_path, version=2)
+    assert fakes[0].log[[r.path for r in fakes[0].log].index("/pause")].query == {"mode": "abort"}
+    assert report.servers == [0]
+
+
+async def test_failing_server_is_retried_then_removed_never_paused_and_loaded_when_back(tmp_path: Path) -> None:
+    fakes = [FakeVLLM(), FakeVLLM(fail_paths={"/collective_rpc"})]
+    async with fleet(*fakes) as pool:
+        sync = WeightSync(pool, DiskTransport(), retries=1)
+        fakes[1].dead = False
+        report = await sync.sync(tmp_path, version=5)
+        assert report.servers == [0] and report.retried == [1] and report.removed == [1]
+        assert not fakes[1].paused, "resumed although its load failed"
+        assert fakes[1].paths().count("/collective_rpc") == 2  # one retry
+        # It keeps failing: the poller's attempts keep it out of rotation.
+        await anyio.sleep(0.3)
+        assert not pool.is_up(1) and fakes[1].version == "default"
+        fakes[1].fail_paths.clear()  # e.g. restarted by the fleet
+        with anyio.fail_after(5):
+            while not pool.is_up(1):
+                await anyio.sleep(0.02)
+        assert fakes[1].version == "5" and fakes[1].weights == str(tmp_path.resolve())
+        assert pool.servers[1].client.weight_version == 5
+
+
+async def test_sync_fails_only_when_no_server_takes_the_weights(tmp_path: Path) -> None:
+    fakes = [FakeVLLM(fail_paths={"/collective_rpc"})]
+    async with fleet(*fakes) as pool:
+        with pytest.raises(WeightSyncError, match="no server took"):
+            await WeightSync(pool, DiskTransport(), retries=0).sync(tmp_path, version=1)
+        assert not fakes[0].paused and pool.weight_version == 0
+
+
+async def test_cancelled_sync_resumes_paused_servers(tmp_path: Path) -> None:
+    fakes = [FakeVLLM(), FakeVLLM()]
+    async with fleet(*fakes) as pool:
+        original = pool.servers[1].admin.load_weights_from_disk
+
+        async def slow(path: str) -> None:
+            await anyio.sleep(10)
+            await original(path)
+
+        pool.servers[1].admin.load_weights_from_disk = slow  # type: ignore[method-assign]
+        with anyio.move_on_after(0.3):
+            await WeightSync(pool, DiskTransport()).sync(tmp_path, version=1)
+        assert not any(f.paused for f in fakes)
+        assert not pool.is_up(0) or fakes[0].version == "default"
+        assert not pool.is_up(1)
+
+
+async def test_broadcast_over_gloo_to_receiver_processes() -> None:
+    """Two receiver processes speak vLLM's HTTP choreography and join a gloo group;
+    the sync broadcasts each tensor from this process (rank 0)."""
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+    import torch
+
+    from backends._weight_sync import BroadcastTransport
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    script = Path(__file__).with_name("_weight_receiver.py")
+    ports = [free_port() for _ in range(2)]
+    procs = [
+        await anyio.open_process([sys.executable, str(script), str(p)], stdout=subprocess.PIPE, stderr=None)
+        for p in ports
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            with anyio.fail_after(60):
+                assert b"ready" in await proc.stdout.receive()
+        weights = {
+            "model.embed.weight": torch.arange(12, dtype=torch.float32).reshape(3, 4),
+            "model.norm.weight": torch.tensor([0.5, -1.5], dtype=torch.float32),
+            "lm_head.bias": torch.tensor([1, 2, 3], dtype=torch.int64),
+        }
+        async with ServerPool([f"http://127.0.0.1:{p}" for p in ports], model="m", poll_interval_s=0.05) as pool:
+            transport = BroadcastTransport(master_port=free_port())
+            sync = WeightSync(pool, transport)
+            with anyio.fail_after(120):
+                report = await sync.sync(weights, version=7)
+                weights2 = {k: v * 2 for k, v in weights.items()}
+                report2 = await sync.sync(weights2, version=8)  # the group is kept
+        assert report.transport == "broadcast" and report.servers == [0, 1] and report2.servers == [0, 1]
+        async with httpx.AsyncClient() as http:
+            for p in ports:
+                received = (await http.get(f"http://127.0.0.1:{p}/received")).json()
+                assert set(received) == set(weights)
+                for name, t in weights2.items():
+                    assert received[name]["values"] == t.flatten().tolist()
+                    assert received[name]["shape"] == list(t.shape)
+                assert (await http.get(f"http://127.0.0.1:{p}/weight_info")).json() == {"weight_version": "8"}
+    finally:
+        for proc in procs:
+            proc.kill()
+            with anyio.CancelScope(shield=True):
+                await proc.wait()
