@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -133,13 +134,13 @@ def rl_loop(
     n_oversample: int = 16,
     n: int = 8,
     start_step: int = 0,
-    on_step: Callable[[int, dict], None] | None = None,
+    on_step: Callable[[int, dict], bool | None] | None = None,
     stop_at_reward: float | None = None,
 ) -> list[dict]:
     """Sample, grade, downsample (GRPO-RoC), update, sync; one record per step.
 
     All randomness comes from the global Python and torch RNGs, so the loop is
-    reproducible from a checkpoint. ``mean_reward`` is the mean over the oversampled
+    reproducible from a checkpoint. ``on_step`` returning True stops early. ``mean_reward`` is the mean over the oversampled
     groups before RoC (what the policy actually does).
     """
     from rstar2_async.grpo import grpo_step
@@ -151,14 +152,15 @@ def rl_loop(
         groups = sampler.sample(problems, n_oversample)
         mean_reward = sum(sum(g.rewards) for g in groups) / (len(groups) * n_oversample)
         kept = [d.group for g in groups if (d := roc_downsample(g, n, random)).group is not None]
-        rec = {"step": step, "mean_reward": mean_reward, "groups": len(kept)}
+        batch = [t.response_ids for g in groups for t in g.trajectories]
+        rec = {"step": step, "mean_reward": mean_reward, "groups": len(kept), "batch": zlib.crc32(json.dumps(batch).encode())}
         if kept:
             st = grpo_step(learner, kept)
             rec |= {"loss": st.loss, "grad_norm": st.grad_norm, "lr": st.lr}
         sampler.sync(learner)
         log.append(rec)
-        if on_step:
-            on_step(step, rec)
+        if on_step and on_step(step, rec):
+            break
         if stop_at_reward is not None and mean_reward >= stop_at_reward:
             break
     return log
