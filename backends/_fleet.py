@@ -1,0 +1,294 @@
+"""A fleet: K inference servers of one engine, started together, watched, restarted.
+
+``async with Fleet(config) as fleet`` starts every server concurrently and enters
+once all are ready (health checked, warmed up).  A supervisor task per server
+watches its process; when it dies, the server is started again on the *same*
+address (so a :class:`backends.ServerPool` polling it picks it up again), with the
+model set by :meth:`Fleet.set_model` (a weight sync's latest directory) and a
+backoff between attempts.  Leaving the block stops every process tree (SIGTERM,
+grace, SIGKILL; shielded).
+
+vLLM servers run through :func:`backends.serve_vllm`; SGLang servers through
+:func:`serve_sglang` here (``python -m sglang.launch_server``; GPU only).  GPUs
+are given per server as ``CUDA_VISIBLE_DEVICES``.
+
+Not covered: several nodes (run one fleet per node), and a port another process
+takes while its server is down (the restart fails with `LaunchError` and is
+retried until ``max_restarts``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import Annotated, Final, Literal, Self, final
+
+import anyio
+import httpx
+import msgspec
+from anyio.abc import TaskStatus
+
+from ._errors import LaunchError, ServerDied
+from ._launcher import VLLMServerConfig, _failure, _free_port, _stop_tree, serve_vllm
+from ._pool import ServerSpec
+from ._sglang import sglang_command
+
+__all__ = ["Fleet", "FleetConfig", "FleetServer", "FleetStatistics", "serve_sglang"]
+
+RESTART_BACKOFF_S: Final = (1.0, 5.0, 15.0, 30.0)
+"""Waits before restart attempts 1, 2, 3, 4+: a crash loop (bad weights, port
+taken) must not spin, and the first restart should be quick."""
+
+
+class FleetConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How to run K servers of one engine (the ``[fleet]`` table of ``rstar2 serve``)."""
+
+    model: str
+    """Model directory (Hugging Face layout, safetensors)."""
+    engine: Literal["vllm", "sglang"] = "vllm"
+    num_servers: Annotated[int, msgspec.Meta(ge=1)] = 1
+    """K: servers to run."""
+    host: str = "127.0.0.1"
+    """Address the servers bind to."""
+    base_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
+    """Server ``i`` listens on ``base_port + i``; ``None``: free ports chosen at start
+    (each kept across restarts)."""
+    gpu_ids: list[list[int]] = []
+    """GPUs of each server (``CUDA_VISIBLE_DEVICES``); empty: not set (CPU, or all)."""
+    tensor_parallel_size: Annotated[int, msgspec.Meta(ge=1)] = 1
+    """GPUs per server for tensor parallelism."""
+    served_model_name: str | None = None
+    """Name sent as ``"model"`` in requests; default: the model path."""
+    max_model_len: Annotated[int, msgspec.Meta(ge=16)] = 4096
+    """Longest prompt + completion in tokens."""
+    kv_cache_gib: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+    """vLLM CPU KV-cache size (GiB); GPU builds size their cache themselves."""
+    python: str | None = None
+    """Interpreter with the engine installed; default: ``.venv-vllm`` for vLLM,
+    ``python3`` for SGLang."""
+    extra_args: list[str] = []
+    """Further engine arguments, verbatim."""
+    env: dict[str, str] = {}
+    """Environment overrides for every server."""
+    log_dir: str | None = None
+    """Where server logs go (``server-<i>.log``); default: a new temp dir."""
+    restart: bool = True
+    """Restart a server that dies."""
+    max_restarts: Annotated[int, msgspec.Meta(ge=0)] = 10
+    """Restarts per server before the fleet gives up (and raises)."""
+    startup_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 600.0
+    """Budget of one start, warm-up included."""
+
+    def __post_init__(self) -> None:
+        if self.gpu_ids and len(self.gpu_ids) != self.num_servers:
+            raise ValueError(
+                f"fleet.gpu_ids: expected one list per server ({self.num_servers}), got {len(self.gpu_ids)}; "
+                "give each server its GPUs or leave gpu_ids empty"
+            )
+        if self.gpu_ids and any(len(g) != self.tensor_parallel_size for g in self.gpu_ids):
+            raise ValueError(
+                f"fleet.gpu_ids / fleet.tensor_parallel_size: each server needs {self.tensor_parallel_size} GPUs, "
+                f"got {self.gpu_ids}; make them agree"
+            )
+
+
+class FleetServer(msgspec.Struct, frozen=True):
+    """One server of a fleet as it runs now."""
+
+    index: int
+    url: str
+    engine: str
+    pid: int
+    restarts: int
+    log_path: str
+
+
+class FleetStatistics(msgspec.Struct, frozen=True):
+    servers: list[FleetServer]
+    up: int
+    restarts: int
+
+
+@final
+class Fleet:
+    """K servers, supervised; see the module docstring.
+
+    Raises (on entry): :class:`LaunchError` if any server fails its first start
+    (the others are stopped).  While running, a server that exhausts
+    ``max_restarts`` raises :class:`ServerDied` out of the block.
+    """
+
+    def __init__(self, config: FleetConfig) -> None:
+        self.config = config
+        self.model = config.model
+        self._log_dir = Path(config.log_dir or tempfile.mkdtemp(prefix="rstar2-fleet-"))
+        self._ports = [config.base_port + i if config.base_port else _free_port(config.host) for i in range(config.num_servers)]
+        self._servers: list[FleetServer | None] = [None] * config.num_servers
+        self._up = [False] * config.num_servers
+        self._stack = contextlib.AsyncExitStack()
+        self._opened = False
+
+    async def __aenter__(self) -> Self:
+        if self._opened:
+            raise RuntimeError("a Fleet can be entered once")
+        self._opened = True
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                tg = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(tg.cancel_scope.cancel)
+                async with anyio.create_task_group() as starters:
+                    for i in range(self.config.num_servers):
+                        starters.start_soon(tg.start, self._supervise, i)
+                self._stack = stack.pop_all()
+        except BaseExceptionGroup as group:
+            _, rest = group.split(LaunchError)
+            launch, _ = group.split(LaunchError)
+            if launch is not None and rest is None:
+                first = _leaves(launch)[0]
+                raise LaunchError(f"{len(_leaves(launch))} server(s) failed to start; first: {first}") from group
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._stack.__aexit__(exc_type, exc, tb)
+
+    @property
+    def servers(self) -> list[FleetServer]:
+        return [s for s in self._servers if s is not None]
+
+    def specs(self) -> list[ServerSpec]:
+        """The fleet's addresses, for :class:`backends.ServerPool`."""
+        return [ServerSpec(url=f"http://{self.config.host}:{p}", engine=self.config.engine) for p in self._ports]
+
+    def set_model(self, path: str) -> None:
+        """Start restarted servers from ``path`` (the latest weights) from now on."""
+        self.model = path
+
+    async def restart(self, index: int) -> None:
+        """Stop server ``index`` (SIGTERM to its tree); its supervisor starts it again."""
+        server = self._servers[index]
+        if server is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(server.pid, signal.SIGTERM)
+
+    def statistics(self) -> FleetStatistics:
+        servers = self.servers
+        return FleetStatistics(servers=servers, up=sum(self._up), restarts=sum(s.restarts for s in servers))
+
+    async def _supervise(self, i: int, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        restarts = 0
+        started = False
+        while True:
+            try:
+                async with anyio.create_task_group() as tg:
+                    if self.config.engine == "vllm":
+                        info = await tg.start(serve_vllm, self._vllm_config(i))
+                        pid, log = info.pid, info.log_path
+                    else:
+                        pid, log = await tg.start(serve_sglang, self._sglang_args(i))
+                    self._servers[i] = FleetServer(i, f"http://{self.config.host}:{self._ports[i]}", self.config.engine, pid, restarts, log)
+                    self._up[i] = True
+                    if not started:
+                        started = True
+                        task_status.started()
+            except* (ServerDied, LaunchError):
+                self._up[i] = False
+                if not started or not self.config.restart or restarts >= self.config.max_restarts:
+                    raise
+            restarts += 1
+            await anyio.sleep(RESTART_BACKOFF_S[min(restarts, len(RESTART_BACKOFF_S)) - 1])
+
+    def _env(self, i: int) -> dict[str, str]:
+        env = dict(self.config.env)
+        if self.config.gpu_ids:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.config.gpu_ids[i]))
+        return env
+
+    def _vllm_config(self, i: int) -> VLLMServerConfig:
+        c = self.config
+        extra = list(c.extra_args)
+        if c.tensor_parallel_size > 1:
+            extra = ["--tensor-parallel-size", str(c.tensor_parallel_size), *extra]
+        return VLLMServerConfig(
+            model=self.model,
+            python=c.python,
+            host=c.host,
+            port=self._ports[i],
+            served_model_name=c.served_model_name or c.model,
+            max_model_len=c.max_model_len,
+            kv_cache_gib=c.kv_cache_gib,
+            extra_args=extra,
+            env=self._env(i),
+            log_path=str(self._log_dir / f"server-{i}.log"),
+            startup_timeout_s=c.startup_timeout_s,
+        )
+
+    def _sglang_args(self, i: int) -> _SGLangArgs:
+        c = self.config
+        command = sglang_command(
+            c.python or "python3", self.model, host=c.host, port=self._ports[i],
+            tensor_parallel_size=c.tensor_parallel_size, served_model_name=c.served_model_name or c.model,
+            max_model_len=c.max_model_len, extra_args=c.extra_args,
+        )  # fmt: skip
+        return _SGLangArgs(command, f"http://{c.host}:{self._ports[i]}", self._env(i), str(self._log_dir / f"server-{i}.log"), c.startup_timeout_s)
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return out
+
+
+class _SGLangArgs(msgspec.Struct, frozen=True):
+    command: list[str]
+    url: str
+    env: dict[str, str]
+    log_path: str
+    startup_timeout_s: float
+    stop_grace_s: float = 15.0
+
+
+async def serve_sglang(args: _SGLangArgs, *, task_status: TaskStatus[tuple[int, str]] = anyio.TASK_STATUS_IGNORED) -> None:
+    """Run one SGLang server until cancelled; ``started((pid, log_path))`` once
+    ``/health`` and ``/get_server_info`` answer 200.
+
+    Raises:
+        LaunchError: it exited while starting or was not ready in time.
+        ServerDied: it exited after it was ready.
+    Resource handling: as :func:`backends.serve_vllm` (process tree stopped, shielded).
+    """
+    log_path = Path(args.log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **args.env}
+    with log_path.open("ab") as log:
+        process = await anyio.open_process(
+            args.command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        async with httpx.AsyncClient(base_url=args.url, timeout=10.0, trust_env=False) as http:
+            try:
+                with anyio.fail_after(args.startup_timeout_s):
+                    while True:
+                        if process.returncode is not None:
+                            raise LaunchError(_failure(f"SGLang server exited with status {process.returncode} while starting", log_path))
+                        with contextlib.suppress(httpx.TransportError):
+                            if (await http.get("/health")).status_code == 200 and (await http.get("/get_server_info")).status_code == 200:
+                                break
+                        await anyio.sleep(0.5)
+            except TimeoutError:
+                raise LaunchError(_failure(f"SGLang server not ready within {args.startup_timeout_s:g} s", log_path)) from None
+        task_status.started((process.pid, str(log_path)))
+        code = await process.wait()
+        raise ServerDied(_failure(f"SGLang server (pid {process.pid}) exited with status {code}", log_path))
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop_tree(process, args.stop_grace_s)

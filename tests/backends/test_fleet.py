@@ -1,0 +1,143 @@
+"""The fleet's supervision against fake engine processes (fast; no vLLM or SGLang).
+
+The "interpreter" is a shell script that runs a small HTTP server answering the
+engine's readiness endpoints and recording its command line and GPU environment.
+The real vLLM fleet is covered in tests/integration/test_fleet.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import sys
+import textwrap
+from pathlib import Path
+
+import anyio
+import httpx
+import msgspec
+import pytest
+
+from backends import LaunchError
+from backends._fleet import Fleet, FleetConfig
+from backends._pool import ServerPool
+
+pytestmark = pytest.mark.anyio
+
+FAKE = textwrap.dedent(
+    """
+    import http.server, json, os, sys
+    args = sys.argv[1:]
+    port = int(args[args.index("--port") + 1])
+    record = os.environ["FAKE_RECORD"]
+    with open(record, "a") as f:
+        f.write(json.dumps({"argv": args, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid()}) + "\\n")
+    if os.environ.get("FAKE_MODE") == "die":
+        sys.exit(4)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _send(self, body):
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        def do_GET(self):
+            if self.path == "/metrics":
+                return self._send(b'vllm:cache_config_info{kv_cache_size_tokens="1000"} 1.0\\n')
+            self._send({"max_total_num_tokens": 1000})
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self._send({"choices": [{"token_ids": [1], "text": "", "logprobs": {"token_logprobs": [0.0]}, "finish_reason": "stop"}]})
+        def log_message(self, *a):
+            pass
+
+    http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    """
+)
+
+
+@pytest.fixture
+def fake_python(tmp_path: Path) -> Path:
+    (tmp_path / "fake.py").write_text(FAKE)
+    python = tmp_path / "python"
+    # vLLM's launcher runs `python -P _vllm_entry.py serve ...`, SGLang `python -m sglang.launch_server ...`.
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "fake.py"} "$@"\n')
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    return python
+
+
+def records(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
+
+
+def config(tmp_path: Path, python: Path, **kw: object) -> FleetConfig:
+    base = {
+        "model": str(tmp_path / "model"),
+        "python": str(python),
+        "num_servers": 2,
+        "log_dir": str(tmp_path / "logs"),
+        "env": {"FAKE_RECORD": str(tmp_path / "record.jsonl")},
+        "startup_timeout_s": 30,
+    }
+    return msgspec.convert({**base, **kw}, FleetConfig)
+
+
+async def test_vllm_fleet_starts_k_servers_restarts_a_dead_one_on_its_address(tmp_path: Path, fake_python: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("backends._fleet.RESTART_BACKOFF_S", (0.05,))
+    cfg = config(tmp_path, fake_python, gpu_ids=[[0, 1], [2, 3]], tensor_parallel_size=2, extra_args=["--seed", "1"])
+    async with Fleet(cfg) as fleet:
+        servers = fleet.servers
+        assert [s.index for s in servers] == [0, 1] and len({s.url for s in servers}) == 2
+        assert [s.url for s in fleet.specs()] == [s.url for s in servers]
+        first = records(tmp_path)
+        assert sorted(r["gpus"] for r in first) == ["0,1", "2,3"]
+        argv = first[0]["argv"]
+        assert argv[2:4] == ["serve", cfg.model] and "--tensor-parallel-size" in argv and argv[-2:] == ["--seed", "1"]
+        fleet.set_model(str(tmp_path / "step-3"))
+        os.kill(servers[1].pid, signal.SIGKILL)
+        with anyio.fail_after(20):
+            while fleet.statistics().restarts < 1 or fleet.statistics().up < 2:
+                await anyio.sleep(0.05)
+        again = fleet.servers[1]
+        assert again.url == servers[1].url and again.pid != servers[1].pid and again.restarts == 1
+        assert records(tmp_path)[-1]["argv"][3] == str(tmp_path / "step-3"), "restarted on the latest weights"
+        async with httpx.AsyncClient() as http:
+            assert (await http.get(again.url + "/health")).status_code == 200
+        async with ServerPool(fleet.specs(), model="m", poll_interval_s=0.05) as pool:
+            assert pool.statistics().servers_up == 2
+            assert [s.capacity_tokens for s in pool.statistics().dispatch.servers] == [1000, 1000]
+    pids = [r["pid"] for r in records(tmp_path)]
+    with anyio.fail_after(10):
+        while any(Path(f"/proc/{p}").exists() and b"Z" not in Path(f"/proc/{p}/stat").read_bytes().split(b")")[-1][:3] for p in pids):
+            await anyio.sleep(0.05)
+
+
+async def test_sglang_fleet_command_line(tmp_path: Path, fake_python: Path) -> None:
+    cfg = config(tmp_path, fake_python, engine="sglang", num_servers=1, base_port=None, served_model_name="tiny", max_model_len=2048)
+    async with Fleet(cfg) as fleet:
+        argv = records(tmp_path)[0]["argv"]
+        assert argv[:2] == ["-m", "sglang.launch_server"]
+        port = fleet.servers[0].url.rsplit(":", 1)[1]
+        assert argv[argv.index("--model-path") + 1] == cfg.model and argv[argv.index("--port") + 1] == port
+        assert argv[argv.index("--tp-size") + 1] == "1" and argv[argv.index("--context-length") + 1] == "2048"
+        assert argv[argv.index("--served-model-name") + 1] == "tiny"
+        assert fleet.specs()[0].engine == "sglang"
+
+
+async def test_first_start_failure_is_a_launch_error(tmp_path: Path, fake_python: Path) -> None:
+    cfg = config(tmp_path, fake_python, env={"FAKE_RECORD": str(tmp_path / "record.jsonl"), "FAKE_MODE": "die"})
+    with pytest.raises(LaunchError, match="2 server.s. failed to start; first: .*exited with status 4"):
+        async with Fleet(cfg):
+            pytest.fail("must not start")
+
+
+def test_config_validation_names_the_fields() -> None:
+    with pytest.raises(ValueError, match="fleet.gpu_ids"):
+        FleetConfig(model="m", num_servers=2, gpu_ids=[[0]])
+    with pytest.raises(ValueError, match="tensor_parallel_size"):
+        FleetConfig(model="m", num_servers=1, gpu_ids=[[0]], tensor_parallel_size=2)
+    with pytest.raises(msgspec.ValidationError, match="unknown field"):
+        msgspec.convert({"model": "m", "gpus": 3}, FleetConfig)
