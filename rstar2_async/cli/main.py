@@ -16,6 +16,7 @@ import sys
 COMMANDS: dict[str, str] = {
     "eval": "rstar2_async.cli.eval",
     "sandbox": "rstar2_async.cli.sandbox",
+    "serve": "rstar2_async.cli.serve",
 }
 
 DESCRIPTION = """\

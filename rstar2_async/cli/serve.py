@@ -1,0 +1,78 @@
+"""Run a fleet of inference servers in the foreground: ``rstar2 serve CONFIG``.
+
+CONFIG is a TOML file with a ``[fleet]`` table (see ``backends.FleetConfig``)::
+
+    [fleet]
+    model = "/models/qwen3-14b"
+    engine = "vllm"          # or "sglang"
+    num_servers = 8
+    gpu_ids = [[0], [1], [2], [3], [4], [5], [6], [7]]
+    base_port = 8000
+
+Once every server is ready, their addresses are printed, one per line, then one
+JSON line ``{"servers": [...], "engine": ...}``.  Servers that die are restarted
+on the same address.  Ctrl-C (or SIGTERM) stops them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tomllib
+
+HELP = "run K inference servers (vLLM or SGLang) in the foreground and print their addresses"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="TOML file with a [fleet] table")
+    parser.add_argument("--num-servers", type=int, help="override fleet.num_servers")
+
+
+def run(args: argparse.Namespace) -> int:
+    import anyio
+    import msgspec
+
+    from backends import LaunchError, ServerDied
+    from backends._fleet import Fleet, FleetConfig
+
+    try:
+        with open(args.config, "rb") as f:
+            table = tomllib.load(f).get("fleet")
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        print(f"rstar2 serve: cannot read {args.config}: {exc}", file=sys.stderr)
+        return 2
+    if table is None:
+        print(f"rstar2 serve: {args.config} has no [fleet] table", file=sys.stderr)
+        return 2
+    if args.num_servers is not None:
+        table["num_servers"] = args.num_servers
+    try:
+        config = msgspec.convert(table, FleetConfig)
+    except (msgspec.ValidationError, ValueError) as exc:
+        print(f"rstar2 serve: {args.config}: {exc}", file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        import signal
+
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with Fleet(config) as fleet:
+                for spec in fleet.specs():
+                    print(spec.url, flush=True)
+                print(json.dumps({"engine": config.engine, "servers": [s.url for s in fleet.specs()]}), flush=True)
+                async for _ in signals:
+                    return
+
+    try:
+        anyio.run(main)
+    except LaunchError as exc:
+        print(f"rstar2 serve: {exc}", file=sys.stderr)
+        return 1
+    except BaseExceptionGroup as group:
+        died, _ = group.split(ServerDied)
+        if died is None:
+            raise
+        print(f"rstar2 serve: a server kept dying: {died.exceptions[0]}", file=sys.stderr)
+        return 1
+    return 0
