@@ -10,9 +10,11 @@ from ._errors import (
     BadResponse,
     LaunchError,
     RequestRejected,
+    ServerDied,
     ServerError,
     ServerUnavailable,
 )
+from ._launcher import VLLMServer, VLLMServerConfig, default_vllm_python, launch_vllm, serve_vllm
 from ._retry import RetryPolicy
 from ._token_client import TokenClient
 from ._types import ChatCompletion, Completion, FinishReason, SamplingParams
@@ -29,7 +31,13 @@ __all__ = [
     "RequestRejected",
     "RetryPolicy",
     "SamplingParams",
+    "ServerDied",
     "ServerError",
     "ServerUnavailable",
     "TokenClient",
+    "VLLMServer",
+    "VLLMServerConfig",
+    "default_vllm_python",
+    "launch_vllm",
+    "serve_vllm",
 ]

