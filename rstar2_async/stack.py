@@ -10,13 +10,17 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import httpx
 import msgspec
 
-from backends import ChatClient, RetryPolicy, TokenClient
-from backends._launcher import VLLMServer, VLLMServerConfig, launch_vllm
+from backends import ChatClient, RetryPolicy
+from backends._fleet import Fleet, FleetConfig
+from backends._pool import ServerPool
+from backends._weight_sync import DiskTransport, WeightSync
 from sandbox import SandboxConfig, SandboxPool
 
 from .chat import HFChatTokenizer
@@ -26,16 +30,19 @@ from .reward import Grader
 
 
 class LocalServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """A vLLM server started for a model directory (``--model`` runs)."""
+    """vLLM servers started for a model directory (``--model`` runs, training)."""
 
-    max_model_len: int = 4096
-    """Prompt + response limit of the server, in tokens."""
-    dtype: str = "float32"
-    """float32 on CPU; bfloat16 on GPUs."""
-    kv_cache_gib: float = 1.0
+    num_servers: Annotated[int, msgspec.Meta(ge=1)] = 1
+    """Servers to start; the pool spreads requests over them."""
+    gpu_ids: list[list[int]] = []
+    """GPUs of each server (``CUDA_VISIBLE_DEVICES``); empty on CPU."""
+    tensor_parallel_size: Annotated[int, msgspec.Meta(ge=1)] = 1
+    max_model_len: Annotated[int, msgspec.Meta(ge=16)] = 4096
+    """Prompt + response limit of the servers, in tokens."""
+    kv_cache_gib: Annotated[float, msgspec.Meta(gt=0)] = 1.0
     """CPU KV-cache size in GiB (ignored on GPUs)."""
     extra_args: list[str] = []
-    """Further ``vllm serve`` arguments."""
+    """Further ``vllm serve`` arguments (e.g. ``["--dtype", "bfloat16"]`` on GPUs)."""
 
 
 class EvalConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -47,19 +54,17 @@ class EvalConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     server: LocalServerConfig = msgspec.field(default_factory=LocalServerConfig)
 
 
-def token_client(url: str, inference: InferenceConfig) -> TokenClient:
-    return TokenClient(
-        url,
-        model=inference.model,
-        api_key=os.environ.get(inference.api_key_env),
-        timeout=httpx.Timeout(
-            inference.read_timeout_s, connect=inference.connect_timeout_s, pool=inference.pool_timeout_s
-        ),
-        max_connections=inference.max_connections,
-        retry=RetryPolicy(
-            max_retries=inference.max_retries, initial_s=inference.backoff_initial_s, max_s=inference.backoff_max_s
-        ),
-    )
+@dataclass
+class RolloutStack:
+    """What :func:`rollout_stack` started; everything is closed when its block ends."""
+
+    engine: RolloutEngine
+    pool: ServerPool | None
+    """Token mode: the servers behind the engine."""
+    sync: WeightSync | None
+    """Token mode: moves the servers to new weights from a directory."""
+    fleet: Fleet | None
+    """Servers this stack launched (``model_dir`` runs)."""
 
 
 @asynccontextmanager
@@ -73,45 +78,67 @@ async def rollout_stack(
     local_server: LocalServerConfig | None = None,
     grader_workers: int = 2,
     log_dir: Path | None = None,
-) -> AsyncIterator[tuple[RolloutEngine, VLLMServer | None]]:
-    """Start what a rollout needs and yield the engine (and the local server, if any).
+) -> AsyncIterator[RolloutStack]:
+    """Start what a rollout needs and yield it.
 
-    - ``model_dir`` given: a vLLM server is launched on it; token mode, with the
-      model's own tokenizer.
-    - ``inference.mode == "tokens"``: the first of ``inference.base_urls``, with the
-      tokenizer from ``tokenizer_dir``.
+    - ``model_dir`` given: ``local_server.num_servers`` vLLM servers are launched on
+      it (a :class:`Fleet`, restarted if they die); token mode with the model's
+      own tokenizer.
+    - ``inference.mode == "tokens"``: a :class:`ServerPool` over
+      ``inference.base_urls`` with the tokenizer from ``tokenizer_dir``.
     - ``inference.mode == "chat"``: the OpenAI SDK against ``inference.base_urls[0]``.
 
     Raises:
-        ValueError: token mode against an endpoint without ``tokenizer_dir``.
-        backends.LaunchError: the local server failed to start.
+        ValueError: token mode against endpoints without ``tokenizer_dir``.
+        backends.LaunchError: a local server failed to start.
         sandbox.SandboxBroken: sandbox workers could not start (e.g. no bubblewrap).
     """
     async with AsyncExitStack() as stack:
-        server: VLLMServer | None = None
+        fleet: Fleet | None = None
+        pool: ServerPool | None = None
+        sync: WeightSync | None = None
         if model_dir is not None:
             local = local_server or LocalServerConfig()
-            server = await stack.enter_async_context(
-                launch_vllm(
-                    VLLMServerConfig(
+            fleet = await stack.enter_async_context(
+                Fleet(
+                    FleetConfig(
                         model=str(model_dir),
+                        num_servers=local.num_servers,
+                        gpu_ids=local.gpu_ids,
+                        tensor_parallel_size=local.tensor_parallel_size,
                         served_model_name=inference.model,
                         max_model_len=local.max_model_len,
-                        dtype=local.dtype,
                         kv_cache_gib=local.kv_cache_gib,
-                        extra_args=tuple(local.extra_args),
-                        log_path=str(log_dir / "vllm.log") if log_dir else None,
+                        extra_args=local.extra_args,
+                        log_dir=str(log_dir / "servers") if log_dir else None,
                     )
                 )
             )
             tokenizer_dir = model_dir
-            inference = msgspec.structs.replace(inference, base_urls=[server.base_url + "/v1"], mode="tokens")
+            urls = [server.url for server in fleet.servers]
+            inference = msgspec.structs.replace(inference, base_urls=urls, mode="tokens")
+        backend: ServerPool | ChatClient
         tokenizer = None
         if inference.mode == "tokens":
             if tokenizer_dir is None:
-                raise ValueError("inference.mode = \"tokens\" needs the model's tokenizer: pass --tokenizer DIR (or use chat mode)")
+                raise ValueError('inference.mode = "tokens" needs the model\'s tokenizer: pass --tokenizer DIR (or use chat mode)')
             tokenizer = HFChatTokenizer.from_pretrained(tokenizer_dir)
-            backend = await stack.enter_async_context(token_client(inference.base_urls[0], inference))
+            pool = await stack.enter_async_context(
+                ServerPool(
+                    inference.base_urls,
+                    model=inference.model,
+                    timeout=httpx.Timeout(
+                        inference.read_timeout_s, connect=inference.connect_timeout_s, pool=inference.pool_timeout_s
+                    ),
+                    retry=RetryPolicy(
+                        max_retries=inference.max_retries,
+                        initial_s=inference.backoff_initial_s,
+                        max_s=inference.backoff_max_s,
+                    ),
+                )
+            )
+            backend = pool
+            sync = WeightSync(pool, DiskTransport())
         else:
             backend = await stack.enter_async_context(
                 ChatClient.from_url(
@@ -121,7 +148,7 @@ async def rollout_stack(
                     max_retries=inference.max_retries,
                 )
             )
-        pool = await stack.enter_async_context(SandboxPool(sandbox))
+        pool_sandbox = await stack.enter_async_context(SandboxPool(sandbox))
         grader = await stack.enter_async_context(Grader(workers=grader_workers))
-        engine = RolloutEngine(backend=backend, sandbox=pool, config=rollout, tokenizer=tokenizer, scorer=grader)
-        yield engine, server
+        engine = RolloutEngine(backend=backend, sandbox=pool_sandbox, config=rollout, tokenizer=tokenizer, scorer=grader)
+        yield RolloutStack(engine=engine, pool=pool, sync=sync, fleet=fleet)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,13 +100,14 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
     from rich.table import Table
 
     from rstar2_async.configio import to_toml
-    from rstar2_async.data import load_problems
+    from rstar2_async.data import load_problems, resolve
     from rstar2_async.evaluate import evaluate, load_finished
     from rstar2_async.progress import show_progress
     from rstar2_async.runtime import tune_gc
     from rstar2_async.stack import rollout_stack
 
-    datasets = {name: load_problems(name, limit=args.limit) for name in args.data}  # fail fast on bad names
+    # Labels: a set's name, or a file's stem.  Loaded up front to fail fast on bad names.
+    datasets = {resolve(name).stem: load_problems(name, limit=args.limit) for name in args.data}
     name = args.model.name if args.model else config.inference.model.replace("/", "_")
     out = args.out or Path("runs/eval") / name
     out.mkdir(parents=True, exist_ok=True)
@@ -120,11 +122,13 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
         tokenizer_dir=args.tokenizer,
         local_server=config.server,
         log_dir=out,
-    ) as (engine, _server):
+    ) as stack:
+        engine = stack.engine
         for dataset, problems in datasets.items():
             done = len(load_finished(out / dataset / "samples.jsonl", problems))
             async with anyio.create_task_group() as tg:
-                tg.start_soon(show_progress, engine, len(problems) * args.n, dataset, done - engine.statistics().trajectories_finished)
+                offset = done - engine.statistics().trajectories_finished  # resumed samples count as done
+                tg.start_soon(partial(show_progress, engine, len(problems) * args.n, dataset, done_before=offset))
                 summaries.append(await evaluate(engine, dataset, problems, n=args.n, out_dir=out / dataset))
                 tg.cancel_scope.cancel()
     table = Table(title=f"{name}: n={args.n}, temperature={args.temperature}, top_p={args.top_p}")

