@@ -43,7 +43,9 @@ Not covered:
   unprivileged user in production.
 - nsjail is not used even where installed (bubblewrap only).
 - ``insecure = true`` drops whichever layers are missing: without the outer
-  jail, calls run on the host with only the in-process layers.
+  jail, calls run on the host with only the in-process layers, and a call
+  running while its worker is killed outlives it for a moment (until its
+  parent-death signal lands) instead of dying with a pid namespace.
 """
 
 from ._client import ClientState, ClientStatistics, SandboxClient

@@ -250,6 +250,12 @@ class SandboxPool:
 
     async def _next_job(self, worker: WorkerProcess) -> _Job | None:
         """The next call, or None if the worker exits first."""
+        if worker.process.returncode is None and len(self._queue):
+            await anyio.lowlevel.checkpoint()  # stay fair to other tasks under a long queue
+            try:
+                return self._queue.get_nowait()  # fast path: no watcher task needed
+            except anyio.WouldBlock:
+                pass  # another slot took it during the checkpoint
         job: _Job | None = None
         async with anyio.create_task_group() as tg:
 

@@ -143,6 +143,15 @@ class WorkerProcess:
             return
         self._closed = True
         with anyio.CancelScope(shield=True):
+            if self._init_pidfd is None and self.process.returncode is None:
+                # Not jailed: no pid namespace takes our children down with us, so ask
+                # the worker to end them itself (it does on end of input), briefly.
+                try:
+                    await self.process.stdin.aclose()  # type: ignore[union-attr]
+                except (anyio.BrokenResourceError, OSError):
+                    pass
+                with anyio.move_on_after(2.0):
+                    await self.process.wait()
             self._kill()
             await self.process.wait()
             if self._init_pidfd is not None:

@@ -63,6 +63,16 @@ class FifoQueue(Generic[T]):
         self._items.clear()
         return items
 
+    def get_nowait(self) -> T:
+        """Remove the oldest item without waiting.
+
+        Raises:
+            anyio.WouldBlock: the queue is empty.
+        """
+        if not self._items:
+            raise anyio.WouldBlock
+        return self._items.popleft()
+
     async def get(self) -> T:
         """Wait for and remove the oldest item."""
         while not self._items:

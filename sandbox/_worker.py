@@ -375,8 +375,9 @@ class Worker:
         while True:
             child = self.prefork()
             req = read_frame(self.proto_in)
-            if req is None:
+            if req is None:  # the pool closed our input: leave nothing behind
                 self._kill(child.pid)
+                os.waitpid(child.pid, 0)
                 return
             reply, reaped = self.run_call(child, req)
             write_frame(self.proto_out, reply)

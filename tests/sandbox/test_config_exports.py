@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import anyio
 import msgspec
 import pytest
 
@@ -96,7 +97,11 @@ def test_queue_is_fifo_and_bounded() -> None:
     with pytest.raises(QueueFull):
         q.put_nowait(3)
     assert q.discard(1) and not q.discard(1)
-    assert q.drain() == [0, 2] and len(q) == 0
+    assert q.get_nowait() == 0
+    q.put_nowait(0)
+    assert q.drain() == [2, 0] and len(q) == 0
+    with pytest.raises(anyio.WouldBlock):
+        q.get_nowait()
 
 
 def test_cli_rejects_bad_config(tmp_path, capsys) -> None:
