@@ -57,8 +57,16 @@ class Handler(BaseHTTPRequestHandler):
             for name, dtype, shape in zip(info["names"], info["dtype_names"], info["shapes"]):
                 t = torch.empty(shape, dtype=getattr(torch, dtype))
                 state["group"].broadcast([t], opts).wait()
-                state["received"][name] = {"dtype": dtype, "shape": shape, "values": t.flatten().tolist()}
+                small = t.numel() <= 4096
+                state["received"][name] = {"dtype": dtype, "shape": shape, "values": t.flatten().tolist() if small else []}
             return self._send(200, {"message": "Weights updated"})
+        if path == "/collective_rpc":  # reload_weights from a safetensors directory
+            import glob
+            from safetensors.torch import load_file
+            for f in sorted(glob.glob(body["kwargs"]["weights_path"] + "/*.safetensors")):
+                for name, t in load_file(f).items():
+                    state["received"][name] = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "values": []}
+            return self._send(200, {"results": [None]})
         if path == "/finish_weight_update":
             state["version"] = body.get("weight_version") or state["version"]
             return self._send(200, {"message": "Weight update finished"})

@@ -1,0 +1,119 @@
+"""Weight-sync benchmark: time to move a model of 100 MB and 1 GB to a server, per transport.
+
+The "server" is tests/backends/_weight_receiver.py: a process speaking vLLM's
+weight-sync HTTP choreography that really receives the weights (disk: it loads
+every safetensors file, as ``reload_weights`` does; broadcast: it receives every
+tensor over a gloo group from this process).  The baseline, in the same run, is
+copying the same bytes with ``cp`` and reading them back.  Medians over
+``--repeats``; ``disk_sync_vs_copy`` is the disk sync's median over the copy's.
+
+Usage: ``python benchmarks/weight_sync.py [--sizes-mb 100 1000] [--repeats 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import anyio  # noqa: E402
+
+from backends._pool import ServerPool  # noqa: E402
+from backends._weight_sync import BroadcastTransport, DiskTransport, WeightSync  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_weights(size_mb: int):
+    import torch
+
+    n = size_mb * (1 << 20) // 4
+    per = 16 << 20 // 4  # 16 MB tensors, like transformer matrices
+    tensors, i = {}, 0
+    while n > 0:
+        k = min(per, n)
+        tensors[f"model.layers.{i}.weight"] = torch.randn(k)
+        n -= k
+        i += 1
+    return tensors
+
+
+def copy_and_read(src: Path, dst: Path) -> float:
+    shutil.rmtree(dst, ignore_errors=True)
+    t0 = time.perf_counter()
+    subprocess.run(["cp", "-r", str(src), str(dst)], check=True)
+    for f in sorted(dst.iterdir()):
+        with f.open("rb") as fh:
+            while fh.read(1 << 24):
+                pass
+    return time.perf_counter() - t0
+
+
+async def run(sizes: list[int], repeats: int) -> dict:
+    port = free_port()
+    proc = await anyio.open_process([sys.executable, str(ROOT / "tests/backends/_weight_receiver.py"), str(port)], stdout=subprocess.PIPE)
+    results: dict = {"benchmark": "weight_sync", "repeats": repeats}
+    try:
+        assert proc.stdout is not None and b"ready" in await proc.stdout.receive()
+        async with ServerPool([f"http://127.0.0.1:{port}"], model="m", poll_interval_s=1.0) as pool:
+            broadcast = WeightSync(pool, BroadcastTransport(master_port=free_port()))
+            disk = WeightSync(pool, DiskTransport())
+            version = 0
+            for size in sizes:
+                from safetensors.torch import save_file
+
+                weights = make_weights(size)
+                with tempfile.TemporaryDirectory() as tmp:
+                    src = Path(tmp) / "weights"
+                    src.mkdir()
+                    save_file(weights, str(src / "model.safetensors"))
+                    copies, disks, casts, phases = [], [], [], []
+                    for _ in range(repeats):
+                        copies.append(await anyio.to_thread.run_sync(copy_and_read, src, Path(tmp) / "copy"))
+                        version += 1
+                        report = await disk.sync(src, version)
+                        disks.append(report.total_s)
+                        phases.append(report)
+                        version += 1
+                        casts.append((await broadcast.sync(weights, version)).total_s)
+                m = statistics.median
+                results[f"{size}mb"] = {
+                    "copy_and_read_s": round(m(copies), 3),
+                    "disk_sync_s": round(m(disks), 3),
+                    "broadcast_sync_s": round(m(casts), 3),
+                    "disk_load_s": round(m(r.load_s for r in phases), 3),
+                    "disk_pause_resume_flush_version_s": round(m(r.pause_s + r.resume_s + r.flush_s + r.version_s for r in phases), 3),
+                    "disk_sync_vs_copy": round(m(disks) / m(copies), 3),
+                }
+                del weights
+    finally:
+        proc.kill()
+        await proc.wait()
+    results["disk_sync_vs_copy"] = max(v["disk_sync_vs_copy"] for k, v in results.items() if k.endswith("mb"))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes-mb", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    print(json.dumps(anyio.run(run, args.sizes_mb, args.repeats)))
+
+
+if __name__ == "__main__":
+    main()
