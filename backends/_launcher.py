@@ -256,14 +256,17 @@ async def _running(config: VLLMServerConfig) -> AsyncIterator[tuple[VLLMServer, 
 
     started_at = time.monotonic()
     with log_path.open("ab") as log:
-        process = await anyio.open_process(
-            _command(config, python, port, model_name),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=_environment(config),
-            start_new_session=True,  # its own process group: one signal reaches the tree
-        )
+        try:
+            process = await anyio.open_process(
+                _command(config, python, port, model_name),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=_environment(config),
+                start_new_session=True,  # its own process group: one signal reaches the tree
+            )
+        except OSError as exc:
+            raise LaunchError(f"could not run {python}: {exc}") from exc
     try:
         base_url = f"http://{config.host}:{port}"
         await _wait_ready(process, config, base_url, model_name, log_path)

@@ -117,6 +117,14 @@ async def test_missing_interpreter_is_a_launch_error(tmp_path: Path) -> None:
             pass
 
 
+async def test_interpreter_that_cannot_run_is_a_launch_error(tmp_path: Path) -> None:
+    not_executable = tmp_path / "python"
+    not_executable.write_text("")
+    with pytest.raises(LaunchError, match="could not run"):
+        async with launch_vllm(VLLMServerConfig(model="m", python=str(not_executable))):
+            pass
+
+
 async def test_ready_server_then_exit_stops_the_whole_tree(fake_config: VLLMServerConfig) -> None:
     async with launch_vllm(fake_config) as server:
         assert isinstance(server, VLLMServer)

