@@ -4,6 +4,7 @@
 """
 
 from ._chat_client import ChatClient
+from ._dispatch import DispatchStatistics, Dispatcher, NoServerUp, ServerLoad, Ticket
 from ._errors import (
     BackendClosed,
     BackendError,
@@ -13,31 +14,62 @@ from ._errors import (
     ServerDied,
     ServerError,
     ServerUnavailable,
+    WeightSyncError,
 )
+from ._fleet import Fleet, FleetConfig, FleetServer, FleetStatistics, serve_sglang
 from ._launcher import VLLMServer, VLLMServerConfig, default_vllm_python, launch_vllm, serve_vllm
+from ._pool import PoolServer, PoolStatistics, ServerPool, ServerSpec
 from ._retry import RetryPolicy
+from ._sglang import SGLangAdmin, SGLangTokenClient, sglang_command
 from ._token_client import TokenClient
 from ._types import ChatCompletion, Completion, FinishReason, SamplingParams
+from ._vllm import VLLMAdmin, parse_vllm_metrics
+from ._weight_sync import BroadcastTransport, DiskTransport, GlooSender, SyncReport, WeightSync
 
 __all__ = [
     "BackendClosed",
     "BackendError",
     "BadResponse",
+    "BroadcastTransport",
     "ChatClient",
     "ChatCompletion",
     "Completion",
+    "DiskTransport",
+    "DispatchStatistics",
+    "Dispatcher",
     "FinishReason",
+    "Fleet",
+    "FleetConfig",
+    "FleetServer",
+    "FleetStatistics",
+    "GlooSender",
     "LaunchError",
+    "NoServerUp",
+    "PoolServer",
+    "PoolStatistics",
     "RequestRejected",
     "RetryPolicy",
+    "SGLangAdmin",
+    "SGLangTokenClient",
     "SamplingParams",
     "ServerDied",
     "ServerError",
+    "ServerLoad",
+    "ServerPool",
+    "ServerSpec",
     "ServerUnavailable",
+    "SyncReport",
+    "Ticket",
     "TokenClient",
+    "VLLMAdmin",
     "VLLMServer",
     "VLLMServerConfig",
+    "WeightSync",
+    "WeightSyncError",
     "default_vllm_python",
     "launch_vllm",
+    "parse_vllm_metrics",
+    "serve_sglang",
     "serve_vllm",
+    "sglang_command",
 ]

