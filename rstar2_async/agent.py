@@ -139,7 +139,7 @@ class _ChatConversation:
 
 def problem_messages(problem: Problem, config: RolloutConfig) -> list[dict[str, str]]:
     return [
-        {"role": "system", "content": system_prompt(config.system_prompt)},
+        {"role": "system", "content": system_prompt(config.system_prompt) if config.list_tools else config.system_prompt or ""},
         {"role": "user", "content": problem.problem},
     ]
 

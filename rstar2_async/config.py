@@ -49,6 +49,9 @@ class RolloutConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     """Tool output longer than this is cut in the middle, keeping head and tail."""
     system_prompt: str | None = None
     """Replaces the built-in rStar2-style system prompt (the tool list is appended)."""
+    list_tools: bool = True
+    """Append the tool list (``<tools>`` JSON) to the system prompt.  Off for a model
+    fine-tuned on the one fixed tool, where it only lengthens every prompt."""
     sampling: SamplingConfig = msgspec.field(default_factory=SamplingConfig)
 
 

@@ -14,9 +14,11 @@ import sys
 
 # name -> module; the order is the order shown by --help.
 COMMANDS: dict[str, str] = {
+    "demo": "rstar2_async.cli.demo",
+    "train": "rstar2_async.cli.train",
     "eval": "rstar2_async.cli.eval",
-    "sandbox": "rstar2_async.cli.sandbox",
     "serve": "rstar2_async.cli.serve",
+    "sandbox": "rstar2_async.cli.sandbox",
 }
 
 DESCRIPTION = """\

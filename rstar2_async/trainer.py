@@ -1,0 +1,403 @@
+"""``rstar2 train``: the rStar2 recipe, read top to bottom.
+
+    for stage in stages:                      # sft, rl-8k, rl-12k, rl-hard
+        sft:  cross-entropy on assistant tokens, then export + sync
+        rl:   (hard filter: drop problems the policy solves every time)
+              for step: rollout (engine, streaming groups) -> GRPO-RoC downsample
+                        -> GRPO update (DeepSpeed) -> export -> weight sync
+                        -> metrics, samples, checkpoint, evaluation
+
+On-policy like rStar2: the rollout of step k+1 starts after the sync of step k.
+The learner runs in a worker thread (torch releases the GIL), so the event loop
+keeps serving progress, health polls and, with ``run.max_staleness > 0``, the next
+rollout while the update runs.
+
+State that makes resume exact (in each checkpoint): stage index, step within the
+stage, weight version, the hard-filtered problem ids, and the learner's model,
+optimizer, scheduler and RNG states.  Batches are a pure function of (seed, stage,
+step), so a resumed run draws the same next batch.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import time
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import msgspec
+
+from .configio import to_toml
+from .data import load_problems
+from .engine import RolloutEngine
+from .evaluate import evaluate
+from .metrics import MetricsWriter, plot_metrics
+from .progress import show_progress
+from .roc import roc_downsample
+from .stack import RolloutStack, rollout_stack
+from .config import InferenceConfig
+from .train_config import ModelConfig, StageConfig, TrainConfig
+from .types import Group, Problem, Trajectory
+
+
+class TrainError(RuntimeError):
+    """The run cannot start or continue; the message says what to change."""
+
+
+class TrainState(msgspec.Struct, kw_only=True):
+    """What a checkpoint stores besides the learner (JSON)."""
+
+    stage: int = 0
+    step_in_stage: int = 0
+    rl_step: int = 0
+    weight_version: int = 0
+    weights_dir: str | None = None
+    hard_problems: dict[str, list[str]] = {}
+    evals: list[dict[str, Any]] = []
+
+
+class TrainSummary(msgspec.Struct, frozen=True):
+    run_dir: str
+    rl_steps: int
+    wall_s: float
+    evals: list[dict[str, Any]]
+    """Each evaluation: ``{"rl_step", "stage", "<set>": accuracy, "accuracy": mean}``."""
+    phase_seconds: dict[str, float]
+    """Wall seconds spent per phase over the run (rollout, reward, update, sync, eval)."""
+    plots: list[str]
+
+
+def prepare_model(model: ModelConfig, run_dir: Path) -> Path:
+    """The base model directory: ``model.path``, or a tiny model built once into the run."""
+    if model.path is not None:
+        path = Path(model.path)
+        if not (path / "config.json").is_file():
+            raise TrainError(f"model.path: {path} is not a model directory (no config.json)")
+        return path
+    from .tinymodel import build_tiny_model
+
+    assert model.tiny is not None
+    out = run_dir / "base-model"
+    if not (out / "config.json").is_file():
+        shutil.rmtree(out, ignore_errors=True)
+        t = model.tiny
+        build_tiny_model(out, hidden_size=t.hidden_size, num_layers=t.num_layers, vocab_size=t.vocab_size, seed=t.seed)
+    return out
+
+
+def batch_for_step(problems: Sequence[Problem], batch_size: int, *, seed: int, stage: int, step: int) -> list[Problem]:
+    """The problems of one step: epochs of seeded permutations, read in order.  A pure
+    function of its arguments, so resume draws the same batch."""
+    out: list[Problem] = []
+    start = step * batch_size
+    while len(out) < batch_size:
+        epoch, offset = divmod(start + len(out), len(problems))
+        order = list(range(len(problems)))
+        random.Random(f"{seed}/{stage}/{epoch}").shuffle(order)
+        take = min(batch_size - len(out), len(problems) - offset)
+        out += [problems[i] for i in order[offset : offset + take]]
+    return out
+
+
+class _TimedScorer:
+    """Wraps the grader to add up grading time (it overlaps the rollout)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.seconds = 0.0
+
+    async def score(self, response_text: str, gold: str) -> float:
+        t0 = time.monotonic()
+        try:
+            return await self.inner.score(response_text, gold)
+        finally:
+            self.seconds += time.monotonic() - t0
+
+
+def rollout_metrics(groups: Sequence[Group]) -> dict[str, float]:
+    ts = [t for g in groups for t in g.trajectories]
+    n = max(len(ts), 1)
+    return {
+        "rollout/reward_mean": sum(t.reward or 0.0 for t in ts) / n,
+        "rollout/solve_rate": sum(max(g.rewards) > 0.5 for g in groups) / max(len(groups), 1),
+        "rollout/response_tokens_mean": sum(len(t.response_ids) for t in ts) / n,
+        "rollout/generated_tokens": sum(t.num_generated_tokens for t in ts),
+        "rollout/turns_mean": sum(t.num_turns for t in ts) / n,
+        "rollout/tool_calls_mean": sum(t.num_tool_calls for t in ts) / n,
+        "rollout/tool_errors_mean": sum(t.num_tool_errors for t in ts) / n,
+        "rollout/trajectories": len(ts),
+        "rollout/finish_answer": sum(t.finish_reason == "answer" for t in ts) / n,
+    }
+
+
+class Trainer:
+    """Runs a :class:`TrainConfig` in ``run_dir``.  Construct, then ``await run()``."""
+
+    def __init__(self, config: TrainConfig, *, resume: bool) -> None:
+        self.config = config
+        self.run_dir = Path(config.run.out_dir) / config.run.name
+        self.resume = resume
+        self.phase_seconds = dict.fromkeys(["rollout", "reward", "update", "sync", "eval", "sft"], 0.0)
+        self.learner: Any = None
+        self.state = TrainState()
+
+    # --- set-up -------------------------------------------------------------------
+
+    def _check_run_dir(self) -> None:
+        has_checkpoint = (self.run_dir / "checkpoints").is_dir() and any((self.run_dir / "checkpoints").iterdir())
+        if has_checkpoint and not self.resume:
+            raise TrainError(
+                f"{self.run_dir} already holds a run: pass --resume to continue it, or set run.name to start another"
+            )
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.toml").write_text(to_toml(self.config))
+
+    async def _thread(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run learner work off the event loop (one at a time: the learner is not
+        thread-safe)."""
+        return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs), limiter=self._learner_lock)
+
+    async def run(self) -> TrainSummary:
+        from .learner import Learner
+
+        t0 = time.monotonic()
+        self._check_run_dir()
+        self._learner_lock = anyio.CapacityLimiter(1)
+        base = prepare_model(self.config.model, self.run_dir)
+        self.learner = await self._thread(Learner, self.config.learner, base)
+        try:
+            if self.resume:
+                saved = await self._thread(self.learner.load_checkpoint, self.run_dir / "checkpoints")
+                if saved is not None:
+                    self.state = msgspec.convert(saved, TrainState)
+            weights = Path(self.state.weights_dir) if self.state.weights_dir else base
+            inference = self.config.inference or InferenceConfig(model="policy")
+            async with rollout_stack(
+                rollout=self.config.rollout,
+                inference=inference,
+                sandbox=self.config.sandbox,
+                model_dir=None if self.config.inference else weights,
+                tokenizer_dir=base,
+                local_server=self.config.server,
+                log_dir=self.run_dir,
+            ) as stack:
+                if self.config.inference and self.state.weight_version:
+                    await self._sync(stack, weights)  # external servers may hold older weights
+                stack.engine.scorer = self.scorer = _TimedScorer(stack.engine.scorer)
+                with MetricsWriter(self.run_dir) as metrics:
+                    for index in range(self.state.stage, len(self.config.stages)):
+                        stage = self.config.stages[index]
+                        if stage.kind == "sft":
+                            await self._sft_stage(stack, stage, metrics)
+                        else:
+                            await self._rl_stage(stack, index, stage, metrics)
+                        self.state.stage, self.state.step_in_stage = index + 1, 0
+                    if not self.state.evals or self.state.evals[-1]["rl_step"] != self.state.rl_step:
+                        await self._evaluate(stack, metrics, "final")
+        finally:
+            await self._thread(self.learner.close)
+        plots = plot_metrics(self.run_dir / "metrics.jsonl", self.run_dir / "plots")
+        summary = TrainSummary(
+            run_dir=str(self.run_dir),
+            rl_steps=self.state.rl_step,
+            wall_s=time.monotonic() - t0,
+            evals=self.state.evals,
+            phase_seconds=self.phase_seconds,
+            plots=[str(p) for p in plots],
+        )
+        (self.run_dir / "summary.json").write_bytes(msgspec.json.format(msgspec.json.encode(summary)) + b"\n")
+        return summary
+
+    # --- stages -------------------------------------------------------------------
+
+    async def _sft_stage(self, stack: RolloutStack, stage: StageConfig, metrics: MetricsWriter) -> None:
+        from transformers import AutoTokenizer
+
+        from .sft import load_chat_jsonl, sft_step
+
+        tokenizer = AutoTokenizer.from_pretrained(str(self.learner.model_path))
+        seqs = load_chat_jsonl(stage.data, tokenizer, max_tokens=self.config.server.max_model_len)
+        self._set_lr(stage)
+        t0 = time.monotonic()
+        for step in range(self.state.step_in_stage, stage.steps):
+            batch = batch_for_step(seqs, stage.batch_problems, seed=self.config.run.seed, stage=self.state.stage, step=step)
+            stats = await self._thread(sft_step, self.learner, batch)
+            metrics.write(self.learner.global_step, {"sft/loss": stats.loss, "sft/grad_norm": stats.grad_norm, "sft/lr": stats.lr})
+        self.phase_seconds["sft"] += time.monotonic() - t0
+        await self._export_and_sync(stack)
+        await self._evaluate(stack, metrics, stage.name)
+        await self._checkpoint(stage.steps)
+
+    async def _rl_stage(self, stack: RolloutStack, index: int, stage: StageConfig, metrics: MetricsWriter) -> None:
+        problems = load_problems(stage.data)
+        self._set_lr(stage)
+        if stage.reset_optimizer and self.state.step_in_stage == 0:
+            await self._thread(reset_optimizer_state, self.learner)
+        rollout = msgspec.structs.replace(
+            self.config.rollout,
+            max_response_tokens=stage.max_response_tokens or self.config.rollout.max_response_tokens,
+            max_turns=stage.max_turns or self.config.rollout.max_turns,
+        )
+        engine = _with_config(stack.engine, rollout)
+        if stage.hard_filter_samples:
+            problems = await self._hard_problems(engine, stage, problems)
+        for step in range(self.state.step_in_stage, stage.steps):
+            batch = batch_for_step(problems, stage.batch_problems, seed=self.config.run.seed, stage=index, step=step)
+            values = await self._rl_step(stack, engine, stage, batch, step)
+            self.state.rl_step += 1
+            self.state.step_in_stage = step + 1
+            metrics.write(self.state.rl_step, {"stage": stage.name, **values})
+            every = self.config.run.eval_every
+            if every and self.state.rl_step % every == 0:
+                await self._evaluate(stack, metrics, stage.name)
+            if (step + 1) % self.config.run.checkpoint_every == 0 or step + 1 == stage.steps:
+                await self._checkpoint(step + 1)
+
+    async def _rl_step(
+        self, stack: RolloutStack, engine: RolloutEngine, stage: StageConfig, batch: list[Problem], step: int
+    ) -> dict[str, Any]:
+        from .grpo import grpo_step
+
+        rng = random.Random(f"{self.config.run.seed}/roc/{self.state.rl_step}")
+        kept: list[Group] = []
+        groups: list[Group] = []
+        reasons: dict[str, int] = {}
+        reward_before = self.scorer.seconds
+        t0 = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(show_progress, engine, len(batch) * stage.n_oversample, f"{stage.name} step {step + 1}")
+            async with engine.stream(batch, stage.n_oversample) as stream:
+                async for group in stream:  # RoC runs as each group completes
+                    groups.append(group)
+                    decision = roc_downsample(group, stage.n_keep, rng, selection=stage.roc_selection)
+                    if decision.group is not None:
+                        kept.append(decision.group)
+                    for d in decision.dropped:
+                        reasons[d.reason] = reasons.get(d.reason, 0) + 1
+            tg.cancel_scope.cancel()
+        t_rollout = time.monotonic() - t0
+        self._write_samples(groups, stage.name)
+        values: dict[str, Any] = rollout_metrics(groups)
+        values.update({f"roc/dropped_{k}": v for k, v in reasons.items()})
+        values["roc/groups_kept"] = len(kept)
+        update_s = sync_s = 0.0
+        if kept:  # a batch where every group was all-right or all-wrong teaches nothing
+            t1 = time.monotonic()
+            stats = await self._thread(grpo_step, self.learner, kept)
+            update_s = time.monotonic() - t1
+            values.update({f"learner/{k}": v for k, v in msgspec.structs.asdict(stats).items()})
+            sync_s = await self._export_and_sync(stack)
+        reward_s = self.scorer.seconds - reward_before
+        values.update({"time/rollout_s": t_rollout, "time/reward_s": reward_s, "time/update_s": update_s, "time/sync_s": sync_s})
+        self.phase_seconds["rollout"] += t_rollout
+        self.phase_seconds["reward"] += reward_s
+        self.phase_seconds["update"] += update_s
+        self.phase_seconds["sync"] += sync_s
+        values["weight_version"] = self.state.weight_version
+        return values
+
+    async def _hard_problems(self, engine: RolloutEngine, stage: StageConfig, problems: list[Problem]) -> list[Problem]:
+        """rStar2 stage 3: keep problems the current policy does not solve every time."""
+        if stage.name not in self.state.hard_problems:
+            solved_all = set()
+            groups = await engine.run(problems, stage.hard_filter_samples)
+            for g in groups:
+                if min(g.rewards) > 0.5:
+                    solved_all.add(g.problem.id)
+            self.state.hard_problems[stage.name] = [p.id for p in problems if p.id not in solved_all]
+        keep = set(self.state.hard_problems[stage.name])
+        hard = [p for p in problems if p.id in keep]
+        if not hard:
+            raise TrainError(f"stages[{stage.name}]: the policy solves every problem of {stage.data}; nothing is hard")
+        return hard
+
+    # --- weights, evaluation, checkpoints --------------------------------------------
+
+    async def _export_and_sync(self, stack: RolloutStack) -> float:
+        t0 = time.monotonic()
+        version = self.state.weight_version + 1
+        out = self.run_dir / "weights" / f"v{version:06d}"
+        await self._thread(self.learner.export, out)
+        await self._sync(stack, out)
+        previous = self.state.weights_dir
+        self.state.weight_version, self.state.weights_dir = version, str(out)
+        if previous and Path(previous).parent == out.parent:
+            shutil.rmtree(previous, ignore_errors=True)  # the servers hold the new ones now
+        return time.monotonic() - t0
+
+    async def _sync(self, stack: RolloutStack, weights: Path) -> None:
+        if stack.sync is None:
+            raise TrainError("training needs token mode (inference.mode = \"tokens\"): chat endpoints cannot load weights")
+        version = self.state.weight_version + 1 if weights.name.startswith("v") else self.state.weight_version
+        await stack.sync.sync(weights, version)
+        if stack.fleet is not None:
+            stack.fleet.set_model(str(weights))  # a restarted server comes back with these
+
+    async def _evaluate(self, stack: RolloutStack, metrics: MetricsWriter, label: str) -> None:
+        section = self.config.eval
+        if not section.data:
+            return
+        t0 = time.monotonic()
+        rollout = msgspec.structs.replace(self.config.rollout, sampling=section.sampling)
+        engine = _with_config(stack.engine, rollout)
+        record: dict[str, Any] = {"rl_step": self.state.rl_step, "stage": label}
+        for name in section.data:
+            problems = load_problems(name, limit=section.limit)
+            out = self.run_dir / "eval" / f"step-{self.state.rl_step:06d}-{label}" / Path(name).stem
+            summary = await evaluate(engine, Path(name).stem, problems, n=section.n, out_dir=out)
+            record[Path(name).stem] = summary.avg_at_n
+        scores = [v for k, v in record.items() if k not in ("rl_step", "stage")]
+        record["accuracy"] = sum(scores) / len(scores)
+        self.state.evals.append(record)
+        metrics.write(self.state.rl_step, {f"eval/{k}": v for k, v in record.items() if k not in ("rl_step", "stage")})
+        self.phase_seconds["eval"] += time.monotonic() - t0
+
+    async def _checkpoint(self, step_in_stage: int) -> None:
+        self.state.step_in_stage = step_in_stage
+        state = msgspec.to_builtins(self.state)
+        await self._thread(self.learner.save_checkpoint, self.run_dir / "checkpoints", state=state)
+
+    def _set_lr(self, stage: StageConfig) -> None:
+        set_learning_rate(self.learner, stage.lr or self.config.learner.lr)
+
+    def _write_samples(self, groups: Sequence[Group], stage: str) -> None:
+        k = self.config.run.samples_per_step
+        if not k:
+            return
+        picked: list[Trajectory] = [g.trajectories[0] for g in groups[:k]]
+        with (self.run_dir / "samples.jsonl").open("ab") as f:
+            for t in picked:
+                record = {
+                    "rl_step": self.state.rl_step + 1, "stage": stage, "problem_id": t.problem_id,
+                    "reward": t.reward, "finish_reason": t.finish_reason, "turns": t.num_turns,
+                    "tool_calls": t.num_tool_calls, "weight_version": t.weight_version, "response": t.response_text,
+                }  # fmt: skip
+                f.write(msgspec.json.encode(record) + b"\n")
+
+
+def _with_config(engine: RolloutEngine, config: Any) -> RolloutEngine:
+    """A second engine over the same servers, sandbox and grader, with other limits."""
+    return RolloutEngine(
+        backend=engine.backend, sandbox=engine.sandbox, config=config, tokenizer=engine.tokenizer, scorer=engine.scorer
+    )
+
+
+def set_learning_rate(learner: Any, lr: float) -> None:
+    """Make ``lr`` the peak of the learner's schedule from now on (per stage)."""
+    scheduler = learner.engine.lr_scheduler
+    scheduler.base_lrs = [lr for _ in scheduler.base_lrs]
+    for group, factor in zip(scheduler.optimizer.param_groups, scheduler.lr_lambdas):
+        group["initial_lr"] = lr
+        group["lr"] = lr * factor(scheduler.last_epoch)
+
+
+def reset_optimizer_state(learner: Any) -> None:
+    """Forget AdamW's moments (rStar2 resets the optimizer before stage 3)."""
+    optimizer = learner.engine.optimizer
+    base = getattr(optimizer, "optimizer", optimizer)  # ZeRO wraps the torch optimizer
+    base.state.clear()
