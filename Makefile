@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # torch must be the pinned CPU wheel, installed before anything that depends on it.
 TORCH := torch==2.13.0
 
-.PHONY: all venv vllm system test demo bench clean
+.PHONY: all venv vllm system test demo clean
 
 all: venv
 
@@ -35,6 +35,9 @@ $(VLLM_VENV)/bin/.installed:
 	touch $@
 
 vllm: $(VLLM_VENV)/bin/.installed
+
+demo: venv vllm
+	$(BIN)/rstar2 demo
 
 test: venv vllm
 	$(BIN)/python -m pytest -q
