@@ -16,7 +16,10 @@ Covered:
   raises `LaunchError` with the log's tail in the message;
 - on exit, error or cancellation the whole process tree is stopped:
   SIGTERM to the process group and every descendant, a grace period, then
-  SIGKILL, in a shielded cancel scope.
+  SIGKILL, in a shielded cancel scope;
+- if the launching process itself is killed (SIGKILL, crash), a watchdog in
+  ``_vllm_entry.py`` sees the server re-parented and stops it, so no orphan
+  keeps its memory.
 
 Not covered: restarting a dead server (the fleet does that), GPUs, several
 nodes, and a port that another process grabs between our probe and vLLM's
@@ -168,6 +171,8 @@ def _environment(config: VLLMServerConfig) -> dict[str, str]:
         DO_NOT_TRACK="1",
         HF_HUB_OFFLINE="1",
         PYTHONUNBUFFERED="1",
+        # _vllm_entry.py stops the server when this process dies, even by SIGKILL.
+        RSTAR2_LAUNCHER_PID=str(os.getpid()),
     )
     env.update(config.env)
     return env

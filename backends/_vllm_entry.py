@@ -47,7 +47,41 @@ try:
 except _md.PackageNotFoundError:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
+
+def _die_with_launcher() -> None:
+    """Stop this server when the launcher dies, even by SIGKILL.
+
+    The launcher stops the tree itself on every orderly way out; this covers the
+    one it cannot (its own SIGKILL or a crash), which would otherwise leave an
+    orphaned server holding gigabytes. A daemon thread notices the change of
+    parent (re-parenting to init or a subreaper) and sends SIGTERM to this
+    process, on which vLLM stops its engine processes; if that has not worked
+    within 30 s, SIGKILL to the process group (the launcher gives the server a
+    session of its own).
+
+    Not ``PR_SET_PDEATHSIG``: it fires when the *thread* that forked us exits,
+    and trio starts processes from worker threads that exit when idle.
+    """
+    launcher = os.environ.pop("RSTAR2_LAUNCHER_PID", None)
+    if launcher is None:
+        return
+    import signal
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == int(launcher):
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30.0)
+        if os.getpgid(0) == os.getpid():
+            os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="launcher-watchdog", daemon=True).start()
+
+
 if __name__ == "__main__":
+    _die_with_launcher()
     from vllm.entrypoints.cli.main import main
 
     sys.argv[0] = "vllm"

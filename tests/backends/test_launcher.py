@@ -203,3 +203,39 @@ async def test_environment_enables_dev_mode_and_drops_our_pythonpath(
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
     assert env["HF_HUB_OFFLINE"] == "0"  # config.env wins over our defaults
     assert "PYTHONPATH" not in env
+
+
+async def test_entry_point_dies_with_its_launcher_even_on_sigkill(tmp_path: Path) -> None:
+    """`_vllm_entry.py` watches its parent: SIGKILL of the launching process
+    (which cannot clean up) still stops the server. A stub `vllm` package stands
+    in for the real one."""
+    import signal
+    import subprocess
+
+    from backends._launcher import _ENTRY
+
+    cli = tmp_path / "stub" / "vllm" / "entrypoints" / "cli"
+    cli.mkdir(parents=True)
+    for d in (cli, cli.parent, cli.parent.parent):
+        (d / "__init__.py").write_text("")
+    (cli / "main.py").write_text("import sys, time\ndef main():\n    print('serving', flush=True)\n    time.sleep(600)\n")
+    launcher = textwrap.dedent(
+        f"""
+        import os, subprocess, sys, time
+        env = dict(os.environ, PYTHONPATH={str(tmp_path / "stub")!r}, RSTAR2_LAUNCHER_PID=str(os.getpid()))
+        child = subprocess.Popen([sys.executable, "-P", {str(_ENTRY)!r}, "serve"], env=env, stdout=subprocess.PIPE)
+        assert child.stdout.readline() == b"serving\\n"
+        print(child.pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", launcher], stdout=subprocess.PIPE)
+    try:
+        assert parent.stdout is not None
+        server_pid = int(await anyio.to_thread.run_sync(parent.stdout.readline))
+        assert _alive(server_pid)
+        parent.send_signal(signal.SIGKILL)
+        assert await _gone([server_pid])
+    finally:
+        parent.kill()
+        parent.wait()
