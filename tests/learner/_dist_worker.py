@@ -1,7 +1,8 @@
 """One rank of the 2-process learner test (run by test_engine.py with RANK etc. set).
 
 argv: model_dir out_dir. Trains ZeRO-0, 2 and 3 on the same batches, exports the
-ZeRO-3 weights to out_dir/export-z3 and writes out_dir/losses.json (rank 0).
+ZeRO-3 weights to out_dir/export-z3, checkpoints the ZeRO-3 run, resumes it in a fresh
+learner and takes one more step in both; writes out_dir/losses.json (rank 0).
 """
 
 import json
@@ -14,7 +15,9 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
-from _learnkit import train_fixed  # noqa: E402
+from _learnkit import fixed_groups, train_fixed  # noqa: E402
+
+from rstar2_async.grpo import grpo_step  # noqa: E402
 
 model, out = Path(sys.argv[1]), Path(sys.argv[2])
 result = {}
@@ -23,6 +26,11 @@ for stage in (0, 2, 3):
     result[stage] = losses
     if stage == 3:
         learner.export(out / "export-z3")
+        learner.save_checkpoint(out / "ckpt", state={"next": 3})
+        _, resumed = train_fixed(model, zero_stage=3, steps=0)
+        state = resumed.load_checkpoint(out / "ckpt")
+        step = resumed.global_step
+        result["resume"] = [grpo_step(x, fixed_groups(3)).loss for x in (learner, resumed)] + [state, step]
 if learner.rank == 0:
     (out / "losses.json").write_text(json.dumps(result))
 learner.close()

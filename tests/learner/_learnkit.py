@@ -196,7 +196,7 @@ def fixed_groups(seed: int, *, num_groups: int = 3, size: int = 6, vocab: int = 
 
 def train_fixed(model_path: Path, *, steps: int = 3, **overrides) -> tuple[list[float], object]:  # noqa: ANN003
     """Fresh learner on ``model_path``; ``steps`` GRPO updates on :func:`fixed_groups`;
-    returns the losses and the learner."""
+    returns ``(losses, learner)``."""
     from rstar2_async.grpo import grpo_step
     from rstar2_async.learner import Learner
     from rstar2_async.learner_config import LearnerConfig
