@@ -13,7 +13,8 @@ All in one process and one run, on CPU with gloo (one rank), one thread:
 2. ``padding_waste``: padded tokens / computed tokens of our packed micro-batches
    (first-fit decreasing under ``micro_batch_tokens``) on a long-tailed length mix
    (log-normal, median ~90, tail to 1024). Target < 0.05. ``padded_waste`` is the
-   same for batches of ``--pad-batch`` sequences padded to their longest, and
+   same for batches of ``--pad-batch`` sequences padded to their longest;
+   ``pack_fill`` is how full the micro-batches are (tokens / (bins x budget)); and
    ``speedup_vs_padded`` is the padded step's median time over the packed step's,
    both on our engine.
 3. ``export_s_per_gb``: seconds per GB (fp32 bytes written) of
@@ -155,7 +156,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     hidden, layers, vocab = (128, 2, 1024) if args.quick else (256, 4, 4096)
-    n_groups = 2 if args.quick else 8
+    n_groups = 2 if args.quick else 4
     tmp = Path(tempfile.mkdtemp(prefix="learner-bench-"))
     model = make_model(tmp / "model", hidden=hidden, layers=layers, vocab=vocab)
     cfg = LearnerConfig(
@@ -192,7 +193,7 @@ def main() -> None:
     # 2. Packing vs padding to the longest, same engine, alternating.
     learner = packed_learner
     packed_t, padded_t = [], []
-    real = computed_packed = computed_padded = 0
+    real = computed_packed = computed_padded = n_bins = 0
     for r, g in enumerate(groups):
         seqs = sequences_from_groups(g)
         bins = plan_micro_batches([len(s) for s in seqs], cfg.micro_batch_tokens)
@@ -203,6 +204,7 @@ def main() -> None:
         t2 = time.perf_counter()
         real += rr
         computed_packed += sum(sum(len(seqs[i]) for i in b) for b in bins)  # one row per bin, no padding
+        n_bins += len(bins)
         computed_padded += cc
         if r:
             packed_t.append(t1 - t0)
@@ -210,6 +212,7 @@ def main() -> None:
         log(f"rep {r}: packed {t1 - t0:.2f}s, padded {t2 - t1:.2f}s")
     result["padding_waste"] = round(1 - real / computed_packed, 4)
     result["padded_waste"] = round(1 - real / computed_padded, 4)
+    result["pack_fill"] = round(real / (n_bins * cfg.micro_batch_tokens), 4)
     result["speedup_vs_padded"] = round(statistics.median(padded_t) / statistics.median(packed_t), 3)
     lengths = [len(s) for g in groups for s in sequences_from_groups(g)]
     result["lengths"] = {"median": statistics.median(lengths), "max": max(lengths), "n": len(lengths)}
