@@ -1,4 +1,5 @@
-"""One rank of the 2-process learner test (run by test_engine.py with RANK etc. set).
+"""One rank of the 2-process learner test (run by test_engine.py with RANK etc. set;
+also runs as is under ``torchrun --nproc_per_node 2`` or ``deepspeed --num_gpus 2``).
 
 argv: model_dir out_dir. Trains ZeRO-0, 2 and 3 on the same batches, exports the
 ZeRO-3 weights to out_dir/export-z3, checkpoints the ZeRO-3 run, resumes it in a fresh
@@ -19,7 +20,8 @@ from _learnkit import fixed_groups, train_fixed  # noqa: E402
 
 from rstar2_async.grpo import grpo_step  # noqa: E402
 
-model, out = Path(sys.argv[1]), Path(sys.argv[2])
+args = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]  # the deepspeed launcher adds it
+model, out = Path(args[0]), Path(args[1])
 result = {}
 for stage in (0, 2, 3):
     losses, learner = train_fixed(model, zero_stage=stage)
