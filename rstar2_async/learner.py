@@ -68,6 +68,13 @@ def init_distributed() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -82,12 +89,17 @@ class Learner:
         config: the ``[learner]`` section.
         model_path: a Hugging Face model directory (config, safetensors, tokenizer);
             it is also where the export copies the tokenizer from.
+        deepspeed_overrides: merged (recursively) into the DeepSpeed config derived
+            from ``config``; an escape hatch for engine knobs the config does not name
+            (bucket sizes, offload, ...).
 
     Resource handling: the learner owns the engine and the process group it joined;
     :meth:`close` tears down the process group (call it once, at exit).
     """
 
-    def __init__(self, config: LearnerConfig, model_path: str | Path) -> None:
+    def __init__(
+        self, config: LearnerConfig, model_path: str | Path, *, deepspeed_overrides: dict[str, Any] | None = None
+    ) -> None:
         from transformers import AutoModelForCausalLM
 
         self.config = config
@@ -96,7 +108,7 @@ class Learner:
         self.device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
         seed_everything(config.seed + self.rank)
         self.dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
-        ds_config = self.deepspeed_config()
+        ds_config = _merge(self.deepspeed_config(), deepspeed_overrides or {})
         self._hf_ds_config = None
         if config.zero_stage == 3 and importlib.util.find_spec("accelerate") is not None:
             # Keeps ZeRO-3 on for from_pretrained: parameters are partitioned as they

@@ -194,6 +194,11 @@ def fixed_groups(seed: int, *, num_groups: int = 3, size: int = 6, vocab: int = 
     return groups
 
 
+PARTITION_ALL = {"zero_optimization": {"stage3_param_persistence_threshold": 0}}
+"""DeepSpeed keeps parameters under 1e5 elements whole on every rank under ZeRO-3 by
+default, which would be every parameter of a tiny model: partition them all."""
+
+
 def train_fixed(model_path: Path, *, steps: int = 3, **overrides) -> tuple[list[float], object]:  # noqa: ANN003
     """Fresh learner on ``model_path``; ``steps`` GRPO updates on :func:`fixed_groups`;
     returns ``(losses, learner)``."""
@@ -201,7 +206,8 @@ def train_fixed(model_path: Path, *, steps: int = 3, **overrides) -> tuple[list[
     from rstar2_async.learner import Learner
     from rstar2_async.learner_config import LearnerConfig
 
-    cfg = dict(precision="fp32", lr=1e-2, warmup_steps=2, gradient_checkpointing=False, micro_batch_tokens=96)
-    learner = Learner(LearnerConfig(**(cfg | overrides)), model_path)
+    cfg = LearnerConfig(**(dict(precision="fp32", lr=1e-2, warmup_steps=2, gradient_checkpointing=False,
+                                micro_batch_tokens=96) | overrides))  # fmt: skip
+    learner = Learner(cfg, model_path, deepspeed_overrides=PARTITION_ALL)
     losses = [grpo_step(learner, fixed_groups(s)).loss for s in range(steps)]
     return losses, learner

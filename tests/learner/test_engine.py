@@ -205,3 +205,12 @@ def test_export_loads_in_vllm_unchanged(tiny_chat_model: Path, tmp_path: Path) -
         want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(p[1:])[:, None]).squeeze(-1)  # [L-1]
         # bf16 weights, bf16 compute in vLLM vs fp32 compute here.
         torch.testing.assert_close(torch.tensor(got), want, rtol=0, atol=0.05)
+
+
+def test_zero3_really_partitions_the_tiny_model(tiny_lm: Path) -> None:
+    from _learnkit import train_fixed
+
+    _, learner = train_fixed(tiny_lm, zero_stage=3, steps=0)
+    params = list(learner.module.parameters())
+    assert all(hasattr(p, "ds_id") for p in params)
+    assert all(p.numel() == 0 for p in params), "outside forward, ZeRO-3 holds no full parameter"
