@@ -35,16 +35,16 @@ import msgspec
 from rstar2_async.types import Group, Trajectory
 
 __all__ = [
-    "PENALTY_FLOOR",
-    "AnswerFormat",
     "Dropped",
+    "FormatVerdict",
+    "PENALTY_FLOOR",
     "RocDecision",
+    "default_format_check",
     "format_penalty",
     "roc_downsample",
     "split_counts",
     "tool_error_ratio",
     "trajectory_penalty",
-    "turn_answer_format",
 ]
 
 PENALTY_FLOOR = 0.05
@@ -55,7 +55,7 @@ infinitely more likely."""
 Selection = Literal["lowest_penalty", "inverse_penalty"]
 
 
-class AnswerFormat(NamedTuple):
+class FormatVerdict(NamedTuple):
     """What a format checker reports about a trajectory's final answer."""
 
     ok: bool
@@ -64,7 +64,7 @@ class AnswerFormat(NamedTuple):
     """``<answer>`` blocks over the whole response."""
 
 
-def turn_answer_format(traj: Trajectory) -> AnswerFormat:
+def default_format_check(traj: Trajectory) -> FormatVerdict:
     """The default checker. With the response text it asks the reward's parser
     (:func:`rstar2_async.reward.answer_format`: complete blocks, stray tags, a boxed
     answer in the last block); without text it trusts what the rollout recorded
@@ -79,12 +79,12 @@ def turn_answer_format(traj: Trajectory) -> AnswerFormat:
 
         fmt = answer_format(traj.response_text)
         ok = fmt.answer_blocks >= 1 and fmt.unmatched_tags == 0 and fmt.boxed_in_answer
-        return AnswerFormat(ok and traj.finish_reason == "answer", fmt.answer_blocks)
+        return FormatVerdict(ok and traj.finish_reason == "answer", fmt.answer_blocks)
     blocks = sum(t.num_answer_blocks for t in traj.turns)
-    return AnswerFormat(traj.finish_reason == "answer" and blocks >= 1, blocks)
+    return FormatVerdict(traj.finish_reason == "answer" and blocks >= 1, blocks)
 
 
-FormatCheck = Callable[[Trajectory], AnswerFormat]
+FormatCheck = Callable[[Trajectory], FormatVerdict]
 
 
 def tool_error_ratio(traj: Trajectory) -> float:
@@ -94,7 +94,7 @@ def tool_error_ratio(traj: Trajectory) -> float:
     return 0.5 if calls == 0 else traj.num_tool_errors / calls
 
 
-def format_penalty(traj: Trajectory, check: FormatCheck = turn_answer_format) -> float:
+def format_penalty(traj: Trajectory, check: FormatCheck = default_format_check) -> float:
     """1 if the answer is missing or malformed, else ``min(1, (blocks - 1) / turns)``:
     0 for exactly one answer, growing with extra answer blocks per turn."""
     fmt = check(traj)
@@ -103,7 +103,7 @@ def format_penalty(traj: Trajectory, check: FormatCheck = turn_answer_format) ->
     return min(1.0, (fmt.num_blocks - 1) / max(1, traj.num_turns))
 
 
-def trajectory_penalty(traj: Trajectory, check: FormatCheck = turn_answer_format) -> float:
+def trajectory_penalty(traj: Trajectory, check: FormatCheck = default_format_check) -> float:
     """RoC's quality penalty of a positive trajectory, in [0, 2]; lower is better."""
     return tool_error_ratio(traj) + format_penalty(traj, check)
 
@@ -160,7 +160,7 @@ def roc_downsample(
     *,
     selection: Selection = "lowest_penalty",
     positive_threshold: float = 0.5,
-    check: FormatCheck = turn_answer_format,
+    check: FormatCheck = default_format_check,
 ) -> RocDecision:
     """Downsample one finished group to at most ``n`` trajectories (GRPO-RoC).
 

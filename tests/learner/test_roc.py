@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rstar2_async.roc import (
-    AnswerFormat,
+    FormatVerdict,
     format_penalty,
     roc_downsample,
     split_counts,
@@ -71,7 +71,7 @@ def test_format_penalty_by_hand() -> None:
     two = "<answer>\\boxed{1}</answer> wait <answer>\\boxed{2}</answer>"
     assert format_penalty(traj(0, 1.0, answers=(0, 2), text=two)) == pytest.approx(0.5)  # 1 extra / 2 turns
     # A pluggable checker (e.g. reward.answer_format) replaces the default.
-    assert format_penalty(traj(0, 1.0), check=lambda t: AnswerFormat(True, 3)) == 1.0
+    assert format_penalty(traj(0, 1.0), check=lambda t: FormatVerdict(True, 3)) == 1.0
     assert trajectory_penalty(traj(0, 1.0, tools=(("error", "ok"),), answers=(2, 0))) == 1.0
 
 
