@@ -90,12 +90,13 @@ def policy_loss(
     kl_coef: float = 0.0,
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token clipped surrogate, *summed* over masked tokens (all inputs ``[T]``).
 
     The caller divides by the number of loss tokens of the whole mini-batch (over all
-    ranks) to get the token-mean. Returns ``(loss_sum, stats)``; stats are sums over
-    masked tokens (``clipped``, ``ratio``, ``kl``, ``entropy``) for logging.
+    ranks) to get the token-mean. Returns ``(loss_sum, stats)``; stats are detached
+    0-dim tensors on the loss's device, sums over masked tokens (``clipped``,
+    ``ratio``, ``kl``, ``entropy``), so logging adds no device sync per micro-batch.
     """
     ratio = torch.exp(logp - old_logp)  # [T]
     surr = advantages * ratio  # [T]
@@ -104,20 +105,20 @@ def policy_loss(
     if is_weight is not None:
         per_token = per_token * is_weight
     stats = {
-        "clipped": float(((surr_clipped < surr).float() * mask).sum()),
-        "ratio": float((ratio.detach() * mask).sum()),
+        "clipped": ((surr_clipped < surr).float() * mask).sum().detach(),
+        "ratio": (ratio.detach() * mask).sum(),
     }
     if kl_coef > 0:
         assert ref_logp is not None, "policy_loss: kl_coef > 0 needs ref_logp"
         d = ref_logp - logp  # [T]
         kl = torch.exp(d) - d - 1.0  # k3 estimator, >= 0
         per_token = per_token + kl_coef * kl
-        stats["kl"] = float((kl.detach() * mask).sum())
+        stats["kl"] = (kl.detach() * mask).sum()
     if entropy_coef > 0:
         assert entropy is not None, "policy_loss: entropy_coef > 0 needs entropy"
         per_token = per_token - entropy_coef * entropy
     if entropy is not None:
-        stats["entropy"] = float((entropy.detach() * mask).sum())
+        stats["entropy"] = (entropy.detach() * mask).sum()
     return (per_token * mask).sum(), stats
 
 
@@ -167,10 +168,13 @@ def grpo_step(learner: Learner, groups: Sequence[Group]) -> GrpoStats:
         for m, mbs in enumerate(plan):
             for k, mb in enumerate(mbs):
                 old, _ = learner.logprobs(mb, grad=False)  # [T], the learner's own old policy
-                is_weights[m, k] = torch.clamp(torch.exp(old - mb.old_logprobs), max=c.tis_cap) * mb.mask
+                ratio = torch.exp(old - mb.old_logprobs.to(old.device))  # [T] pi_learner / pi_sampler
+                is_weights[m, k] = torch.clamp(ratio, max=c.tis_cap) * mb.mask.to(old.device)
                 plan[m][k] = _with_old_logprobs(mb, old)
 
-    sums = dict.fromkeys(["loss", "clipped", "ratio", "kl", "entropy", "grad_norm", "lr"], 0.0)
+    keys = ["loss", "clipped", "ratio", "kl", "entropy"]
+    sums: dict[str, torch.Tensor | float] = dict.fromkeys(keys, 0.0)  # device tensors once added to
+    grad_norm = lr = 0.0
     loss_tokens = tokens = 0
     for m, mbs in enumerate(plan):
         # Token-mean over the mini-batch on all ranks; one sync point per mini-batch.
@@ -186,17 +190,17 @@ def grpo_step(learner: Learner, groups: Sequence[Group]) -> GrpoStats:
             # DeepSpeed averages gradients over ranks: scale by world_size so the
             # result is the sum over all ranks' tokens divided by n_tok.
             learner.backward(loss_sum * (learner.world_size / max(n_tok, 1.0)), last=k == len(mbs) - 1)
-            sums["loss"] += float(loss_sum.detach()) / max(n_tok, 1.0)
+            sums["loss"] = sums["loss"] + loss_sum.detach() / max(n_tok, 1.0)
             for key, v in st.items():
-                sums[key] += v
+                sums[key] = sums[key] + v
             loss_tokens += mb.num_loss_tokens
             tokens += mb.num_tokens if mb.num_loss_tokens else 0
         step = learner.step()
-        sums["grad_norm"] += step["grad_norm"] / len(plan)
-        sums["lr"] += step["lr"] / len(plan)
+        grad_norm += step["grad_norm"] / len(plan)
+        lr += step["lr"] / len(plan)
 
-    keys = ["loss", "clipped", "ratio", "kl", "entropy"]
-    red = learner.all_reduce([sums[k] for k in keys] + [loss_tokens, tokens])
+    # One device sync for all the statistics, then one all-reduce.
+    red = learner.all_reduce([float(sums[k]) for k in keys] + [loss_tokens, tokens])
     tot = dict(zip(keys, red[:5]))
     n_loss = max(red[5], 1.0)
     return GrpoStats(
@@ -205,8 +209,8 @@ def grpo_step(learner: Learner, groups: Sequence[Group]) -> GrpoStats:
         ratio_mean=tot["ratio"] / n_loss,
         kl=tot["kl"] / n_loss,
         entropy=tot["entropy"] / n_loss,
-        grad_norm=sums["grad_norm"],
-        lr=sums["lr"],
+        grad_norm=grad_norm,
+        lr=lr,
         loss_tokens=int(red[5]),
         tokens=int(red[6]),
         sequences=len(seqs),

@@ -225,6 +225,7 @@ class Learner:
         self.engine.step()
         if norm is None:
             norm = self.engine.get_global_grad_norm()
+        # .item(): a device sync, once per optimizer step.
         grad_norm = float(norm.item() if isinstance(norm, torch.Tensor) else (norm or 0.0))
         return {"grad_norm": grad_norm, "lr": lr}
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, final
 
 import msgspec
+import torch
 
 from rstar2_async.learner import Learner
 from rstar2_async.packing import TrainSeq, collate, plan_micro_batches, shard_by_tokens
@@ -99,14 +100,14 @@ def sft_step(learner: Learner, seqs: Sequence[TrainSeq]) -> SftStats:
     bins += [[]] * (n_micro - len(bins))
     mbs = [collate([mine[i] for i in b]) for b in bins]
     n_tok = learner.all_reduce([sum(mb.num_loss_tokens for mb in mbs)])[0]  # sync point
-    loss_sum = 0.0
+    loss_sum: torch.Tensor | float = 0.0  # a device tensor: no sync per micro-batch
     for k, mb in enumerate(mbs):
         logp, _ = learner.logprobs(mb)  # [T]
         nll = -(logp * mb.mask.to(logp.device)).sum()
         learner.backward(nll * (learner.world_size / max(n_tok, 1.0)), last=k == n_micro - 1)
-        loss_sum += float(nll.detach())
+        loss_sum = loss_sum + nll.detach()
     step = learner.step()
-    total = learner.all_reduce([loss_sum])[0]
+    total = learner.all_reduce([float(loss_sum)])[0]
     return SftStats(
         loss=total / max(n_tok, 1.0), grad_norm=step["grad_norm"], lr=step["lr"], loss_tokens=int(n_tok),
         micro_batches=n_micro, seconds=time.perf_counter() - t0,

@@ -40,8 +40,8 @@ def test_clipped_loss_by_hand() -> None:
     # t0: A=+1, r=1.5 -> clipped at 1.28 -> -1.28;  t1: A=-1, r=0.5 -> clipped at 0.8 -> +0.8
     # t2: A=-1, r=1.1 inside -> +1.1;  t3: masked out.
     assert loss.item() == pytest.approx(-1.28 + 0.8 + 1.1, abs=1e-6)
-    assert st["clipped"] == 2
-    assert st["ratio"] == pytest.approx(1.5 + 0.5 + 1.1, rel=1e-6)
+    assert float(st["clipped"]) == 2
+    assert float(st["ratio"]) == pytest.approx(1.5 + 0.5 + 1.1, rel=1e-6)
     loss.backward()
     # Clipped tokens get no gradient; d(-A r)/dlogp = -A r for t2.
     assert logp.grad.tolist() == pytest.approx([0.0, 0.0, 1.1, 0.0], abs=1e-6)
@@ -50,10 +50,10 @@ def test_clipped_loss_by_hand() -> None:
 def test_clip_is_pessimistic_and_asymmetric() -> None:
     # A>0 with a ratio below 1-clip_low is *not* clipped (min picks the unclipped 0.5).
     loss, st = _loss([math.log(0.5)], [0.0], [1.0], [1.0])
-    assert loss.item() == pytest.approx(-0.5) and st["clipped"] == 0
+    assert loss.item() == pytest.approx(-0.5) and float(st["clipped"]) == 0
     # A<0 with a ratio above 1+clip_high is not clipped either.
     loss, st = _loss([math.log(1.5)], [0.0], [-1.0], [1.0])
-    assert loss.item() == pytest.approx(1.5) and st["clipped"] == 0
+    assert loss.item() == pytest.approx(1.5) and float(st["clipped"]) == 0
     # Upper clip is 1.28, lower is 0.8: different bounds.
     assert _loss([math.log(2.0)], [0.0], [1.0], [1.0])[0].item() == pytest.approx(-1.28)
     assert _loss([math.log(0.1)], [0.0], [-1.0], [1.0])[0].item() == pytest.approx(0.8)
@@ -63,9 +63,9 @@ def test_kl_entropy_and_is_weight_by_hand() -> None:
     # k3 with d = ref - logp = 0.5: e^0.5 - 0.5 - 1
     k3 = math.exp(0.5) - 1.5
     loss, st = _loss([-1.0], [-1.0], [0.0], [1.0], ref_logp=torch.tensor([-0.5]), kl_coef=0.1)
-    assert loss.item() == pytest.approx(0.1 * k3) and st["kl"] == pytest.approx(k3)
+    assert loss.item() == pytest.approx(0.1 * k3) and float(st["kl"]) == pytest.approx(k3)
     loss, st = _loss([-1.0], [-1.0], [1.0], [1.0], entropy=torch.tensor([2.0]), entropy_coef=0.01)
-    assert loss.item() == pytest.approx(-1.0 - 0.02) and st["entropy"] == pytest.approx(2.0)
+    assert loss.item() == pytest.approx(-1.0 - 0.02) and float(st["entropy"]) == pytest.approx(2.0)
     loss, _ = _loss([-1.0], [-1.0], [1.0], [1.0], is_weight=torch.tensor([0.5]))
     assert loss.item() == pytest.approx(-0.5)
 
