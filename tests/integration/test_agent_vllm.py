@@ -1,0 +1,129 @@
+"""The agent loop against a real vLLM server, the real sandbox pool and the real grader.
+
+The tiny model is first fitted to one ideal tool-using conversation (a few seconds
+of training), so that greedy decoding really emits a tool call, reads the real
+sandbox output and answers.  The test then checks token-in/token-out end to end:
+the trajectory's model tokens and logprobs are exactly what the server returned,
+tool-response tokens are masked out, and the reward comes from math-verify.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+
+from backends import TokenClient
+from backends._launcher import VLLMServer
+from rstar2_async.chat import HFChatTokenizer
+from rstar2_async.config import RolloutConfig, SamplingConfig
+from rstar2_async.engine import RolloutEngine
+from rstar2_async.reward import Grader
+from rstar2_async.synthetic import answer_text, tool_call_text
+from rstar2_async.toolcall import render_tool_turn
+from rstar2_async.types import Problem
+from sandbox import SandboxConfig, SandboxPool
+from tests.integration.conftest import restore_weights
+
+pytestmark = [pytest.mark.vllm]
+
+PROBLEM = Problem(id="mul", problem="What is 6 * 7?", answer="42")
+SYSTEM = "Compute with the tool, answer in \\boxed{}."
+CONFIG = RolloutConfig(
+    max_turns=3, max_response_tokens=256, system_prompt=SYSTEM, list_tools=False, sampling=SamplingConfig(temperature=0.0)
+)
+
+
+@pytest.fixture(scope="module")
+def tool_policy_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model fitted to PROBLEM's ideal conversation, tokenised exactly as the
+    rollout tokenises it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    tok = HFChatTokenizer.from_pretrained(tiny_model_dir)
+    prompt = tok.encode_prompt([{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROBLEM.problem}])
+    call = tok._encode(tool_call_text(PROBLEM)) + [tok.eos_token_id]
+    tool = tok.encode_tool_turn(render_tool_turn([PROBLEM.answer]))
+    answer = tok._encode(answer_text(PROBLEM.answer)) + [tok.eos_token_id]
+    ids = torch.tensor([prompt + call + tool + answer])
+    mask = torch.tensor([0] * len(prompt) + [1] * len(call) + [0] * len(tool) + [1] * len(answer))[1:].bool()
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    opt = torch.optim.Adam(model.parameters(), lr=2e-3)  # 1e-2 oscillates on this model
+    for _ in range(400):
+        logits = model(ids).logits[0, :-1]  # [T-1, V]
+        loss = torch.nn.functional.cross_entropy(logits[mask], ids[0, 1:][mask])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if loss.item() < 1e-3:
+            break
+    assert loss.item() < 1e-2, f"could not fit the conversation: loss {loss.item()}"
+    out = tmp_path_factory.mktemp("tool-policy")
+    model.save_pretrained(out)
+    for f in tiny_model_dir.iterdir():
+        if f.name.startswith(("tokenizer", "chat_template")):
+            shutil.copy(f, out / f.name)
+    return out
+
+
+class Recorder(httpx.AsyncBaseTransport):
+    """Passes requests to a real transport and keeps every completion the server sent."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.completions: list[dict] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        body = await response.aread()
+        if request.url.path.endswith("/completions"):
+            self.completions.append(json.loads(body)["choices"][0])
+        return httpx.Response(response.status_code, headers=response.headers, content=body)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.fixture
+def policy_server(vllm_server: VLLMServer, tool_policy_dir: Path, tiny_model_dir: Path):  # type: ignore[no-untyped-def]
+    restore_weights(vllm_server, tool_policy_dir, "tool-policy")
+    yield vllm_server
+    restore_weights(vllm_server, tiny_model_dir, "default")
+
+
+@pytest.mark.anyio
+async def test_tool_using_trajectories_are_token_exact(policy_server: VLLMServer, tool_policy_dir: Path) -> None:
+    recorder = Recorder()
+    tok = HFChatTokenizer.from_pretrained(tool_policy_dir)
+    async with (
+        TokenClient(policy_server.base_url + "/v1", model=policy_server.model, transport=recorder) as client,
+        SandboxPool(SandboxConfig(workers=1)) as sandbox,
+        Grader(workers=1) as grader,
+    ):
+        engine = RolloutEngine(backend=client, sandbox=sandbox, config=CONFIG, tokenizer=tok, scorer=grader)
+        [group] = await engine.run([PROBLEM], n=2)
+
+    # Trajectories run concurrently: match each turn to a served completion by content.
+    served = [(c["token_ids"], c["logprobs"]["token_logprobs"]) for c in recorder.completions]
+    assert len(served) == sum(t.num_turns for t in group.trajectories)
+    for t in group.trajectories:
+        assert t.finish_reason == "answer", t.response_text
+        assert t.num_turns == 2 and t.num_tool_calls == 1 and t.num_tool_errors == 0
+        result = t.turns[0].tool_results[0]
+        assert result.status == "ok" and result.output == "42" and result.call is not None
+        assert t.reward == 1.0
+        assert "\\boxed{42}" in tok.decode(t.response_ids)
+        for turn in t.turns:
+            span = slice(turn.start, turn.start + turn.num_generated)
+            # exactly the server's tokens and sampling logprobs, never re-tokenised
+            served.remove((t.response_ids[span], t.logprobs[span]))
+            assert set(t.loss_mask[span]) == {1}
+            appended = slice(span.stop, span.stop + turn.num_appended)
+            assert set(t.loss_mask[appended]) <= {0} and set(t.logprobs[appended]) <= {0.0}
+        assert len(t.response_ids) == len(t.loss_mask) == len(t.logprobs)
+    assert served == []
