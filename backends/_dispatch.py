@@ -8,20 +8,35 @@ async driver that feeds it observations and waits when it says "no room".
 
 The budget policy (``"budget"``):
 
-- A server's *free budget* is its KV capacity in tokens minus what is in use:
-  ``capacity - max(reserved, observed)``, where ``reserved`` sums the
-  reservations of the requests we have in flight on it and ``observed`` is the
-  server's own last report (other clients, and tokens we did not reserve).
-- A request reserves ``tokens`` (the driver passes prompt + allowed new tokens,
-  i.e. the most KV the request can ever hold), so a server given only requests
-  that fit can never overflow.
+- A server's *load* is its best known KV usage in tokens:
+  ``max(reserved, observed + pending)``, where ``reserved`` sums the
+  reservations of the requests we have in flight on it, ``observed`` is the
+  server's own last report (it sees sequences that outgrew their reservation,
+  and other clients), and ``pending`` sums the reservations of the requests
+  admitted since that report and still in flight (the report cannot contain
+  them).  Its *free budget* is
+  ``capacity * (1 - headroom) - load``.
+- A request reserves KV for its prompt plus the new tokens it is expected to
+  hold.  Called with ``new_tokens`` (the most it may generate), the dispatcher
+  reserves ``prompt + min(new_tokens, expected)``, where ``expected`` is the
+  running mean of the generation lengths reported to :meth:`Dispatcher.release`
+  (``expected_new_tokens`` until the first report).  Called without, ``tokens``
+  is reserved as given: the driver reserves prompt + ``max_tokens``, the most KV
+  the request can ever hold, and a server given only such requests can never
+  overflow (at the price of concurrency: a 32K budget per turn holds a cache of
+  400K tokens to a dozen sequences).
+- Expected reservations are what the server will hold on average; a sequence
+  that runs long holds more, which the next ``observed`` shows.  ``headroom``
+  keeps that fraction of each cache out of admission as the margin for growth
+  between reports, so that the server does not preempt.
 - A later turn of a session goes back to the server of its previous turn (its
   prefix is cached there) unless that server cannot fit it or has
   ``affinity_slack`` of its capacity less free budget than the best server.
-- Otherwise the server with the most free budget that fits the request wins.
-  If none fits, :meth:`Dispatcher.acquire_nowait` raises ``anyio.WouldBlock``
-  and the driver waits for a release.  A request larger than any server's whole
-  capacity is admitted alone on an idle server (it cannot run anywhere else).
+- Otherwise the server with the most free budget that fits the request wins
+  (ties: fewer requests in flight).  If none fits,
+  :meth:`Dispatcher.acquire_nowait` raises ``anyio.WouldBlock`` and the driver
+  waits for a release.  A request larger than any server's whole capacity is
+  admitted alone on an idle server (it cannot run anywhere else).
 - A reservation is held until :meth:`Dispatcher.release` (the turn ended,
   normally or not).
 
@@ -35,6 +50,7 @@ Servers marked down are skipped by both policies; their sessions move.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import Final, Literal, final
@@ -50,6 +66,12 @@ MAX_SESSIONS: Final = 1 << 17
 """Sessions whose server is remembered; the least recently used is forgotten
 beyond this.  A session is a trajectory: 128K covers several steps of rStar2's
 batch (64 problems x 32 samples) without ever growing without bound."""
+
+MEAN_WINDOW: Final = 256
+"""Generation lengths the running mean effectively averages over (an exponential
+moving average with weight 1/256): long enough that one long-tailed response
+barely moves it, short enough to follow the policy's responses as they grow
+over training."""
 
 
 class NoServerUp(anyio.WouldBlock):
@@ -85,6 +107,8 @@ class ServerStatistics(msgspec.Struct, frozen=True):
     observed_tokens: int
     in_flight: int
     dispatched: int
+    pending_tokens: int = 0
+    """Reservations admitted since the last observation."""
 
 
 class DispatchStatistics(msgspec.Struct, frozen=True):
@@ -100,22 +124,31 @@ class DispatchStatistics(msgspec.Struct, frozen=True):
     """Later turns moved away from their server (it was full, overloaded or down)."""
     blocked: int
     """Calls to ``acquire_nowait`` that found no room."""
+    expected_new_tokens: float = 0.0
+    """The running mean generation length that expected reservations use."""
 
 
 class _Server:
-    __slots__ = ("up", "capacity", "reserved", "observed", "in_flight", "dispatched")
+    __slots__ = ("up", "capacity", "reserved", "observed", "pending", "epoch", "in_flight", "dispatched", "headroom")
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, headroom: float) -> None:
         self.up = True
         self.capacity = capacity
+        self.headroom = headroom
         self.reserved = 0
         self.observed = 0
+        self.pending = 0
+        self.epoch = 0  # observations so far: a ticket admitted in this epoch is in ``pending``
         self.in_flight = 0
         self.dispatched = 0
 
     @property
+    def usable(self) -> int:
+        return self.capacity - int(self.headroom * self.capacity)
+
+    @property
     def free(self) -> int:
-        return self.capacity - max(self.reserved, self.observed)
+        return self.usable - max(self.reserved, self.observed + self.pending)
 
 
 @final
@@ -129,11 +162,25 @@ class Dispatcher:
         affinity_slack: fraction of a server's capacity by which the best server
             must have more free budget before a session leaves its own server.
             0 disables affinity; 1 never moves a session that still fits.
+        expected_new_tokens: the generation length an expected reservation
+            assumes until :meth:`release` reports real ones (> 0).
+        headroom: fraction of each cache kept out of admission (0..0.9): the
+            margin for sequences that outgrow their expected reservation
+            between two observations.  0 when every request reserves its
+            whole budget.
 
     Not thread-safe; one event loop drives it.  Every method is O(servers).
     """
 
-    def __init__(self, capacities: Sequence[int], *, policy: Policy = "budget", affinity_slack: float = 0.25) -> None:
+    def __init__(
+        self,
+        capacities: Sequence[int],
+        *,
+        policy: Policy = "budget",
+        affinity_slack: float = 0.25,
+        expected_new_tokens: int = 1024,
+        headroom: float = 0.0,
+    ) -> None:
         if not capacities:
             raise ValueError("capacities: expected at least one server")
         if any(c <= 0 for c in capacities):
@@ -142,11 +189,17 @@ class Dispatcher:
             raise ValueError(f"policy: expected 'budget' or 'round_robin', got {policy!r}")
         if not 0.0 <= affinity_slack <= 1.0:
             raise ValueError(f"affinity_slack: expected 0..1, got {affinity_slack!r}")
+        if expected_new_tokens <= 0:
+            raise ValueError(f"expected_new_tokens: expected > 0, got {expected_new_tokens!r}")
+        if not 0.0 <= headroom <= 0.9:
+            raise ValueError(f"headroom: expected 0..0.9, got {headroom!r}")
         self.policy: Policy = policy
         self.affinity_slack = affinity_slack
-        self._servers = [_Server(c) for c in capacities]
+        self.headroom = headroom
+        self._expected = float(expected_new_tokens)
+        self._servers = [_Server(c, headroom) for c in capacities]
         self._sessions: OrderedDict[Hashable, int] = OrderedDict()
-        self._live: dict[int, Ticket] = {}
+        self._live: dict[int, tuple[Ticket, int]] = {}  # id -> (ticket, its server's epoch)
         self._ids = itertools.count()
         self._rotation = 0
         self._dispatched = self._hits = self._moves = self._blocked = 0
@@ -154,11 +207,14 @@ class Dispatcher:
     # -- observations --------------------------------------------------------------
 
     def observe(self, server: int, load: ServerLoad) -> None:
-        """Record a server's polled load (capacity and tokens in use)."""
+        """Record a server's polled load (capacity and tokens in use).  The report
+        is taken to include every request admitted before it."""
         s = self._servers[server]
         if load.capacity_tokens > 0:
             s.capacity = load.capacity_tokens
         s.observed = max(0, load.used_tokens)
+        s.pending = 0
+        s.epoch += 1
 
     def set_up(self, server: int, up: bool) -> None:
         """Mark a server usable or not.  Reservations on a server marked down stay
@@ -174,14 +230,24 @@ class Dispatcher:
 
     # -- admission -----------------------------------------------------------------
 
-    def acquire_nowait(self, tokens: int, session: Hashable = None, *, avoid: int | None = None) -> Ticket:
-        """Pick a server for a request that may hold up to ``tokens`` of KV.
+    def expected_new_tokens(self) -> float:
+        """The generation length an expected reservation assumes now."""
+        return self._expected
+
+    def acquire_nowait(
+        self, tokens: int, session: Hashable = None, *, avoid: int | None = None, new_tokens: int | None = None
+    ) -> Ticket:
+        """Pick a server for a request and reserve KV for it there.
 
         Args:
-            tokens: the reservation (prompt plus the new tokens it may generate).
+            tokens: without ``new_tokens``, the reservation itself (prompt plus
+                the new tokens it may generate); with it, the prompt's length.
             session: the trajectory's key; ``None`` for one-off requests.
             avoid: a server not to use unless it is the only one up (the one a
                 resubmitted request just failed on).
+            new_tokens: the most new tokens the request may generate; reserves
+                ``tokens + min(new_tokens, expected_new_tokens())`` (an expected
+                reservation, see the module docstring).
 
         Returns:
             A ticket; the reservation holds until :meth:`release`.
@@ -193,6 +259,10 @@ class Dispatcher:
         """
         if tokens < 0:
             raise ValueError(f"tokens: expected >= 0, got {tokens}")
+        if new_tokens is not None:
+            if new_tokens < 0:
+                raise ValueError(f"new_tokens: expected >= 0, got {new_tokens}")
+            tokens += min(new_tokens, math.ceil(self._expected))
         up = [i for i, s in enumerate(self._servers) if s.up]
         if not up:
             self._blocked += 1
@@ -216,24 +286,35 @@ class Dispatcher:
                 self._sessions.popitem(last=False)
         s = self._servers[server]
         s.reserved += tokens
+        s.pending += tokens
         s.in_flight += 1
         s.dispatched += 1
         self._dispatched += 1
         ticket = Ticket(next(self._ids), server, tokens, session)
-        self._live[ticket.id] = ticket
+        self._live[ticket.id] = (ticket, s.epoch)
         return ticket
 
-    def release(self, ticket: Ticket) -> None:
+    def release(self, ticket: Ticket, *, generated: int | None = None) -> None:
         """End a request's reservation.  Call exactly once per ticket, however the
         request ended.
+
+        Args:
+            generated: the new tokens the request produced, when it ran to its
+                end (stop or length); updates the running mean that expected
+                reservations use.  Leave it out for an aborted request.
 
         Raises:
             RuntimeError: the ticket was already released (or never issued here).
         """
-        if self._live.pop(ticket.id, None) is None:
+        live = self._live.pop(ticket.id, None)
+        if live is None:
             raise RuntimeError(f"cannot release ticket {ticket.id}: not in flight (released twice?)")
+        if generated is not None and generated >= 0:
+            self._expected += (generated - self._expected) / MEAN_WINDOW
         s = self._servers[ticket.server]
         s.reserved -= ticket.tokens
+        if live[1] == s.epoch:  # admitted after the last report: not in ``observed``
+            s.pending -= ticket.tokens
         s.in_flight -= 1
 
     def _choose_static(self, up: list[int], previous: int | None) -> int:
@@ -257,8 +338,8 @@ class Dispatcher:
         if servers[best].free >= tokens:
             return best
         # Larger than any free budget: admit it alone on an idle server only if it
-        # could never fit anywhere (bigger than a whole cache); otherwise wait.
-        if all(tokens > servers[i].capacity for i in up):
+        # could never fit anywhere (bigger than a whole usable cache); otherwise wait.
+        if all(tokens > servers[i].usable for i in up):
             idle = [i for i in up if servers[i].in_flight == 0]
             if idle:
                 return max(idle, key=lambda i: servers[i].capacity)
@@ -271,7 +352,7 @@ class Dispatcher:
         return DispatchStatistics(
             policy=self.policy,
             servers=[
-                ServerStatistics(s.up, s.capacity, s.reserved, s.observed, s.in_flight, s.dispatched)
+                ServerStatistics(s.up, s.capacity, s.reserved, s.observed, s.in_flight, s.dispatched, s.pending)
                 for s in self._servers
             ],
             in_flight=len(self._live),
@@ -279,4 +360,5 @@ class Dispatcher:
             affinity_hits=self._hits,
             affinity_moves=self._moves,
             blocked=self._blocked,
+            expected_new_tokens=self._expected,
         )

@@ -71,6 +71,52 @@ def test_session_waits_rather_than_overflowing() -> None:
     assert d.acquire_nowait(250, session="s").server == 0
 
 
+def test_expected_reservation_follows_the_reported_lengths() -> None:
+    d = Dispatcher([100_000], expected_new_tokens=1000)
+    t = d.acquire_nowait(300, new_tokens=8000)  # prompt 300 + the first guess
+    assert t.tokens == 1300
+    capped = d.acquire_nowait(300, new_tokens=200)  # cannot hold more than it may generate
+    assert capped.tokens == 500
+    d.release(capped)  # aborted: no length reported, the mean stays
+    assert d.expected_new_tokens() == 1000
+    d.release(t, generated=1000 + 256 * 4)  # the mean moves by 1/256 of the gap
+    assert d.expected_new_tokens() == pytest.approx(1004)
+    assert d.statistics().expected_new_tokens == pytest.approx(1004)
+    assert d.acquire_nowait(0, new_tokens=8000).tokens == 1004
+    assert d.acquire_nowait(10).tokens == 10  # without new_tokens: reserved as given
+
+
+def test_admissions_since_the_last_report_count_on_top_of_it() -> None:
+    d = Dispatcher([1000, 1000])
+    d.observe(0, ServerLoad(capacity_tokens=1000, used_tokens=500))
+    d.observe(1, ServerLoad(capacity_tokens=1000, used_tokens=500))
+    a = d.acquire_nowait(300)
+    b = d.acquire_nowait(300)
+    assert a.server != b.server
+    with pytest.raises(anyio.WouldBlock):  # 500 observed + 300 pending on each
+        d.acquire_nowait(300)
+    d.release(a)  # admitted after the report: its pending share goes with it
+    assert d.acquire_nowait(300).server == a.server
+    d.observe(b.server, ServerLoad(capacity_tokens=1000, used_tokens=400))  # the report now includes b
+    stats = d.statistics().servers[b.server]
+    assert stats.pending_tokens == 0 and stats.reserved_tokens == 300
+    assert d.acquire_nowait(600).server == b.server  # 1000 - max(300, 400) = 600 free
+    d.release(b)  # admitted before the report: no pending to give back
+    assert d.statistics().servers[b.server].pending_tokens == 600
+
+
+def test_headroom_is_kept_out_of_admission() -> None:
+    d = Dispatcher([1000], headroom=0.2)
+    t = d.acquire_nowait(700)
+    with pytest.raises(anyio.WouldBlock):
+        d.acquire_nowait(200)  # 900 > 800 usable
+    d.release(t)
+    big = d.acquire_nowait(900)  # larger than the usable cache: admitted alone
+    with pytest.raises(anyio.WouldBlock):
+        d.acquire_nowait(1)
+    d.release(big)
+
+
 def test_round_robin_is_static_and_never_blocks() -> None:
     d = Dispatcher([10, 10, 10], policy="round_robin")
     first = [d.acquire_nowait(1000, session=i).server for i in range(6)]
@@ -118,3 +164,9 @@ def test_release_twice_is_an_error_and_validation() -> None:
         Dispatcher([1], policy="random")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="affinity_slack"):
         Dispatcher([1], affinity_slack=2)
+    with pytest.raises(ValueError, match="expected_new_tokens"):
+        Dispatcher([1], expected_new_tokens=0)
+    with pytest.raises(ValueError, match="headroom"):
+        Dispatcher([1], headroom=0.95)
+    with pytest.raises(ValueError, match="new_tokens"):
+        Dispatcher([1]).acquire_nowait(1, new_tokens=-1)
