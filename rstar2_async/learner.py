@@ -258,6 +258,21 @@ class Learner:
 
         return save_hf_checkpoint(self, out_dir, dtype=dtype)
 
+    def set_peak_lr(self, lr: float) -> None:
+        """Make ``lr`` the peak of the schedule from the next step on (a stage's own
+        learning rate); the warm-up position is kept."""
+        scheduler = self.engine.lr_scheduler
+        scheduler.base_lrs = [lr for _ in scheduler.base_lrs]
+        for group, factor in zip(scheduler.optimizer.param_groups, scheduler.lr_lambdas):
+            group["initial_lr"] = lr
+            group["lr"] = lr * factor(scheduler.last_epoch)
+
+    def reset_optimizer(self) -> None:
+        """Forget AdamW's moments (rStar2 resets the optimizer before stage 3)."""
+        optimizer = self.engine.optimizer
+        base = getattr(optimizer, "optimizer", optimizer)  # ZeRO wraps the torch optimizer
+        base.state.clear()
+
     def close(self) -> None:
         """Leave the process group (after a final barrier)."""
         if dist.is_initialized():

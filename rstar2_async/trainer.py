@@ -237,7 +237,7 @@ class Trainer:
         problems = load_problems(stage.data)
         self._set_lr(stage)
         if stage.reset_optimizer and self.state.step_in_stage == 0:
-            await self._thread(reset_optimizer_state, self.learner)
+            await self._thread(self.learner.reset_optimizer)
         rollout = msgspec.structs.replace(
             self.config.rollout,
             max_response_tokens=stage.max_response_tokens or self.config.rollout.max_response_tokens,
@@ -363,7 +363,7 @@ class Trainer:
         await self._thread(self.learner.save_checkpoint, self.run_dir / "checkpoints", state=state)
 
     def _set_lr(self, stage: StageConfig) -> None:
-        set_learning_rate(self.learner, stage.lr or self.config.learner.lr)
+        self.learner.set_peak_lr(stage.lr or self.config.learner.lr)
 
     def _write_samples(self, groups: Sequence[Group], stage: str) -> None:
         k = self.config.run.samples_per_step
@@ -385,19 +385,3 @@ def _with_config(engine: RolloutEngine, config: Any) -> RolloutEngine:
     return RolloutEngine(
         backend=engine.backend, sandbox=engine.sandbox, config=config, tokenizer=engine.tokenizer, scorer=engine.scorer
     )
-
-
-def set_learning_rate(learner: Any, lr: float) -> None:
-    """Make ``lr`` the peak of the learner's schedule from now on (per stage)."""
-    scheduler = learner.engine.lr_scheduler
-    scheduler.base_lrs = [lr for _ in scheduler.base_lrs]
-    for group, factor in zip(scheduler.optimizer.param_groups, scheduler.lr_lambdas):
-        group["initial_lr"] = lr
-        group["lr"] = lr * factor(scheduler.last_epoch)
-
-
-def reset_optimizer_state(learner: Any) -> None:
-    """Forget AdamW's moments (rStar2 resets the optimizer before stage 3)."""
-    optimizer = learner.engine.optimizer
-    base = getattr(optimizer, "optimizer", optimizer)  # ZeRO wraps the torch optimizer
-    base.state.clear()

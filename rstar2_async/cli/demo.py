@@ -1,6 +1,6 @@
 """The CPU demo: a tiny model learns to use the Python tool, end to end.
 
-Writes a synthetic task (exact products of 2-4 digit numbers, which the model can only
+Writes a synthetic task (exact products of 2-3 digit numbers, which the model can only
 get right by running code and copying the result into \\boxed{}) under
 <run dir>/data, then trains with CONFIG (default configs/cpu-demo.toml): SFT cold
 start on ideal transcripts, then GRPO-RoC through a vLLM server, the jailed sandbox
@@ -25,6 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-problems", type=int, default=4000, help="RL problem pool size")
     p.add_argument("--sft-transcripts", type=int, default=2000, help="SFT transcripts")
     p.add_argument("--heldout", type=int, default=100, help="held-out problems for the accuracy figures")
+    p.add_argument("--min-digits", type=int, default=2, help="fewest digits of an operand")
+    p.add_argument("--max-digits", type=int, default=3, help="most digits of an operand")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,10 +49,11 @@ def run(args: argparse.Namespace) -> int:
     data = run_dir / "data"
     system = config.rollout.system_prompt or SYSTEM_PROMPT
     # Disjoint seeds: held-out problems are never trained on (collisions are removed).
-    heldout = make_problems(args.heldout, seed=1_000_003, prefix="heldout")
+    digits = (args.min_digits, args.max_digits)
+    heldout = make_problems(args.heldout, seed=1_000_003, prefix="heldout", digits=digits)
     seen = {p.problem for p in heldout}
-    train_pool = [p for p in make_problems(args.train_problems, seed=1, prefix="train") if p.problem not in seen]
-    sft = [p for p in make_problems(args.sft_transcripts, seed=2, prefix="sft") if p.problem not in seen]
+    train_pool = [p for p in make_problems(args.train_problems, seed=1, prefix="train", digits=digits) if p.problem not in seen]
+    sft = [p for p in make_problems(args.sft_transcripts, seed=2, prefix="sft", digits=digits) if p.problem not in seen]
     write_problems(heldout, data / "heldout.jsonl")
     write_problems(train_pool, data / "train.jsonl")
     write_sft_transcripts(sft, data / "sft.jsonl", system=system)

@@ -214,3 +214,24 @@ def test_zero3_really_partitions_the_tiny_model(tiny_lm: Path) -> None:
     params = list(learner.module.parameters())
     assert all(hasattr(p, "ds_id") for p in params)
     assert all(p.numel() == 0 for p in params), "outside forward, ZeRO-3 holds no full parameter"
+
+
+@pytest.mark.parametrize("stage", [0, 2])
+def test_stage_lr_and_optimizer_reset(tiny_lm: Path, stage: int) -> None:
+    from _learnkit import fixed_groups
+
+    from rstar2_async.grpo import grpo_step
+    from rstar2_async.learner import Learner
+    from rstar2_async.learner_config import LearnerConfig
+
+    cfg = LearnerConfig(precision="fp32", zero_stage=stage, lr=1e-3, warmup_steps=4, gradient_checkpointing=False)
+    learner = Learner(cfg, tiny_lm)
+    grpo_step(learner, fixed_groups(0))  # step 1 of the warm-up: lr/4
+    learner.set_peak_lr(4e-3)
+    assert learner.lr == pytest.approx(4e-3 * 2 / 4)  # new peak, same warm-up position
+    assert grpo_step(learner, fixed_groups(0)).lr == pytest.approx(2e-3)
+    optimizer = getattr(learner.engine.optimizer, "optimizer", learner.engine.optimizer)
+    assert len(optimizer.state) > 0
+    learner.reset_optimizer()
+    assert len(optimizer.state) == 0
+    grpo_step(learner, fixed_groups(0))  # trains on from fresh moments
