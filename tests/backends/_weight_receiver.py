@@ -3,11 +3,19 @@
 ``/finish_weight_update``, ``/pause``, ``/resume``, ``/metrics``...) and receives
 the broadcast tensors over a gloo group, as vLLM's worker does over NCCL.
 
-Run: ``python _weight_receiver.py PORT``.  ``GET /received`` returns what arrived:
-``{name: {"dtype", "shape", "values"}}``.
+Like vLLM, it holds the weights in its own memory: each tensor that arrives
+(broadcast, or read from a safetensors directory by ``reload_weights``) lands in
+the receiver's parameter of that name, allocated on first sight.  The disk path
+reads each tensor's bytes straight into its parameter (``readinto``: one copy
+from the page cache, no mapping); ``safetensors.load_file`` alone would not do,
+as it maps the file and reads nothing until a tensor is touched.
+
+Run: ``python _weight_receiver.py PORT``.  ``GET /received`` returns what arrived
+last: ``{name: {"dtype", "shape", "values"}}`` (values only for small tensors).
 """
 
 import json
+import struct
 import sys
 import threading
 from datetime import timedelta
@@ -17,7 +25,55 @@ import torch
 import torch.distributed as dist
 
 state = {"group": None, "received": {}, "version": "default", "paused": False}
+params: dict[str, torch.Tensor] = {}
+"""The receiver's "model": one tensor per name, reused across updates."""
 lock = threading.Lock()
+
+
+def param(name, dtype, shape):
+    """The parameter ``name``, (re)allocated if it has no matching buffer yet."""
+    t = params.get(name)
+    if t is None or t.dtype != dtype or list(t.shape) != list(shape):
+        t = params[name] = torch.empty(shape, dtype=dtype)
+    return t
+
+
+SAFETENSORS_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
+def read_safetensors(path):
+    """Read every tensor of one safetensors file into its parameter; return the names."""
+    with open(path, "rb", buffering=0) as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        header.pop("__metadata__", None)
+        base = 8 + n
+        for name, meta in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+            begin, end = meta["data_offsets"]
+            t = param(name, SAFETENSORS_DTYPES[meta["dtype"]], meta["shape"])
+            view = memoryview(t.reshape(-1).view(torch.uint8).numpy())
+            assert len(view) == end - begin, f"{name}: {end - begin} bytes for {len(view)}"
+            f.seek(base + begin)
+            done = 0
+            while done < len(view):
+                got = f.readinto(view[done:])
+                if not got:
+                    raise EOFError(f"{path}: truncated in {name}")
+                done += got
+            record(name, t)
+
+
+def record(name, t):
+    small = t.numel() <= 4096
+    state["received"][name] = {
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "shape": list(t.shape),
+        "values": t.flatten().tolist() if small else [],
+    }
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -55,17 +111,15 @@ class Handler(BaseHTTPRequestHandler):
             opts = dist.BroadcastOptions()
             opts.rootRank = 0
             for name, dtype, shape in zip(info["names"], info["dtype_names"], info["shapes"]):
-                t = torch.empty(shape, dtype=getattr(torch, dtype))
+                t = param(name, getattr(torch, dtype), shape)
                 state["group"].broadcast([t], opts).wait()
-                small = t.numel() <= 4096
-                state["received"][name] = {"dtype": dtype, "shape": shape, "values": t.flatten().tolist() if small else []}
+                record(name, t)
             return self._send(200, {"message": "Weights updated"})
         if path == "/collective_rpc":  # reload_weights from a safetensors directory
             import glob
-            from safetensors.torch import load_file
+
             for f in sorted(glob.glob(body["kwargs"]["weights_path"] + "/*.safetensors")):
-                for name, t in load_file(f).items():
-                    state["received"][name] = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "values": []}
+                read_safetensors(f)
             return self._send(200, {"results": [None]})
         if path == "/finish_weight_update":
             state["version"] = body.get("weight_version") or state["version"]

@@ -93,22 +93,31 @@ async def test_cancelled_sync_resumes_paused_servers(tmp_path: Path) -> None:
     fakes = [FakeVLLM(), FakeVLLM()]
     async with fleet(*fakes) as pool:
         original = pool.servers[1].admin.load_weights_from_disk
+        loading = anyio.Event()
 
         async def slow(path: str) -> None:
+            loading.set()
             await anyio.sleep(10)
             await original(path)
 
+        async def cancel_while_loading(scope: anyio.CancelScope) -> None:
+            await loading.wait()  # not a timer: under load the pause may take longer
+            scope.cancel()
+
         pool.servers[1].admin.load_weights_from_disk = slow  # type: ignore[method-assign]
-        with anyio.move_on_after(0.3):
-            await WeightSync(pool, DiskTransport()).sync(tmp_path, version=1)
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancel_while_loading, scope)
+                await WeightSync(pool, DiskTransport()).sync(tmp_path, version=1)
         assert not any(f.paused for f in fakes)
         assert not pool.is_up(0) or fakes[0].version == "default"
         assert not pool.is_up(1)
 
 
-async def test_broadcast_over_gloo_to_receiver_processes() -> None:
+async def test_broadcast_over_gloo_to_receiver_processes(tmp_path: Path) -> None:
     """Two receiver processes speak vLLM's HTTP choreography and join a gloo group;
-    the sync broadcasts each tensor from this process (rank 0)."""
+    the sync broadcasts each tensor from this process (rank 0).  Then a disk sync
+    makes them read a safetensors directory into the same parameters."""
     import socket
     import subprocess
     import sys
@@ -146,15 +155,31 @@ async def test_broadcast_over_gloo_to_receiver_processes() -> None:
                 report = await sync.sync(weights, version=7)
                 weights2 = {k: v * 2 for k, v in weights.items()}
                 report2 = await sync.sync(weights2, version=8)  # the group is kept
+                async with httpx.AsyncClient() as http:
+                    for p in ports:
+                        received = (await http.get(f"http://127.0.0.1:{p}/received")).json()
+                        assert set(received) == set(weights)
+                        for name, t in weights2.items():
+                            assert received[name]["values"] == t.flatten().tolist()
+                            assert received[name]["shape"] == list(t.shape)
+                        assert (await http.get(f"http://127.0.0.1:{p}/weight_info")).json() == {"weight_version": "8"}
+                from safetensors.torch import save_file
+
+                weights3 = {k: v * 3 for k, v in weights.items()}
+                weights3["model.scale"] = torch.tensor([[0.25, -2.0]], dtype=torch.bfloat16)  # a new parameter
+                save_file(weights3, str(tmp_path / "model.safetensors"))
+                report3 = await WeightSync(pool, DiskTransport()).sync(tmp_path, version=9)
         assert report.transport == "broadcast" and report.servers == [0, 1] and report2.servers == [0, 1]
+        assert report3.transport == "disk" and report3.servers == [0, 1]
         async with httpx.AsyncClient() as http:
             for p in ports:
                 received = (await http.get(f"http://127.0.0.1:{p}/received")).json()
-                assert set(received) == set(weights)
-                for name, t in weights2.items():
+                assert set(received) == set(weights3)
+                for name, t in weights3.items():
                     assert received[name]["values"] == t.flatten().tolist()
                     assert received[name]["shape"] == list(t.shape)
-                assert (await http.get(f"http://127.0.0.1:{p}/weight_info")).json() == {"weight_version": "8"}
+                    assert received[name]["dtype"] == str(t.dtype).removeprefix("torch.")
+                assert (await http.get(f"http://127.0.0.1:{p}/weight_info")).json() == {"weight_version": "9"}
     finally:
         for proc in procs:
             proc.kill()
