@@ -60,7 +60,10 @@ class _TokenConversation:
     """Token ids in and out; the training path.
 
     ``ids`` holds prompt and response in one list that only grows, so each turn
-    sends it without copying; the backend must not keep or mutate it.
+    sends it without copying; the backend must not keep or mutate it.  The loss
+    mask and logprobs are kept as one piece per turn and joined once at the end:
+    growing two more long lists on every turn of 10,000 trajectories costs more
+    than the rest of the turn's bookkeeping.
     """
 
     def __init__(
@@ -71,8 +74,7 @@ class _TokenConversation:
         self.session = session
         self.ids = tokenizer.encode_prompt(messages)
         self.prompt_len = len(self.ids)
-        self.loss_mask: list[int] = []
-        self.logprobs: list[float] = []
+        self.pieces: list[list[float] | int] = []  # a generation's logprobs, or a tool turn's length
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -83,27 +85,38 @@ class _TokenConversation:
         return self.ids[self.prompt_len:]
 
     @property
+    def loss_mask(self) -> list[int]:
+        mask: list[int] = []
+        for piece in self.pieces:
+            mask += [0] * piece if isinstance(piece, int) else [1] * len(piece)
+        return mask
+
+    @property
+    def logprobs(self) -> list[float]:
+        logprobs: list[float] = []
+        for piece in self.pieces:
+            logprobs += [0.0] * piece if isinstance(piece, int) else piece
+        return logprobs
+
+    @property
     def length(self) -> int:
         return len(self.ids) - self.prompt_len
 
     async def generate(self, max_tokens: int, sampling: SamplingParams) -> _Generated:
         c = await self.backend.generate(self.ids, max_tokens=max_tokens, sampling=sampling, session=self.session)
-        n = len(c.token_ids)
-        self.ids += c.token_ids
-        self.loss_mask += [1] * n
-        self.logprobs += c.logprobs
-        ids = c.token_ids[:-1] if n and c.token_ids[-1] == self.tokenizer.eos_token_id else c.token_ids
-        return _Generated(self.tokenizer.decode(ids), n, c.finish_reason, c.weight_version)
+        ids = c.token_ids
+        self.ids += ids
+        self.pieces.append(c.logprobs)
+        eos = bool(ids) and ids[-1] == self.tokenizer.eos_token_id
+        return _Generated(self.tokenizer.decode(ids[:-1] if eos else ids), len(ids), c.finish_reason, c.weight_version)
 
     def tool_turn_size(self, content: str) -> tuple[int, list[int]]:
         ids = self.tokenizer.encode_tool_turn(content)
         return len(ids), ids
 
     def append_tool_turn(self, ids: list[int]) -> None:
-        n = len(ids)
         self.ids += ids
-        self.loss_mask += [0] * n
-        self.logprobs += [0.0] * n
+        self.pieces.append(len(ids))
 
     def transcript(self) -> str:
         return self.tokenizer.decode(self.response_ids)

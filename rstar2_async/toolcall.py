@@ -22,8 +22,8 @@ from .types import ToolCall
 
 OPEN: Final = "<tool_call>"
 CLOSE: Final = "</tool_call>"
-_BLOCK_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _FENCE_RE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+_JSON: Final = json.JSONDecoder()  # building one costs as much as decoding a call
 
 
 class ToolSpec(msgspec.Struct, frozen=True):
@@ -58,10 +58,17 @@ def parse_tool_calls(text: str, tools: Mapping[str, ToolSpec]) -> list[ToolCall 
     not ``{"name", "arguments"}``, an unknown tool, missing or mistyped arguments,
     and an opening tag with no closing tag.
     """
-    calls: list[ToolCall | CallError] = [_decode(m.group(1), tools) for m in _BLOCK_RE.finditer(text)]
-    tail = text[text.rfind(CLOSE) + len(CLOSE):] if CLOSE in text else text
-    if OPEN in tail:
-        calls.append(CallError(f"unclosed {OPEN}: every call must end with {CLOSE}"))
+    # str.find rather than a regex: this runs on every turn of every trajectory.
+    # Like a non-greedy regex, each block ends at the first closing tag after it.
+    calls: list[ToolCall | CallError] = []
+    start = text.find(OPEN)
+    while start >= 0:
+        end = text.find(CLOSE, start + len(OPEN))
+        if end < 0:
+            calls.append(CallError(f"unclosed {OPEN}: every call must end with {CLOSE}"))
+            break
+        calls.append(_decode(text[start + len(OPEN):end], tools))
+        start = text.find(OPEN, end + len(CLOSE))
     return calls
 
 
@@ -73,7 +80,7 @@ def _decode(body: str, tools: Mapping[str, ToolSpec]) -> ToolCall | CallError:
     if fenced:
         body = fenced.group(1)
     try:
-        value, end = json.JSONDecoder().raw_decode(body)
+        value, end = _JSON.raw_decode(body)
     except json.JSONDecodeError as exc:
         return CallError(f"the tool call is not valid JSON ({exc.msg} at char {exc.pos})")
     if body[end:].strip():

@@ -90,6 +90,8 @@ async def execute_all(
 ) -> list[ToolResult]:
     """Run a turn's calls concurrently; results keep the calls' order.  Calls past
     ``max_calls`` are answered with an error without running."""
+    if len(calls) == 1 and max_calls >= 1:  # the common case needs no task group
+        return [await execute(calls[0], sandbox, timeout=timeout, max_chars=max_chars)]
     results: list[ToolResult | None] = [None] * len(calls)
 
     async def one(i: int) -> None:
@@ -98,10 +100,7 @@ async def execute_all(
         else:
             results[i] = await execute(calls[i], sandbox, timeout=timeout, max_chars=max_chars)
 
-    if len(calls) == 1:  # the common case needs no task group
-        await one(0)
-    else:
-        async with anyio.create_task_group() as tg:
-            for i in range(len(calls)):
-                tg.start_soon(one, i)
+    async with anyio.create_task_group() as tg:
+        for i in range(len(calls)):
+            tg.start_soon(one, i)
     return results  # type: ignore[return-value]

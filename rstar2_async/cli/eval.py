@@ -85,10 +85,11 @@ def run(args: argparse.Namespace) -> int:
 
     from rstar2_async.configio import ConfigError
     from rstar2_async.data import DatasetError
+    from rstar2_async.runtime import RUN_OPTIONS
 
     try:
         config = _resolve(args)
-        return anyio.run(_main, args, config)
+        return anyio.run(_main, args, config, backend_options=RUN_OPTIONS)
     except (ConfigError, DatasetError) as exc:
         print(f"rstar2 eval: {exc}", file=sys.stderr)
         return 2

@@ -32,9 +32,10 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, DatasetError) as exc:
         print(f"rstar2 train: {exc}", file=sys.stderr)
         return 2
-    import msgspec
+    if summary is not None:  # rank 0 of the learner reports
+        import msgspec
 
-    print(msgspec.json.encode(summary).decode())
+        print(msgspec.json.encode(summary).decode())
     return 0
 
 
@@ -42,12 +43,12 @@ def train(config, *, resume: bool):  # type: ignore[no-untyped-def]
     """Run the trainer in this process (the learner is a single DeepSpeed rank)."""
     import anyio
 
-    from rstar2_async.runtime import tune_gc
+    from rstar2_async.runtime import RUN_OPTIONS, tune_gc
     from rstar2_async.trainer import TrainError, Trainer
 
     tune_gc()
     try:
-        return anyio.run(Trainer(config, resume=resume).run)
+        return anyio.run(Trainer(config, resume=resume).run, backend_options=RUN_OPTIONS)
     except TrainError as exc:
         print(f"rstar2 train: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -23,6 +23,9 @@ from .http import DropConnection
 IM_START, IM_END = 256, 257
 _SPECIAL = {IM_START: "<|im_start|>", IM_END: "<|im_end|>"}
 _SPECIAL_RE = re.compile("(<\\|im_start\\|>|<\\|im_end\\|>)")
+# What surrounds a tool turn's content in the ChatML template (HFChatTokenizer's bridge).
+_TOOL_TURN_OPEN = (10, IM_START, *b"user\n")
+_TOOL_TURN_CLOSE = (IM_END, 10, IM_START, *b"assistant\n")
 
 
 class FakeByteTokenizer:
@@ -32,11 +35,13 @@ class FakeByteTokenizer:
     eos_token_id = IM_END
 
     def _encode_text(self, text: str, *, specials: bool = True) -> list[int]:
+        if not specials or "<|im_" not in text:  # no special token: the bytes are the ids
+            return list(text.encode())
         ids: list[int] = []
-        for part in _SPECIAL_RE.split(text) if specials else [text]:
-            if specials and part == "<|im_start|>":
+        for part in _SPECIAL_RE.split(text):
+            if part == "<|im_start|>":
                 ids.append(IM_START)
-            elif specials and part == "<|im_end|>":
+            elif part == "<|im_end|>":
                 ids.append(IM_END)
             else:
                 ids += part.encode()
@@ -47,15 +52,16 @@ class FakeByteTokenizer:
         return self._encode_text(text + "<|im_start|>assistant\n")
 
     def encode_tool_turn(self, content: str) -> list[int]:
-        return (
-            self._encode_text("\n<|im_start|>user\n")
-            + self._encode_text(content, specials=False)
-            + self._encode_text("<|im_end|>\n<|im_start|>assistant\n")
-        )
+        return [*_TOOL_TURN_OPEN, *content.encode(), *_TOOL_TURN_CLOSE]
 
     def decode(self, ids: Sequence[int]) -> str:
-        # Specials are found with list.index and bytes() converts runs, both in C:
-        # the benchmarks use this double too and must not measure it.
+        # The benchmarks use this double too and must not measure it, so the work
+        # stays in C: bytes() converts a run without specials (and refuses ids
+        # >= 256), list.index finds the specials.
+        try:
+            return bytes(ids).decode(errors="replace")
+        except ValueError:
+            pass
         ids = list(ids)
         cuts = sorted(p for s in _SPECIAL for p in _positions(ids, s))
         out, start = [], 0
