@@ -162,17 +162,34 @@ class Trainer:
         thread-safe)."""
         return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs), limiter=self._learner_lock)
 
-    async def run(self) -> TrainSummary:
-        from .learner import Learner
+    async def _learner(self, operation: str, *args: Any, **kwargs: Any) -> Any:
+        """One learner operation, on every rank (see :mod:`learner_ranks`)."""
+        return await self._thread(self.driver.call, operation, *args, **kwargs)
+
+    async def run(self) -> TrainSummary | None:
+        """Run every stage; returns the summary on rank 0 and None on the other ranks
+        of a multi-rank learner (they follow rank 0's learner calls)."""
+        import torch.distributed as dist
+
+        from .learner import Learner, init_distributed
+        from .learner_ranks import LearnerDriver, follow
 
         t0 = time.monotonic()
-        self._check_run_dir()
         self._learner_lock = anyio.CapacityLimiter(1)
-        base = prepare_model(self.config.model, self.run_dir)
+        rank, _ = await self._thread(init_distributed)
+        if rank == 0:
+            prepare_model(self.config.model, self.run_dir)  # one builder; the others wait
+        await self._thread(dist.barrier)
+        base = prepare_model(self.config.model, self.run_dir)  # built by now: just the path
         self.learner = await self._thread(Learner, self.config.learner, base)
+        if self.learner.rank != 0:
+            await self._thread(follow, self.learner)
+            return None
+        self._check_run_dir()
+        self.driver = LearnerDriver(self.learner)
         try:
             if self.resume:
-                saved = await self._thread(self.learner.load_checkpoint, self.run_dir / "checkpoints")
+                saved = await self._learner("load_checkpoint", self.run_dir / "checkpoints")
                 if saved is not None:
                     self.state = msgspec.convert(saved, TrainState)
             weights = Path(self.state.weights_dir) if self.state.weights_dir else base
@@ -200,7 +217,7 @@ class Trainer:
                     if not self.state.evals or self.state.evals[-1]["rl_step"] != self.state.rl_step:
                         await self._evaluate(stack, metrics, "final")
         finally:
-            await self._thread(self.learner.close)
+            await self._thread(self.driver.close)
         plots = plot_metrics(self.run_dir / "metrics.jsonl", self.run_dir / "plots")
         summary = TrainSummary(
             run_dir=str(self.run_dir),
@@ -218,15 +235,15 @@ class Trainer:
     async def _sft_stage(self, stack: RolloutStack, stage: StageConfig, metrics: MetricsWriter) -> None:
         from transformers import AutoTokenizer
 
-        from .sft import load_chat_jsonl, sft_step
+        from .sft import load_chat_jsonl
 
         tokenizer = AutoTokenizer.from_pretrained(str(self.learner.model_path))
         seqs = load_chat_jsonl(stage.data, tokenizer, max_tokens=self.config.server.max_model_len)
-        self._set_lr(stage)
+        await self._set_lr(stage)
         t0 = time.monotonic()
         for step in range(self.state.step_in_stage, stage.steps):
             batch = batch_for_step(seqs, stage.batch_problems, seed=self.config.run.seed, stage=self.state.stage, step=step)
-            stats = await self._thread(sft_step, self.learner, batch)
+            stats = await self._learner("sft_step", batch)
             metrics.write(self.learner.global_step, {"sft/loss": stats.loss, "sft/grad_norm": stats.grad_norm, "sft/lr": stats.lr})
         self.phase_seconds["sft"] += time.monotonic() - t0
         await self._export_and_sync(stack)
@@ -235,9 +252,9 @@ class Trainer:
 
     async def _rl_stage(self, stack: RolloutStack, index: int, stage: StageConfig, metrics: MetricsWriter) -> None:
         problems = load_problems(stage.data)
-        self._set_lr(stage)
+        await self._set_lr(stage)
         if stage.reset_optimizer and self.state.step_in_stage == 0:
-            await self._thread(self.learner.reset_optimizer)
+            await self._learner("reset_optimizer")
         rollout = msgspec.structs.replace(
             self.config.rollout,
             max_response_tokens=stage.max_response_tokens or self.config.rollout.max_response_tokens,
@@ -261,8 +278,6 @@ class Trainer:
     async def _rl_step(
         self, stack: RolloutStack, engine: RolloutEngine, stage: StageConfig, batch: list[Problem], step: int
     ) -> dict[str, Any]:
-        from .grpo import grpo_step
-
         rng = random.Random(f"{self.config.run.seed}/roc/{self.state.rl_step}")
         kept: list[Group] = []
         groups: list[Group] = []
@@ -288,7 +303,7 @@ class Trainer:
         update_s = sync_s = 0.0
         if kept:  # a batch where every group was all-right or all-wrong teaches nothing
             t1 = time.monotonic()
-            stats = await self._thread(grpo_step, self.learner, kept)
+            stats = await self._learner("grpo_step", kept)
             update_s = time.monotonic() - t1
             values.update({f"learner/{k}": v for k, v in msgspec.structs.asdict(stats).items()})
             sync_s = await self._export_and_sync(stack)
@@ -322,7 +337,7 @@ class Trainer:
         t0 = time.monotonic()
         version = self.state.weight_version + 1
         out = self.run_dir / "weights" / f"v{version:06d}"
-        await self._thread(self.learner.export, out)
+        await self._learner("export", out)
         await self._sync(stack, out)
         previous = self.state.weights_dir
         self.state.weight_version, self.state.weights_dir = version, str(out)
@@ -360,10 +375,10 @@ class Trainer:
     async def _checkpoint(self, step_in_stage: int) -> None:
         self.state.step_in_stage = step_in_stage
         state = msgspec.to_builtins(self.state)
-        await self._thread(self.learner.save_checkpoint, self.run_dir / "checkpoints", state=state)
+        await self._learner("save_checkpoint", self.run_dir / "checkpoints", state=state)
 
-    def _set_lr(self, stage: StageConfig) -> None:
-        self.learner.set_peak_lr(stage.lr or self.config.learner.lr)
+    async def _set_lr(self, stage: StageConfig) -> None:
+        await self._learner("set_peak_lr", stage.lr or self.config.learner.lr)
 
     def _write_samples(self, groups: Sequence[Group], stage: str) -> None:
         k = self.config.run.samples_per_step
