@@ -30,8 +30,13 @@ The budget policy (``"budget"``):
   keeps that fraction of each cache out of admission as the margin for growth
   between reports, so that the server does not preempt.
 - A later turn of a session goes back to the server of its previous turn (its
-  prefix is cached there) unless that server cannot fit it or has
-  ``affinity_slack`` of its capacity less free budget than the best server.
+  prefix is cached there) unless that server cannot fit it, or has
+  ``affinity_slack`` of its capacity less free budget than the best server, or
+  has more than ``affinity_queue_slack`` requests in flight beyond the least
+  busy server that fits it (the turn then goes to that server).  The last rule matters because a server's decode
+  speed per request falls with the number of requests it runs, not with their
+  tokens: sessions that stay put while other servers' turns end leave a few
+  servers with longer queues, and the trajectories on them finish last.
 - Otherwise the server with the most free budget that fits the request wins
   (ties: fewer requests in flight).  If none fits,
   :meth:`Dispatcher.acquire_nowait` raises ``anyio.WouldBlock`` and the driver
@@ -164,6 +169,11 @@ class Dispatcher:
             0 disables affinity; 1 never moves a session that still fits.
         expected_new_tokens: the generation length an expected reservation
             assumes until :meth:`release` reports real ones (> 0).
+        affinity_queue_slack: requests in flight by which a session's server may
+            exceed the least busy server that fits the turn before the turn
+            moves (>= 0); ``None``: no such rule.  In the dispatch benchmark
+            8 keeps the prefix-cache hit rate at 0.97 (0.995 without the rule)
+            and shortens the makespan by 2%; 2..16 measure alike there.
         headroom: fraction of each cache kept out of admission (0..0.9): the
             margin for sequences that outgrow their expected reservation
             between two observations.  0 when every request reserves its
@@ -178,6 +188,7 @@ class Dispatcher:
         *,
         policy: Policy = "budget",
         affinity_slack: float = 0.25,
+        affinity_queue_slack: int | None = 8,
         expected_new_tokens: int = 1024,
         headroom: float = 0.0,
     ) -> None:
@@ -189,12 +200,15 @@ class Dispatcher:
             raise ValueError(f"policy: expected 'budget' or 'round_robin', got {policy!r}")
         if not 0.0 <= affinity_slack <= 1.0:
             raise ValueError(f"affinity_slack: expected 0..1, got {affinity_slack!r}")
+        if affinity_queue_slack is not None and affinity_queue_slack < 0:
+            raise ValueError(f"affinity_queue_slack: expected >= 0 or None, got {affinity_queue_slack!r}")
         if expected_new_tokens <= 0:
             raise ValueError(f"expected_new_tokens: expected > 0, got {expected_new_tokens!r}")
         if not 0.0 <= headroom <= 0.9:
             raise ValueError(f"headroom: expected 0..0.9, got {headroom!r}")
         self.policy: Policy = policy
         self.affinity_slack = affinity_slack
+        self.affinity_queue_slack = affinity_queue_slack
         self.headroom = headroom
         self._expected = float(expected_new_tokens)
         self._servers = [_Server(c, headroom) for c in capacities]
@@ -334,7 +348,14 @@ class Dispatcher:
         if previous is not None and previous in up:
             p = servers[previous]
             if p.free >= tokens and servers[best].free - p.free <= self.affinity_slack * p.capacity:
-                return previous
+                slack = self.affinity_queue_slack
+                if slack is None:
+                    return previous
+                fits = [i for i in up if servers[i].free >= tokens]
+                shortest = min(fits, key=lambda i: (servers[i].in_flight, -servers[i].free))
+                if p.in_flight - servers[shortest].in_flight <= slack:
+                    return previous
+                return shortest  # overloaded by its queue: to the least busy server that fits
         if servers[best].free >= tokens:
             return best
         # Larger than any free budget: admit it alone on an idle server only if it

@@ -23,8 +23,9 @@ The model (both policies run on it, same workload, same run):
   turn to the server with the most free budget, reserving the context plus the
   *expected* new tokens (the running mean turn length, capped by what is left
   of the budget), with 10% of each cache kept as headroom for sequences that
-  outgrow it; later turns stay on their server unless it is full or
-  overloaded; turns that fit nowhere wait for a turn to end.  It sees each
+  outgrow it; later turns stay on their server unless it is full, short of
+  budget, or runs 8 more requests than the least busy server with room (then
+  they go there); turns that fit nowhere wait for a turn to end.  It sees each
   server's actual KV usage by polling once per second, as the pool does.
   ``--reserve N`` switches to the old reservation, context + min(remaining, N)
   (N = 8192: the whole budget, overflow-free by construction).
@@ -44,7 +45,11 @@ because expected reservations fit them all); the last minute runs with fewer
 than 50 sequences per server, below peak throughput.  With the default 400K
 cache static never overflows, so it is already within ~1.26x of the bound and
 no policy can be 1.3x faster than it; with smaller caches static preempts and
-ours does not (``--capacity``).
+ours does not (``--capacity``), though recomputation is cheap in this model
+(prefill at 50K tokens/s), so static loses little by it.  Tried and measured
+worse or equal here: capping requests per server (50-200), later turns first,
+fast-lane servers for long contexts; an oracle that starts the longest
+trajectories first reaches ~1.2x.
 
 Usage: ``python benchmarks/dispatch.py [--repeats 3] [--capacity 400000] [--reserve N]``
 """

@@ -62,6 +62,16 @@ def test_later_turns_stay_on_their_server_unless_overloaded() -> None:
     assert (stats.affinity_hits, stats.affinity_moves) == (1, 1)
 
 
+def test_later_turns_leave_a_server_with_a_longer_queue() -> None:
+    for slack, expected in ((3, 0), (2, 1), (None, 0)):
+        d = Dispatcher([100_000, 100_000], affinity_queue_slack=slack)
+        d.release(d.acquire_nowait(100, session="p"))  # home: server 0
+        d.observe(1, ServerLoad(capacity_tokens=100_000, used_tokens=5000))  # within the budget slack
+        busy = [d.acquire_nowait(10) for _ in range(3)]
+        assert [t.server for t in busy] == [0, 0, 0]  # most free budget: 3 in flight vs 0
+        assert d.acquire_nowait(100, session="p").server == expected, slack
+
+
 def test_session_waits_rather_than_overflowing() -> None:
     d = Dispatcher([1000, 1000], affinity_slack=1.0)
     d.observe(0, ServerLoad(capacity_tokens=1000, used_tokens=700))
