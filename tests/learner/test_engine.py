@@ -235,3 +235,28 @@ def test_stage_lr_and_optimizer_reset(tiny_lm: Path, stage: int) -> None:
     learner.reset_optimizer()
     assert len(optimizer.state) == 0
     grpo_step(learner, fixed_groups(0))  # trains on from fresh moments
+
+
+def test_driven_learner_on_two_ranks_matches_one(tiny_lm: Path, tmp_path: Path, stage_runs) -> None:  # noqa: ANN001
+    """The trainer's path for a multi-rank learner: rank 0 broadcasts each call,
+    rank 1 follows; losses equal the single-process ZeRO-2 run's."""
+    from rstar2_async.learner import _free_port
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")}
+    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}
+    worker = Path(__file__).with_name("_driver_worker.py")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(worker), str(tiny_lm), str(tmp_path)],
+            env=env | {"RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=300)[0].decode(errors="replace") for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+    losses = json.loads((tmp_path / "driven.json").read_text())
+    assert losses == pytest.approx(stage_runs[2][0], rel=1e-5, abs=1e-7)
+    assert (tmp_path / "driven" / "config.json").is_file()
