@@ -17,6 +17,26 @@ pytestmark = pytest.mark.usefixtures("single_process_env")
 WORKER = Path(__file__).with_name("_dist_worker.py")
 
 
+def run_two_ranks(script: Path, model: Path, out: Path) -> None:
+    """Run ``script model out`` as ranks 0 and 1 of a gloo group on loopback."""
+    from rstar2_async.learner import _free_port
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")}
+    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(model), str(out)],
+            env=env | {"RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=300)[0].decode(errors="replace") for p in procs]
+    for p, text in zip(procs, outs):
+        assert p.returncode == 0, text[-3000:]
+
+
 @pytest.fixture(scope="module")
 def stage_runs(tiny_lm: Path) -> dict[int, tuple[list[float], dict[str, torch.Tensor]]]:
     """Losses and final weights of 3 GRPO steps under ZeRO-0, 2 and 3 (one process)."""
@@ -140,22 +160,7 @@ def test_export_carries_the_tokenizer(tiny_chat_model: Path, tmp_path: Path) -> 
 def test_two_processes_match_one(tiny_lm: Path, tmp_path: Path, stage_runs) -> None:  # noqa: ANN001
     """ZeRO-0/2/3 on 2 gloo ranks: each rank gets half the batch; losses and the
     exported ZeRO-3 weights equal the single-process run's."""
-    from rstar2_async.learner import _free_port
-
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")}
-    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), str(tiny_lm), str(tmp_path)],
-            env=env | {"RANK": str(r), "LOCAL_RANK": str(r)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for r in range(2)
-    ]
-    outs = [p.communicate(timeout=300)[0].decode(errors="replace") for p in procs]
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-3000:]
+    run_two_ranks(WORKER, tiny_lm, tmp_path)
     result = json.loads((tmp_path / "losses.json").read_text())
     # Checkpoint on 2 ranks (ZeRO-3 shards), resume in a fresh learner: same next loss.
     cont, resumed, state, step = result.pop("resume")
@@ -240,23 +245,7 @@ def test_stage_lr_and_optimizer_reset(tiny_lm: Path, stage: int) -> None:
 def test_driven_learner_on_two_ranks_matches_one(tiny_lm: Path, tmp_path: Path, stage_runs) -> None:  # noqa: ANN001
     """The trainer's path for a multi-rank learner: rank 0 broadcasts each call,
     rank 1 follows; losses equal the single-process ZeRO-2 run's."""
-    from rstar2_async.learner import _free_port
-
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")}
-    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}
-    worker = Path(__file__).with_name("_driver_worker.py")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(worker), str(tiny_lm), str(tmp_path)],
-            env=env | {"RANK": str(r), "LOCAL_RANK": str(r)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for r in range(2)
-    ]
-    outs = [p.communicate(timeout=300)[0].decode(errors="replace") for p in procs]
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-3000:]
+    run_two_ranks(Path(__file__).with_name("_driver_worker.py"), tiny_lm, tmp_path)
     losses = json.loads((tmp_path / "driven.json").read_text())
     assert losses == pytest.approx(stage_runs[2][0], rel=1e-5, abs=1e-7)
     assert (tmp_path / "driven" / "config.json").is_file()
