@@ -18,9 +18,10 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Protocol, final
+from typing import Final, Protocol, final
 
 import anyio
+import anyio.lowlevel
 import msgspec
 from anyio.abc import ObjectSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream
@@ -32,6 +33,13 @@ from .agent import ChatBackend, TokenBackend, run_trajectory
 from .chat import ChatTokenizer
 from .config import RolloutConfig
 from .types import Group, Problem, Trajectory
+
+
+ADMISSION_BATCH: Final = 256
+"""Trajectories admitted between two checkpoints while tokens are free.  Each
+checkpoint is a trip through the event loop, which costs about as much as starting a
+trajectory; without any, admitting a batch of 100,000 would hold the loop (and
+cancellation) for seconds while running trajectories wait."""
 
 
 class Scorer(Protocol):
@@ -185,8 +193,13 @@ class RolloutEngine:
                         temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, seed=seed
                     )
                     borrower = object()
-                    await self._limiter.acquire_on_behalf_of(borrower)
+                    try:  # awaiting a free token costs a trip through the loop; most are free
+                        self._limiter.acquire_on_behalf_of_nowait(borrower)
+                    except anyio.WouldBlock:
+                        await self._limiter.acquire_on_behalf_of(borrower)
                     self._started += 1
+                    if self._started % ADMISSION_BATCH == 0:
+                        await anyio.lowlevel.checkpoint()
                     tg.start_soon(self._one, pending, i, params, borrower, send)
 
     async def _one(

@@ -5,14 +5,19 @@ from __future__ import annotations
 import gc
 from typing import Any, Final
 
-GC_GEN0_THRESHOLD = 50_000
-"""Allocations between young-generation collections (CPython's default: 700).
+GC_GEN0_THRESHOLD = 1_000_000
+"""Net new containers between young-generation collections (CPython's default: 700).
 
-Tens of thousands of in-flight trajectories keep hundreds of thousands of live
-containers; at the default threshold the collector runs every few turns and
-dominates the orchestrator's CPU (measured: ~130 -> ~80 us per turn at 10,000
-trajectories, benchmarks/rollout_overhead.py).  Rollout garbage is acyclic and freed
-by reference counting, so collecting rarely loses nothing."""
+A trajectory in flight keeps ~55 containers alive (its task, coroutines, cancel
+scopes, timers, token lists), so admitting 10,000 adds ~550,000.  Each collection
+walks every young container, and the young token lists of 1,000+ ids each make that
+slow: at the default threshold the collector dominated the orchestrator's CPU, and
+even at 50,000 it still ran ten times per batch ramp-up, ~0.3-1 s in all (measured
+with benchmarks/rollout_overhead.py, ~8-10 us of ~55 per turn).  At this threshold a
+batch of 10,000 ramps up without one.  Rollout garbage is acyclic and freed by
+reference counting, so collecting rarely loses nothing; the price is that the rare
+cyclic garbage (caught exceptions' tracebacks) waits longer, and a collection, when
+it comes, is longer."""
 
 RUN_OPTIONS: Final[dict[str, Any]] = {"use_uvloop": True}
 """``backend_options`` for ``anyio.run`` in processes that run rollouts: asyncio on
