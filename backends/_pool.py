@@ -116,6 +116,10 @@ class ServerPool:
         affinity_slack: see :class:`backends._dispatch.Dispatcher`.
         reserve_new_tokens: cap on the new tokens a request reserves; ``None``
             reserves all of ``max_tokens`` (no server can overflow).
+        expected_reservations: reserve the running mean generation length instead
+            of the cap (rStar2's free-KV dispatch: far more concurrency; growth
+            beyond it is covered by ``headroom`` and the servers' own reports).
+        headroom: fraction of each server's KV cache kept out of admission.
         default_capacity_tokens: capacity assumed for a server until its first poll.
         poll_interval_s: how often each server's load and health are polled.
         request_timeout_s: budget of one request to one server; past it the
@@ -138,6 +142,8 @@ class ServerPool:
         policy: Policy = "budget",
         affinity_slack: float = 0.25,
         reserve_new_tokens: int | None = None,
+        expected_reservations: bool = True,
+        headroom: float = 0.1,
         default_capacity_tokens: int = 1 << 20,
         poll_interval_s: float = 1.0,
         request_timeout_s: float | None = None,
@@ -152,6 +158,7 @@ class ServerPool:
             raise ValueError("servers: expected at least one server")
         self.model = model
         self.reserve_new_tokens = reserve_new_tokens
+        self.expected_reservations = expected_reservations
         self.poll_interval_s = poll_interval_s
         self.request_timeout_s = request_timeout_s
         self.unavailable_timeout_s = unavailable_timeout_s
@@ -171,7 +178,9 @@ class ServerPool:
                 client = SGLangTokenClient(url, model=model, retry=retry, timeout=timeout, transport=transport)
             admin_http = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0, connect=5.0), transport=transport, trust_env=False)
             self.servers.append(PoolServer(i, spec, client, admin_http))
-        self._dispatcher = Dispatcher([default_capacity_tokens] * len(specs), policy=policy, affinity_slack=affinity_slack)
+        self._dispatcher = Dispatcher(
+            [default_capacity_tokens] * len(specs), policy=policy, affinity_slack=affinity_slack, headroom=headroom
+        )
         self._changed = anyio.Event()
         self._held = 0
         self._weight_version = 0
@@ -240,11 +249,17 @@ class ServerPool:
                 break
             prompt = list(prompt_ids) + token_ids if token_ids else prompt_ids
             reserve = remaining if self.reserve_new_tokens is None else min(remaining, self.reserve_new_tokens)
-            ticket = await self._acquire(len(prompt) + reserve, session, avoid)
+            if self.expected_reservations:
+                ticket = await self._acquire(len(prompt), session, avoid, new_tokens=reserve)
+            else:
+                ticket = await self._acquire(len(prompt) + reserve, session, avoid)
             server = self.servers[ticket.server]
+            generated: int | None = None  # reported only for turns that ran to their end
             try:
                 with anyio.fail_after(self.request_timeout_s):
                     part = await server.client.generate(prompt, max_tokens=remaining, sampling=sampling)
+                if part.finish_reason != "abort":
+                    generated = len(part.token_ids)
             except (ServerUnavailable, BadResponse, TimeoutError) as exc:
                 failures += 1
                 self._failovers += 1
@@ -254,7 +269,7 @@ class ServerPool:
                 avoid = server.index
                 continue
             finally:
-                self._release(ticket)
+                self._release(ticket, generated)
             token_ids += part.token_ids
             logprobs += part.logprobs
             versions.append(part.weight_version)
@@ -269,7 +284,9 @@ class ServerPool:
         version = min(versions) if versions else self._weight_version
         return Completion(token_ids=token_ids, logprobs=logprobs, finish_reason=finish, weight_version=version)
 
-    async def _acquire(self, tokens: int, session: Hashable, avoid: int | None) -> Ticket:
+    async def _acquire(
+        self, tokens: int, session: Hashable, avoid: int | None, new_tokens: int | None = None
+    ) -> Ticket:
         deadline: float | None = None
         while True:
             if self._state is not _State.OPEN:
@@ -277,7 +294,7 @@ class ServerPool:
             changed = self._changed
             if not self._held:
                 try:
-                    return self._dispatcher.acquire_nowait(tokens, session, avoid=avoid)
+                    return self._dispatcher.acquire_nowait(tokens, session, avoid=avoid, new_tokens=new_tokens)
                 except NoServerUp:
                     now = time.monotonic()
                     deadline = deadline or now + self.unavailable_timeout_s
@@ -288,8 +305,8 @@ class ServerPool:
             with anyio.move_on_after(None if deadline is None else max(0.0, deadline - time.monotonic())):
                 await changed.wait()
 
-    def _release(self, ticket: Ticket) -> None:
-        self._dispatcher.release(ticket)
+    def _release(self, ticket: Ticket, generated: int | None = None) -> None:
+        self._dispatcher.release(ticket, generated=generated)
         self._notify()
 
     def _notify(self) -> None:
