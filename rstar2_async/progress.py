@@ -38,3 +38,39 @@ async def show_progress(engine: RolloutEngine, total: int, description: str, *, 
             )
             bar.update(task, completed=done_before + s.trajectories_finished, rates=rates)
             await anyio.sleep(REFRESH_S)
+
+
+class StepBar:
+    """A bar over numbered steps (SFT), advanced by the caller; silent when stderr is
+    not a terminal.  Use as a context manager."""
+
+    def __init__(self, description: str, total: int, done: int = 0) -> None:
+        self._progress = (
+            Progress(*_STEP_COLUMNS, transient=False) if sys.stderr.isatty() else None
+        )
+        self._args = (description, total, done)
+
+    def __enter__(self) -> StepBar:
+        if self._progress is not None:
+            description, total, done = self._args
+            self._progress.__enter__()
+            self._task = self._progress.add_task(description, total=total, completed=done, info="")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+    def advance(self, info: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, info=info)
+
+
+_STEP_COLUMNS = (
+    TextColumn("[bold]{task.description}"),
+    BarColumn(),
+    MofNCompleteColumn(),
+    TextColumn("{task.fields[info]}"),
+    TimeElapsedColumn(),
+    TimeRemainingColumn(),
+)

@@ -37,7 +37,7 @@ from .data import load_problems
 from .engine import RolloutEngine
 from .evaluate import evaluate
 from .metrics import MetricsWriter, plot_metrics
-from .progress import show_progress
+from .progress import StepBar, show_progress
 from .roc import roc_downsample
 from .stack import RolloutStack, rollout_stack
 from .config import InferenceConfig
@@ -241,10 +241,13 @@ class Trainer:
         seqs = load_chat_jsonl(stage.data, tokenizer, max_tokens=self.config.server.max_model_len)
         await self._set_lr(stage)
         t0 = time.monotonic()
-        for step in range(self.state.step_in_stage, stage.steps):
-            batch = batch_for_step(seqs, stage.batch_problems, seed=self.config.run.seed, stage=self.state.stage, step=step)
-            stats = await self._learner("sft_step", batch)
-            metrics.write(self.learner.global_step, {"sft/loss": stats.loss, "sft/grad_norm": stats.grad_norm, "sft/lr": stats.lr})
+        with StepBar(stage.name, stage.steps, self.state.step_in_stage) as bar:
+            for step in range(self.state.step_in_stage, stage.steps):
+                batch = batch_for_step(seqs, stage.batch_problems, seed=self.config.run.seed, stage=self.state.stage, step=step)
+                stats = await self._learner("sft_step", batch)
+                values = {"sft/loss": stats.loss, "sft/grad_norm": stats.grad_norm, "sft/lr": stats.lr}
+                metrics.write(self.learner.global_step, values)
+                bar.advance(f"loss {stats.loss:.4f}")
         self.phase_seconds["sft"] += time.monotonic() - t0
         await self._export_and_sync(stack)
         await self._evaluate(stack, metrics, stage.name)
