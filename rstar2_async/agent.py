@@ -66,13 +66,11 @@ class _TokenConversation:
     than the rest of the turn's bookkeeping.
     """
 
-    def __init__(
-        self, backend: TokenBackend, tokenizer: ChatTokenizer, messages: list[dict[str, str]], session: Hashable
-    ) -> None:
+    def __init__(self, backend: TokenBackend, tokenizer: ChatTokenizer, prompt_ids: list[int], session: Hashable) -> None:
         self.backend = backend
         self.tokenizer = tokenizer
         self.session = session
-        self.ids = tokenizer.encode_prompt(messages)
+        self.ids = list(prompt_ids)
         self.prompt_len = len(self.ids)
         self.pieces: list[list[float] | int] = []  # a generation's logprobs, or a tool turn's length
 
@@ -166,21 +164,27 @@ async def run_trajectory(
     config: RolloutConfig,
     tokenizer: ChatTokenizer | None,
     sampling: SamplingParams,
+    prompt_ids: list[int] | None = None,
 ) -> tuple[Trajectory, str]:
     """Run one trajectory to its end.
 
     Returns the trajectory (reward unset) and the text the model generated across
     its turns (without tool responses), which is what gets graded.
 
+    Args:
+        prompt_ids: the problem's prompt, already encoded by ``tokenizer`` (the engine
+            encodes each problem once for all its samples); read, never kept.
+
     Raises:
         BackendClosed: the backend was closed under the trajectory (shutdown).
     """
-    messages = problem_messages(problem, config)
     conv: _TokenConversation | _ChatConversation
     if tokenizer is None:
-        conv = _ChatConversation(backend, messages)  # type: ignore[arg-type]
+        conv = _ChatConversation(backend, problem_messages(problem, config))  # type: ignore[arg-type]
     else:
-        conv = _TokenConversation(backend, tokenizer, messages, (problem.id, sample_index))  # type: ignore[arg-type]
+        if prompt_ids is None:
+            prompt_ids = tokenizer.encode_prompt(problem_messages(problem, config))
+        conv = _TokenConversation(backend, tokenizer, prompt_ids, (problem.id, sample_index))  # type: ignore[arg-type]
     turns: list[Turn] = []
     model_text: list[str] = []
     finish: FinishReason = "turn_limit"

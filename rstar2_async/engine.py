@@ -29,7 +29,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from backends import SamplingParams
 from sandbox import Sandbox
 
-from .agent import ChatBackend, TokenBackend, run_trajectory
+from .agent import ChatBackend, TokenBackend, problem_messages, run_trajectory
 from .chat import ChatTokenizer
 from .config import RolloutConfig
 from .types import Group, Problem, Trajectory
@@ -62,13 +62,15 @@ class RolloutStatistics(msgspec.Struct, frozen=True):
 
 
 class _PendingGroup:
-    __slots__ = ("problem", "slots", "remaining", "on_trajectory")
+    __slots__ = ("problem", "slots", "remaining", "on_trajectory", "prompt_ids")
 
     def __init__(self, problem: Problem, n: int, on_trajectory: Callable[[Trajectory], None] | None) -> None:
         self.problem = problem
         self.slots: list[Trajectory | None] = [None] * n
         self.remaining = n
         self.on_trajectory = on_trajectory
+        # Encoded once for all n samples: rendering a chat template costs more than a turn.
+        self.prompt_ids: list[int] | None = None
 
 
 @final
@@ -192,6 +194,8 @@ class RolloutEngine:
                     params = SamplingParams(
                         temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, seed=seed
                     )
+                    if pending.prompt_ids is None and self.tokenizer is not None:
+                        pending.prompt_ids = self.tokenizer.encode_prompt(problem_messages(problem, self.config))
                     borrower = object()
                     try:  # awaiting a free token costs a trip through the loop; most are free
                         self._limiter.acquire_on_behalf_of_nowait(borrower)
@@ -214,6 +218,7 @@ class RolloutEngine:
                 config=self.config,
                 tokenizer=self.tokenizer,
                 sampling=params,
+                prompt_ids=pending.prompt_ids,
             )
             if self.scorer is not None:
                 reward = await self.scorer.score(model_text, pending.problem.answer)
