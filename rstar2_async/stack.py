@@ -17,7 +17,7 @@ from typing import Annotated
 import httpx
 import msgspec
 
-from backends import ChatClient, RetryPolicy
+from backends import ChatClient, RetryPolicy, ServerUnavailable
 from backends._fleet import Fleet, FleetConfig
 from backends._pool import ServerPool
 from backends._weight_sync import DiskTransport, WeightSync
@@ -65,6 +65,24 @@ class RolloutStack:
     """Token mode: moves the servers to new weights from a directory."""
     fleet: Fleet | None
     """Servers this stack launched (``model_dir`` runs)."""
+
+
+async def check_reachable(inference: InferenceConfig) -> None:
+    """Fail fast, with the address in the message, when no endpoint answers at all
+    (a wrong URL or a dead server would otherwise surface as many failed turns).
+
+    Raises:
+        backends.ServerUnavailable: none of ``inference.base_urls`` accepts a connection.
+    """
+    errors = []
+    async with httpx.AsyncClient(timeout=httpx.Timeout(inference.connect_timeout_s), trust_env=False) as http:
+        for url in inference.base_urls:
+            try:
+                await http.get(url.rstrip("/") + "/models")
+                return  # any HTTP answer (even 401/404) means something is listening
+            except httpx.TransportError as exc:
+                errors.append(f"{url}: {type(exc).__name__}: {exc or 'no answer'}")
+    raise ServerUnavailable("no inference endpoint is reachable: " + "; ".join(errors))
 
 
 @asynccontextmanager
@@ -117,6 +135,8 @@ async def rollout_stack(
             tokenizer_dir = model_dir
             urls = [server.url for server in fleet.servers]
             inference = msgspec.structs.replace(inference, base_urls=urls, mode="tokens")
+        else:
+            await check_reachable(inference)
         backend: ServerPool | ChatClient
         tokenizer = None
         if inference.mode == "tokens":

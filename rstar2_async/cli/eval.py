@@ -83,16 +83,9 @@ def _merge(base: dict, over: dict) -> dict:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    from rstar2_async.configio import ConfigError
-    from rstar2_async.data import DatasetError
     from rstar2_async.runtime import RUN_OPTIONS
 
-    try:
-        config = _resolve(args)
-        return anyio.run(_main, args, config, backend_options=RUN_OPTIONS)
-    except (ConfigError, DatasetError) as exc:
-        print(f"rstar2 eval: {exc}", file=sys.stderr)
-        return 2
+    return anyio.run(_main, args, _resolve(args), backend_options=RUN_OPTIONS)
 
 
 async def _main(args: argparse.Namespace, config: EvalConfig) -> int:

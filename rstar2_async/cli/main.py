@@ -56,6 +56,31 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        # Errors a user can act on (a bad config, a missing data set, an unreachable
+        # server, a machine that cannot jail) print one line; bugs keep their traceback.
+        leaf = _sole_leaf(exc)
+        if not isinstance(leaf, _user_errors()):
+            raise
+        print(f"rstar2 {args.command}: {type(leaf).__name__}: {leaf}", file=sys.stderr)
+        return 2
+
+
+def _sole_leaf(exc: BaseException) -> BaseException:
+    """The one real error inside nested exception groups (task groups wrap errors)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from backends import BackendError
+    from rstar2_async.configio import ConfigError
+    from rstar2_async.data import DatasetError
+    from rstar2_async.trainer import TrainError
+    from sandbox import SandboxError
+
+    return (ConfigError, DatasetError, TrainError, BackendError, SandboxError, OSError)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,12 @@ vLLM and transformers load directly) and checkpoints/.  A killed run continues w
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rstar2_async.train_config import TrainConfig
+    from rstar2_async.trainer import TrainSummary
 
 HELP = "train a model with SFT + GRPO-RoC stages from a TOML config"
 
@@ -22,16 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rstar2_async.configio import ConfigError, load_toml
-    from rstar2_async.data import DatasetError
+    from rstar2_async.configio import load_toml
     from rstar2_async.train_config import TrainConfig
 
-    try:
-        config = load_toml(args.config, TrainConfig)
-        summary = train(config, resume=args.resume)
-    except (ConfigError, DatasetError) as exc:
-        print(f"rstar2 train: {exc}", file=sys.stderr)
-        return 2
+    summary = train(load_toml(args.config, TrainConfig), resume=args.resume)
     if summary is not None:  # rank 0 of the learner reports
         import msgspec
 
@@ -39,16 +37,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def train(config, *, resume: bool):  # type: ignore[no-untyped-def]
-    """Run the trainer in this process (the learner is a single DeepSpeed rank)."""
+def train(config: TrainConfig, *, resume: bool) -> TrainSummary | None:
+    """Run the trainer in this process: the whole learner, or one rank of it under
+    torchrun / the deepspeed launcher (rank 0 returns the summary).
+
+    Raises:
+        TrainError: the run cannot start or continue (the message says what to change).
+    """
     import anyio
 
     from rstar2_async.runtime import RUN_OPTIONS, tune_gc
-    from rstar2_async.trainer import TrainError, Trainer
+    from rstar2_async.trainer import Trainer
 
     tune_gc()
-    try:
-        return anyio.run(Trainer(config, resume=resume).run, backend_options=RUN_OPTIONS)
-    except TrainError as exc:
-        print(f"rstar2 train: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    return anyio.run(Trainer(config, resume=resume).run, backend_options=RUN_OPTIONS)

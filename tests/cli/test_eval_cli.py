@@ -36,11 +36,11 @@ def test_eval_against_an_endpoint_and_resume(tmp_path: Path, endpoint: tuple[str
     samples = (tmp_path / "out" / "toy" / "samples.jsonl").read_text().splitlines()
     assert len(samples) == 6
     assert "temperature = 0.7" in (tmp_path / "out" / "config.toml").read_text()
-    assert all(r["temperature"] == 0.7 and r["top_p"] == 0.9 for r in server.requests)
+    chats = [r for r in server.requests if "messages" in r]  # the rest: the reachability check
+    assert chats and all(r["temperature"] == 0.7 and r["top_p"] == 0.9 for r in chats)
 
-    before = len(server.requests)
-    assert main(argv) == 0  # everything is done: resumes, runs nothing
-    assert len(server.requests) == before
+    assert main(argv) == 0  # everything is done: resumes, generates nothing
+    assert len([r for r in server.requests if "messages" in r]) == len(chats)
     [again] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again["resumed_samples"] == 6 and again["avg_at_n"] == 1.0
 
@@ -55,3 +55,16 @@ def test_eval_names_a_bad_data_set(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["eval", "--endpoint", "http://x/v1", "--served-model", "m", "--data", "nope", "--temperature", "0", "--top-p", "1"]
     assert main(argv) == 2
     assert "unknown data set 'nope'" in capsys.readouterr().err
+
+
+def test_eval_names_an_unreachable_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = ["eval", "--endpoint", f"http://127.0.0.1:{port}/v1", "--served-model", "m", "--data", "aime24",
+            "--temperature", "0", "--top-p", "1", "--limit", "1"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no inference endpoint is reachable" in err and f"127.0.0.1:{port}" in err
