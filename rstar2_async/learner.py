@@ -277,7 +277,9 @@ class Learner:
         """Leave the process group (after a final barrier)."""
         if dist.is_initialized():
             dist.barrier()
-            dist.destroy_process_group()
+            # DeepSpeed's own call also drops its cached groups, so that a later
+            # learner in the same process (a resumed run, a test) starts clean.
+            deepspeed.comm.destroy_process_group()
 
 
 def seed_everything(seed: int) -> None:

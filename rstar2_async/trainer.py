@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -105,18 +105,56 @@ def batch_for_step(problems: Sequence[Problem], batch_size: int, *, seed: int, s
 
 
 class _TimedScorer:
-    """Wraps the grader to add up grading time (it overlaps the rollout)."""
+    """Wraps the grader to measure the wall time during which any grading runs.
+
+    Grading happens inside the rollout, as each trajectory ends, so this time
+    overlaps the rollout's; summing per-call durations instead would count
+    concurrent gradings several times over."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.seconds = 0.0
+        self._active = 0
+        self._since = 0.0
 
     async def score(self, response_text: str, gold: str) -> float:
-        t0 = time.monotonic()
+        if self._active == 0:
+            self._since = time.monotonic()
+        self._active += 1
         try:
             return await self.inner.score(response_text, gold)
         finally:
-            self.seconds += time.monotonic() - t0
+            self._active -= 1
+            if self._active == 0:
+                self.seconds += time.monotonic() - self._since
+
+
+class _Rollout:
+    """One batch's groups, what RoC kept, and how long it took."""
+
+    def __init__(self) -> None:
+        self.groups: list[Group] = []
+        self.kept: list[Group] = []
+        self.dropped: dict[str, int] = {}
+        self.seconds = 0.0
+        self.reward_seconds = 0.0
+
+
+class _Ahead:
+    """The result of a rollout running ahead in the stage's task group."""
+
+    def __init__(self) -> None:
+        self._done = anyio.Event()
+        self._value: _Rollout | None = None
+
+    async def run(self, rollout: Callable[..., Awaitable[_Rollout]], *args: Any) -> None:
+        self._value = await rollout(*args)
+        self._done.set()
+
+    async def result(self) -> _Rollout:
+        await self._done.wait()
+        assert self._value is not None
+        return self._value
 
 
 def rollout_metrics(groups: Sequence[Group]) -> dict[str, float]:
@@ -266,56 +304,72 @@ class Trainer:
         engine = _with_config(stack.engine, rollout)
         if stage.hard_filter_samples:
             problems = await self._hard_problems(engine, stage, problems)
-        for step in range(self.state.step_in_stage, stage.steps):
-            batch = batch_for_step(problems, stage.batch_problems, seed=self.config.run.seed, stage=index, step=step)
-            values = await self._rl_step(stack, engine, stage, batch, step)
-            self.state.rl_step += 1
-            self.state.step_in_stage = step + 1
-            metrics.write(self.state.rl_step, {"stage": stage.name, **values})
-            every = self.config.run.eval_every
-            if every and self.state.rl_step % every == 0:
-                await self._evaluate(stack, metrics, stage.name)
-            if (step + 1) % self.config.run.checkpoint_every == 0 or step + 1 == stage.steps:
-                await self._checkpoint(step + 1)
+        def batch(step: int) -> list[Problem]:
+            return batch_for_step(problems, stage.batch_problems, seed=self.config.run.seed, stage=index, step=step)
 
-    async def _rl_step(
-        self, stack: RolloutStack, engine: RolloutEngine, stage: StageConfig, batch: list[Problem], step: int
-    ) -> dict[str, Any]:
-        rng = random.Random(f"{self.config.run.seed}/roc/{self.state.rl_step}")
-        kept: list[Group] = []
-        groups: list[Group] = []
-        reasons: dict[str, int] = {}
+        async with anyio.create_task_group() as tg:
+            ahead: _Ahead | None = None
+            for step in range(self.state.step_in_stage, stage.steps):
+                if ahead is None:
+                    done = await self._rollout(engine, stage, batch(step), step)
+                else:
+                    done = await ahead.result()
+                ahead = None
+                if self.config.run.max_staleness and step + 1 < stage.steps:
+                    # Overlap the next rollout with this update (bounded staleness).
+                    ahead = _Ahead()
+                    tg.start_soon(ahead.run, self._rollout, engine, stage, batch(step + 1), step + 1)
+                values = await self._update(stack, stage, done)
+                self.state.rl_step += 1
+                self.state.step_in_stage = step + 1
+                metrics.write(self.state.rl_step, {"stage": stage.name, **values})
+                every = self.config.run.eval_every
+                if every and self.state.rl_step % every == 0:
+                    await self._evaluate(stack, metrics, stage.name)
+                if (step + 1) % self.config.run.checkpoint_every == 0 or step + 1 == stage.steps:
+                    await self._checkpoint(step + 1)
+
+    async def _rollout(self, engine: RolloutEngine, stage: StageConfig, batch: list[Problem], step: int) -> _Rollout:
+        """Roll out one batch; GRPO-RoC downsamples each group as it completes."""
+        rng = random.Random(f"{self.config.run.seed}/roc/{stage.name}/{step}")
+        done = _Rollout()
         reward_before = self.scorer.seconds
         t0 = time.monotonic()
         async with anyio.create_task_group() as tg:
             tg.start_soon(show_progress, engine, len(batch) * stage.n_oversample, f"{stage.name} step {step + 1}")
             async with engine.stream(batch, stage.n_oversample) as stream:
-                async for group in stream:  # RoC runs as each group completes
-                    groups.append(group)
+                async for group in stream:
+                    done.groups.append(group)
                     decision = roc_downsample(group, stage.n_keep, rng, selection=stage.roc_selection)
                     if decision.group is not None:
-                        kept.append(decision.group)
+                        done.kept.append(decision.group)
                     for d in decision.dropped:
-                        reasons[d.reason] = reasons.get(d.reason, 0) + 1
+                        done.dropped[d.reason] = done.dropped.get(d.reason, 0) + 1
             tg.cancel_scope.cancel()
-        t_rollout = time.monotonic() - t0
-        self._write_samples(groups, stage.name)
-        values: dict[str, Any] = rollout_metrics(groups)
-        values.update({f"roc/dropped_{k}": v for k, v in reasons.items()})
-        values["roc/groups_kept"] = len(kept)
+        done.seconds = time.monotonic() - t0
+        done.reward_seconds = self.scorer.seconds - reward_before
+        return done
+
+    async def _update(self, stack: RolloutStack, stage: StageConfig, done: _Rollout) -> dict[str, Any]:
+        """GRPO on the kept groups, then export and sync; returns the step's metrics."""
+        self._write_samples(done.groups, stage.name)
+        oldest = self.state.weight_version - self.config.run.max_staleness
+        fresh = [g for g in done.kept if all(t.weight_version >= oldest for t in g.trajectories)]
+        values: dict[str, Any] = rollout_metrics(done.groups)
+        values.update({f"roc/dropped_{k}": v for k, v in done.dropped.items()})
+        values["roc/groups_kept"] = len(fresh)
+        values["async/stale_groups_dropped"] = len(done.kept) - len(fresh)
         update_s = sync_s = 0.0
-        if kept:  # a batch where every group was all-right or all-wrong teaches nothing
+        if fresh:  # a batch where every group was all-right or all-wrong teaches nothing
             t1 = time.monotonic()
-            stats = await self._learner("grpo_step", kept)
+            stats = await self._learner("grpo_step", fresh)
             update_s = time.monotonic() - t1
             values.update({f"learner/{k}": v for k, v in msgspec.structs.asdict(stats).items()})
             sync_s = await self._export_and_sync(stack)
-        reward_s = self.scorer.seconds - reward_before
-        values.update({"time/rollout_s": t_rollout, "time/reward_s": reward_s, "time/update_s": update_s, "time/sync_s": sync_s})
-        self.phase_seconds["rollout"] += t_rollout
-        self.phase_seconds["reward"] += reward_s
-        self.phase_seconds["update"] += update_s
-        self.phase_seconds["sync"] += sync_s
+        timings = {"rollout": done.seconds, "reward": done.reward_seconds, "update": update_s, "sync": sync_s}
+        for phase, seconds in timings.items():
+            values[f"time/{phase}_s"] = seconds
+            self.phase_seconds[phase] += seconds
         values["weight_version"] = self.state.weight_version
         return values
 

@@ -13,13 +13,14 @@ from rstar2_async.cli.train import train
 from rstar2_async.configio import convert
 from rstar2_async.synthetic import make_problems, write_problems, write_sft_transcripts
 from rstar2_async.train_config import TrainConfig
+from rstar2_async.trainer import TrainError
 
 pytestmark = [pytest.mark.vllm]
 
 SYSTEM = "Compute with the tool, answer in \\boxed{}."
 
 
-def config(tmp_path: Path, *, rl_steps: int) -> TrainConfig:
+def config(tmp_path: Path, *, rl_steps: int, max_staleness: int = 0) -> TrainConfig:
     data = tmp_path / "data"
     # One-digit products: copying one digit at a time is learnt in a few dozen SFT
     # steps, so groups have both right and wrong answers and GRPO has work to do.
@@ -28,7 +29,8 @@ def config(tmp_path: Path, *, rl_steps: int) -> TrainConfig:
     write_problems(make_problems(8, seed=3, digits=(1, 1)), data / "heldout.jsonl")
     return convert(
         {
-            "run": {"name": "pipeline", "out_dir": str(tmp_path / "runs"), "checkpoint_every": 1, "samples_per_step": 2},
+            "run": {"name": "pipeline", "out_dir": str(tmp_path / "runs"), "checkpoint_every": 1, "samples_per_step": 2,
+                    "max_staleness": max_staleness},
             "model": {"tiny": {"hidden_size": 128, "num_layers": 2}},
             "server": {"max_model_len": 512, "kv_cache_gib": 0.25},
             "rollout": {
@@ -49,13 +51,14 @@ def config(tmp_path: Path, *, rl_steps: int) -> TrainConfig:
 
 
 def test_sft_then_rl_through_the_real_stack(tmp_path: Path) -> None:
-    summary = train(config(tmp_path, rl_steps=2), resume=False)
+    summary = train(config(tmp_path, rl_steps=3, max_staleness=1), resume=False)  # next rollout overlaps the update
     run = Path(summary.run_dir)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     sft = [r for r in records if "sft/loss" in r]
     rl = [r for r in records if r.get("stage") == "rl"]
     assert len(sft) == 40 and sft[-1]["sft/loss"] < sft[0]["sft/loss"] / 3  # the learner really steps
-    assert len(rl) == 2 and summary.rl_steps == 2
+    assert len(rl) == 3 and summary.rl_steps == 3
+    assert all(r["async/stale_groups_dropped"] == 0 for r in rl)  # staleness 1 is within the bound
     # The server generated, the sandbox ran the model's calls, and the grader graded.
     assert all(r["rollout/trajectories"] == 4 * 6 for r in rl)
     assert any(r["rollout/tool_calls_mean"] > r["rollout/tool_errors_mean"] for r in rl)  # calls that ran
@@ -73,7 +76,7 @@ def test_sft_then_rl_through_the_real_stack(tmp_path: Path) -> None:
 
 def test_resume_continues_from_the_checkpoint(tmp_path: Path) -> None:
     first = train(config(tmp_path, rl_steps=1), resume=False)
-    with pytest.raises(SystemExit):  # the run exists: refuse to overwrite it silently
+    with pytest.raises(TrainError, match="--resume"):  # the run exists: never overwrite it silently
         train(config(tmp_path, rl_steps=2), resume=False)
     second = train(config(tmp_path, rl_steps=2), resume=True)
     assert (first.rl_steps, second.rl_steps) == (1, 2)
