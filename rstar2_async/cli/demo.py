@@ -1,6 +1,6 @@
 """The CPU demo: a tiny model learns to use the Python tool, end to end.
 
-Writes a synthetic task (exact products of 2-3 digit numbers, which the model can only
+Writes a synthetic task (exact products of two-digit numbers, which the model can only
 get right by running code and copying the result into \\boxed{}) under
 <run dir>/data, then trains with CONFIG (default configs/cpu-demo.toml): SFT cold
 start on ideal transcripts, then GRPO-RoC through a vLLM server, the jailed sandbox
@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sft-transcripts", type=int, default=2000, help="SFT transcripts")
     p.add_argument("--heldout", type=int, default=100, help="held-out problems for the accuracy figures")
     p.add_argument("--min-digits", type=int, default=2, help="fewest digits of an operand")
-    p.add_argument("--max-digits", type=int, default=3, help="most digits of an operand")
+    p.add_argument("--max-digits", type=int, default=2, help="most digits of an operand")
 
 
 def run(args: argparse.Namespace) -> int:
