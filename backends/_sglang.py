@@ -26,18 +26,16 @@ False, and the weight sync drains the pool's own requests before pausing.
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Hashable, Sequence
-from types import TracebackType
-from typing import Any, Final, Literal, Self, final
+from collections.abc import Sequence
+from typing import Any, Final, Literal, final
 
-import anyio
 import httpx
 import msgspec
 
 from ._dispatch import ServerLoad
-from ._errors import BackendClosed, BadResponse, ServerUnavailable
+from ._errors import BadResponse, ServerUnavailable
 from ._retry import RetryPolicy
+from ._token_client import CompletionClient
 from ._types import Completion, FinishReason, SamplingParams
 from ._vllm import _call, _json
 
@@ -179,14 +177,8 @@ _decoder: Final = msgspec.json.Decoder(_GenerateResponse)
 _FINISH: Final[dict[str | None, FinishReason]] = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
-class _State(enum.Enum):
-    UNOPENED = 1
-    OPEN = 2
-    CLOSED = 3
-
-
 @final
-class SGLangTokenClient:
+class SGLangTokenClient(CompletionClient):
     """Token ids in and out over SGLang's native ``/generate``; the same
     ``generate`` contract as :class:`backends.TokenClient` (aborts resumed, errors
     translated, retries on connection errors, timeouts and 5xx).
@@ -206,56 +198,14 @@ class SGLangTokenClient:
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/").removesuffix("/v1")
-        self.model = model
-        self.retry = retry or RetryPolicy()
-        self.weight_version = 0
-        """Stamped on completions whose response carries no (integer) version."""
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            timeout=timeout or httpx.Timeout(3600.0, connect=10.0, pool=60.0),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            transport=transport,
-        )
-        self._state = _State.UNOPENED
+        super().__init__(
+            base_url.rstrip("/").removesuffix("/v1"), model=model, timeout=timeout,
+            max_connections=max_connections, retry=retry, transport=transport,
+        )  # fmt: skip
 
-    async def __aenter__(self) -> Self:
-        if self._state is not _State.UNOPENED:
-            raise RuntimeError(f"cannot open an SGLangTokenClient that is {self._state.name}")
-        await self._http.__aenter__()
-        self._state = _State.OPEN
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._state = _State.CLOSED
-        with anyio.CancelScope(shield=True):
-            await self._http.__aexit__(exc_type, exc, tb)
-
-    async def generate(
-        self, prompt_ids: Sequence[int], *, max_tokens: int, sampling: SamplingParams, session: Hashable = None
-    ) -> Completion:
-        """See :meth:`backends.TokenClient.generate`."""
-        from ._token_client import MAX_RESUMES
-
-        token_ids: list[int] = []
-        logprobs: list[float] = []
-        versions: list[int] = []
-        finish: FinishReason = "abort"
-        for _ in range(MAX_RESUMES + 1):
-            remaining = max_tokens - len(token_ids)
-            if remaining <= 0:
-                finish = "length"
-                break
-            part = await self._send(self._body(list(prompt_ids) + token_ids, remaining, sampling))
-            token_ids += part.token_ids
-            logprobs += part.logprobs
-            versions.append(part.weight_version)
-            finish = part.finish_reason
-            if finish != "abort":
-                break
-        return Completion(token_ids=token_ids, logprobs=logprobs, finish_reason=finish, weight_version=min(versions))
+    async def _request(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Completion:
+        body = self._body(list(prompt), max_tokens, sampling)
+        return self._parse((await _call(self._http, "POST", "/generate", json=body)).content)
 
     @staticmethod
     def _body(prompt: list[int], max_tokens: int, sampling: SamplingParams) -> dict[str, Any]:
@@ -270,19 +220,6 @@ class SGLangTokenClient:
         if sampling.seed is not None:
             params["sampling_seed"] = sampling.seed
         return {"input_ids": prompt, "sampling_params": params, "return_logprob": True}
-
-    async def _send(self, body: dict[str, Any]) -> Completion:
-        attempt = 0
-        while True:
-            if self._state is not _State.OPEN:
-                raise BackendClosed(f"SGLangTokenClient for {self.base_url} is {self._state.name}")
-            try:
-                return self._parse((await _call(self._http, "POST", "/generate", json=body)).content)
-            except (ServerUnavailable, BadResponse):
-                attempt += 1
-                if attempt > self.retry.max_retries:
-                    raise
-            await anyio.sleep(self.retry.delay(attempt))
 
     def _parse(self, content: bytes) -> Completion:
         try:

@@ -5,9 +5,9 @@ Requests go to ``/v1/completions`` with a token-id prompt; vLLM's extensions
 ids and their logprobs.  Bodies are encoded and decoded with msgspec, typed
 decoders built once: this path runs tens of thousands of times per step.
 
-The client is layered: :meth:`TokenClient.generate` resumes aborted generations,
-``_send`` retries, ``_send_once`` does one HTTP exchange and translates httpx's
-exceptions into :mod:`backends._errors` at the edge.
+The client is layered: :meth:`CompletionClient.generate` resumes aborted
+generations, ``_send`` retries, ``_request`` does one HTTP exchange and translates
+httpx's exceptions into :mod:`backends._errors` at the edge.
 """
 
 from __future__ import annotations
@@ -58,21 +58,14 @@ class State(enum.Enum):
     CLOSED = 3
 
 
-@final
-class TokenClient:
-    """One server, token ids in and out.
+class CompletionClient:
+    """What every token-id client shares: the connection pool and its lifecycle, the
+    resumption of aborted generations, and retries.  A subclass says how one request
+    is made and read (``_request``); :class:`TokenClient` speaks vLLM's completions,
+    :class:`backends._sglang.SGLangTokenClient` SGLang's ``/generate``.
 
-    Use as ``async with TokenClient(url, model=...) as client``; the client owns its
-    connection pool and closes it on exit.
-
-    Args:
-        base_url: the server's base URL ending in ``/v1``.
-        model: model name sent with each request.
-        api_key: bearer token, if the server wants one.
-        timeout: httpx timeouts (connect / read / write / pool kept separate).
-        max_connections: size of the connection pool.
-        retry: backoff policy for connection errors, timeouts and 5xx answers.
-        transport: an httpx transport (tests plug in a mock here).
+    Use as ``async with client``; the client owns its connection pool and closes it
+    on exit.
     """
 
     def __init__(
@@ -80,21 +73,18 @@ class TokenClient:
         base_url: str,
         *,
         model: str,
-        api_key: str | None = None,
+        headers: dict[str, str] | None = None,
         timeout: httpx.Timeout | None = None,
         max_connections: int = 4096,
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = base_url
         self.model = model
         self.retry = retry or RetryPolicy()
         self.weight_version = 0
         """Stamped on completions whose response carries no version; the weight sync
         sets it after loading new weights and before resuming the server."""
-        headers = {"content-type": "application/json"}
-        if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers=headers,
@@ -106,7 +96,7 @@ class TokenClient:
 
     async def __aenter__(self) -> Self:
         if self._state is not State.UNOPENED:
-            raise RuntimeError(f"cannot open a TokenClient that is {self._state.name}")
+            raise RuntimeError(f"cannot open a {type(self).__name__} that is {self._state.name}")
         await self._http.__aenter__()
         self._state = State.OPEN
         return self
@@ -147,7 +137,7 @@ class TokenClient:
                 finish = "length"
                 break
             prompt = list(prompt_ids) + token_ids if token_ids else prompt_ids
-            part = await self._send(self._body(prompt, remaining, sampling))
+            part = await self._send(prompt, remaining, sampling)
             token_ids += part.token_ids
             logprobs += part.logprobs
             versions.append(part.weight_version)
@@ -155,6 +145,57 @@ class TokenClient:
             if finish != "abort":
                 break
         return Completion(token_ids=token_ids, logprobs=logprobs, finish_reason=finish, weight_version=min(versions))
+
+    async def _send(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Completion:
+        attempt = 0
+        while True:
+            if self._state is not State.OPEN:
+                raise BackendClosed(f"{type(self).__name__} for {self.base_url} is {self._state.name}")
+            try:
+                return await self._request(prompt, max_tokens, sampling)
+            except (ServerUnavailable, BadResponse):
+                attempt += 1
+                if attempt > self.retry.max_retries:
+                    raise
+            await anyio.sleep(self.retry.delay(attempt))
+
+    async def _request(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Completion:
+        """One exchange with the server, errors translated into :mod:`backends._errors`."""
+        raise NotImplementedError
+
+
+@final
+class TokenClient(CompletionClient):
+    """One OpenAI-compatible server (vLLM), token ids in and out over ``/v1/completions``.
+
+    Args:
+        base_url: the server's base URL ending in ``/v1``.
+        model: model name sent with each request.
+        api_key: bearer token, if the server wants one.
+        timeout: httpx timeouts (connect / read / write / pool kept separate).
+        max_connections: size of the connection pool.
+        retry: backoff policy for connection errors, timeouts and 5xx answers.
+        transport: an httpx transport (tests plug in a mock here).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str,
+        api_key: str | None = None,
+        timeout: httpx.Timeout | None = None,
+        max_connections: int = 4096,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        headers = {"content-type": "application/json"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        super().__init__(
+            base_url.rstrip("/"), model=model, headers=headers, timeout=timeout,
+            max_connections=max_connections, retry=retry, transport=transport,
+        )  # fmt: skip
 
     def _body(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> bytes:
         body: dict[str, Any] = {
@@ -174,22 +215,9 @@ class TokenClient:
             body["seed"] = sampling.seed
         return _encoder.encode(body)
 
-    async def _send(self, body: bytes) -> Completion:
-        attempt = 0
-        while True:
-            try:
-                return await self._send_once(body)
-            except (ServerUnavailable, BadResponse):
-                attempt += 1
-                if attempt > self.retry.max_retries:
-                    raise
-            await anyio.sleep(self.retry.delay(attempt))
-
-    async def _send_once(self, body: bytes) -> Completion:
-        if self._state is not State.OPEN:
-            raise BackendClosed(f"TokenClient for {self.base_url} is {self._state.name}")
+    async def _request(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Completion:
         try:
-            response = await self._http.post("/completions", content=body)
+            response = await self._http.post("/completions", content=self._body(prompt, max_tokens, sampling))
         except httpx.TransportError as exc:  # connect/read/write/pool errors and timeouts
             raise ServerUnavailable(f"{self.base_url}: {type(exc).__name__}: {exc}") from exc
         if response.status_code >= 500:

@@ -15,7 +15,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import sys
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
