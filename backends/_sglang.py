@@ -37,7 +37,7 @@ from ._errors import BadResponse, ServerUnavailable
 from ._retry import RetryPolicy
 from ._token_client import CompletionClient
 from ._types import Completion, FinishReason, SamplingParams
-from ._vllm import _call, _json
+from ._vllm import _Admin, _call, _json
 
 __all__ = ["SGLangAdmin", "SGLangTokenClient", "sglang_command"]
 
@@ -63,7 +63,7 @@ def sglang_command(
 
 
 @final
-class SGLangAdmin:
+class SGLangAdmin(_Admin):
     """Admin endpoints of one SGLang server; same surface as :class:`backends.VLLMAdmin`.
 
     Args:
@@ -72,15 +72,6 @@ class SGLangAdmin:
 
     engine: Final = "sglang"
     native_wait: Final = False
-
-    def __init__(self, http: httpx.AsyncClient) -> None:
-        self.http = http
-
-    async def health(self) -> bool:
-        try:
-            return (await self.http.get("/health")).status_code == 200
-        except httpx.HTTPError:
-            return False
 
     async def load(self) -> ServerLoad:
         info = _json(await _call(self.http, "GET", "/get_server_info"))

@@ -104,8 +104,22 @@ def _json(response: httpx.Response) -> Any:
         raise BadResponse(f"{response.request.url}: not JSON: {response.content[:200]!r}") from exc
 
 
+class _Admin:
+    """What every engine's admin adapter shares: the lent client and the health probe."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    async def health(self) -> bool:
+        """True if ``/health`` answers 200; False on any error."""
+        try:
+            return (await self.http.get("/health")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
 @final
-class VLLMAdmin:
+class VLLMAdmin(_Admin):
     """Admin endpoints of one vLLM server.
 
     Args:
@@ -120,16 +134,6 @@ class VLLMAdmin:
     engine: Final = "vllm"
     native_wait: Final = True
     """``pause("wait")`` finishes in-flight requests before pausing."""
-
-    def __init__(self, http: httpx.AsyncClient) -> None:
-        self.http = http
-
-    async def health(self) -> bool:
-        """True if ``/health`` answers 200; False on any error."""
-        try:
-            return (await self.http.get("/health")).status_code == 200
-        except httpx.HTTPError:
-            return False
 
     async def load(self) -> ServerLoad:
         return parse_vllm_metrics((await _call(self.http, "GET", "/metrics")).text)
