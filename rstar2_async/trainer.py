@@ -242,7 +242,7 @@ class Trainer:
                 log_dir=self.run_dir,
             ) as stack:
                 if self.config.inference and self.state.weight_version:
-                    await self._sync(stack, weights)  # external servers may hold older weights
+                    await self._sync(stack, weights, self.state.weight_version)  # they may hold older weights
                 stack.engine.scorer = self.scorer = _TimedScorer(stack.engine.scorer)
                 with MetricsWriter(self.run_dir) as metrics:
                     for index in range(self.state.stage, len(self.config.stages)):
@@ -395,17 +395,16 @@ class Trainer:
         version = self.state.weight_version + 1
         out = self.run_dir / "weights" / f"v{version:06d}"
         await self._learner("export", out)
-        await self._sync(stack, out)
+        await self._sync(stack, out, version)
         previous = self.state.weights_dir
         self.state.weight_version, self.state.weights_dir = version, str(out)
         if previous and Path(previous).parent == out.parent:
             shutil.rmtree(previous, ignore_errors=True)  # the servers hold the new ones now
         return time.monotonic() - t0
 
-    async def _sync(self, stack: RolloutStack, weights: Path) -> None:
+    async def _sync(self, stack: RolloutStack, weights: Path, version: int) -> None:
         if stack.sync is None:
             raise TrainError("training needs token mode (inference.mode = \"tokens\"): chat endpoints cannot load weights")
-        version = self.state.weight_version + 1 if weights.name.startswith("v") else self.state.weight_version
         await stack.sync.sync(weights, version)
         if stack.fleet is not None:
             stack.fleet.set_model(str(weights))  # a restarted server comes back with these
