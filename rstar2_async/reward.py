@@ -167,6 +167,10 @@ def extract_answer(text: str) -> str | None:
     return answer_format(text).answer
 
 
+_PLAIN_INT = re.compile(r"\s*[-+]?\d{1,50}\s*")
+"""An integer literal (no separators): exact, so the normaliser's "no" is final."""
+
+
 def _quick_verdict(response_text: str, gold: str) -> tuple[float | None, str]:
     """(verdict, answer): a verdict reached without math-verify, else (None, answer)."""
     answer = extract_answer(response_text)
@@ -174,6 +178,8 @@ def _quick_verdict(response_text: str, gold: str) -> tuple[float | None, str]:
         return 0.0, ""
     if answers_match(answer, gold):
         return 1.0, answer
+    if _PLAIN_INT.fullmatch(answer) and _PLAIN_INT.fullmatch(gold):
+        return 0.0, answer  # two different integers: math-verify cannot disagree
     return None, answer
 
 
@@ -246,6 +252,8 @@ class GraderStatistics(msgspec.Struct, frozen=True):
     correct: int
     by_normaliser: int
     """Of `correct`, those accepted by `answer_norm` without a worker."""
+    without_worker: int
+    """Of `graded`, those settled without math-verify (right or wrong)."""
     timeouts: int
     """Gradings cut off at the per-call timeout (0.0, worker killed)."""
     worker_crashes: int
@@ -296,7 +304,7 @@ class Grader:
         self._idle: list[AsyncWorker] = []
         self._alive: set[AsyncWorker] = set()
         self._busy = 0
-        self._graded = self._correct = self._by_normaliser = 0
+        self._graded = self._correct = self._by_normaliser = self._without_worker = 0
         self._timeouts = self._crashes = self._started = 0
 
     async def __aenter__(self) -> Grader:
@@ -366,6 +374,7 @@ class Grader:
         verdict, answer = _quick_verdict(response_text, gold)
         if verdict is not None:
             self._by_normaliser += verdict == 1.0
+            self._without_worker += 1
             return self._count(verdict)
         request = GradeRequest(answer=answer, gold=gold, alarm_s=_alarm_seconds(self._timeout))
         async with self._slots:
@@ -409,6 +418,7 @@ class Grader:
             graded=self._graded,
             correct=self._correct,
             by_normaliser=self._by_normaliser,
+            without_worker=self._without_worker,
             timeouts=self._timeouts,
             worker_crashes=self._crashes,
             workers_started=self._started,

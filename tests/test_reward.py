@@ -202,6 +202,18 @@ async def test_grader_scores_concurrently_and_counts() -> None:
 
 
 @pytest.mark.anyio
+async def test_grader_settles_two_different_integers_without_a_worker() -> None:
+    async with Grader(workers=1, timeout=5.0) as grader:
+        assert await grader.score("<answer>\\boxed{4604}</answer>", "4664") == 0.0
+        assert await grader.score("<answer>\\boxed{-12}</answer>", "12") == 0.0
+        assert await grader.score("<answer>\\boxed{0012}</answer>", "12") == 1.0
+        assert grader.statistics().without_worker == 3
+        # a non-integer on either side still goes to math-verify
+        assert await grader.score("<answer>\\boxed{2^{10}}</answer>", "1024") == 1.0
+        assert (grader.statistics().graded, grader.statistics().without_worker) == (4, 3)
+
+
+@pytest.mark.anyio
 async def test_grader_hang_returns_zero_within_deadline_then_recovers() -> None:
     before = grading_workers()
     async with Grader(workers=1, timeout=1.0) as grader:
