@@ -44,9 +44,14 @@ import torch.distributed as dist
 if TYPE_CHECKING:
     from rstar2_async.learner import Learner
 
-__all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = ["CheckpointWriteError", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
 
 _STEP_RE = re.compile(r"^step-(\d+)$")
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (most often: the disk is full); the previous
+    complete checkpoints are untouched."""
 
 
 def latest_checkpoint(root: str | Path) -> Path | None:
@@ -67,7 +72,8 @@ def save_checkpoint(learner: Learner, root: str | Path, *, state: dict[str, Any]
             position, curriculum stage, ...).
 
     Raises:
-        OSError: a file could not be written; the previous checkpoints are intact.
+        CheckpointWriteError: a file could not be written (a full disk, ...); the
+            previous checkpoints are intact and the partial one keeps its temporary name.
     """
     root = Path(root)
     step = learner.global_step
@@ -79,9 +85,15 @@ def save_checkpoint(learner: Learner, root: str | Path, *, state: dict[str, Any]
             shutil.rmtree(stale, ignore_errors=True)
         tmp.mkdir()
     _barrier()
-    learner.engine.save_checkpoint(str(tmp), tag="ds", save_latest=False)
-    torch.save(_rng_state(), tmp / f"rng-rank{learner.rank}.pt")
-    _fsync_tree(tmp)  # every rank flushes what it wrote
+    try:
+        learner.engine.save_checkpoint(str(tmp), tag="ds", save_latest=False)
+        torch.save(_rng_state(), tmp / f"rng-rank{learner.rank}.pt")
+        _fsync_tree(tmp)  # every rank flushes what it wrote
+    # torch.save reports a short write (a full disk) as a RuntimeError of its zip
+    # writer ("unexpected pos"), not as ENOSPC: name the place and the free space.
+    except (OSError, RuntimeError) as exc:
+        free_mib = shutil.disk_usage(tmp).free / 2**20
+        raise CheckpointWriteError(f"cannot write checkpoint {tmp} ({free_mib:.1f} MiB free there): {exc}") from exc
     _barrier()
     if learner.rank == 0:
         body = {"step": step, "world_size": learner.world_size, "state": state}

@@ -431,7 +431,18 @@ class Trainer:
     async def _checkpoint(self, step_in_stage: int) -> None:
         self.state.step_in_stage = step_in_stage
         state = msgspec.to_builtins(self.state)
-        await self._learner("save_checkpoint", self.run_dir / "checkpoints", state=state)
+        root = self.run_dir / "checkpoints"
+        try:
+            await self._learner("save_checkpoint", root, state=state)
+        except OSError as exc:  # e.g. a full disk: the checkpoint is atomic, so nothing older is lost
+            from .checkpoint import latest_checkpoint  # imports torch, which only the learner needs
+
+            last = latest_checkpoint(root)
+            kept = f"the last complete checkpoint, {last}, is intact" if last else "no earlier checkpoint exists"
+            raise TrainError(
+                f"writing the checkpoint of RL step {self.state.rl_step} failed ({exc}); {kept}: "
+                "free space and run again with --resume"
+            ) from exc
 
     async def _set_lr(self, stage: StageConfig) -> None:
         await self._learner("set_peak_lr", stage.lr or self.config.learner.lr)

@@ -1,6 +1,7 @@
-"""Kill-and-resume: a run killed at any point (SIGKILL mid-step, or a crash in the
-middle of writing a checkpoint) resumes from its last complete checkpoint and
-produces the same next batches and the same losses as an uninterrupted run."""
+"""Kill-and-resume: a run killed at any point (SIGKILL mid-step, a crash in the
+middle of writing a checkpoint, a disk that fills up under it) resumes from its last
+complete checkpoint and produces the same next batches and the same losses as an
+uninterrupted run."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,7 +23,9 @@ SCRIPT = Path(__file__).with_name("_train_script.py")
 STEPS = 8
 
 
-def _run(model: Path, root: Path, log: Path, *, crash: str | None = None, kill_after_lines: int | None = None) -> int:
+def _run(
+    model: Path, root: Path, log: Path, *, crash: str | None = None, kill_after_lines: int | None = None, fails: bool = False
+) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
     if crash:
@@ -35,9 +40,9 @@ def _run(model: Path, root: Path, log: Path, *, crash: str | None = None, kill_a
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
     out = proc.communicate(timeout=300)[0].decode(errors="replace")
-    if kill_after_lines is None and crash is None:
+    if kill_after_lines is None and crash is None and not fails:
         assert proc.returncode == 0, out[-3000:]
-    return proc.returncode
+    return proc.returncode, out
 
 
 def _lines(log: Path) -> int:
@@ -85,7 +90,7 @@ def test_crash_while_writing_keeps_last_good_checkpoint(
     # Crash 1: step 2 finishes its update, then dies after DeepSpeed wrote its first file.
     # Crash 2 (resumed run): step 5 dies with every file written, just before the rename.
     for crash_step, where in ((2, "ds"), (5, "publish")):
-        assert _run(tiny_lm, root, log, crash=f"{crash_step}:{where}") == 17
+        assert _run(tiny_lm, root, log, crash=f"{crash_step}:{where}")[0] == 17
         last = latest_checkpoint(root)
         assert last is not None, where
         assert json.loads((last / "state.json").read_text())["state"] == {"next_step": crash_step}, where
@@ -93,3 +98,30 @@ def test_crash_while_writing_keeps_last_good_checkpoint(
     _run(tiny_lm, root, log)
     _assert_same(_records(log), reference)
     assert not list(root.glob(".step-*.tmp"))
+
+
+@contextmanager
+def _tmpfs(path: Path, size: str) -> Iterator[None]:
+    """A real small filesystem at ``path``: writes past ``size`` fail with ENOSPC."""
+    path.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True)
+    if mounted.returncode:
+        pytest.skip(f"a full disk needs a tmpfs mount (root): {mounted.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def test_full_disk_while_checkpointing_loses_nothing(tiny_lm: Path, tmp_path: Path, reference: dict[int, dict]) -> None:
+    root, log = tmp_path / "ckpt", tmp_path / "log.jsonl"
+    with _tmpfs(root, "2m"):  # one checkpoint (~1.5 MB) fits, the second does not
+        rc, out = _run(tiny_lm, root, log, fails=True)
+        assert rc != 0 and "CheckpointWriteError: cannot write checkpoint" in out and "MiB free there" in out, out[-2000:]
+        last = latest_checkpoint(root)
+        assert last is not None and json.loads((last / "state.json").read_text())["state"] == {"next_step": 1}
+        # Space freed (the filesystem grown): the run resumes where the last checkpoint left it.
+        subprocess.run(["mount", "-o", "remount,size=16m", str(root)], check=True)
+        _run(tiny_lm, root, log)
+        _assert_same(_records(log), reference)
+        assert not list(root.glob(".step-*.tmp"))
