@@ -7,8 +7,12 @@ A problem reads ``What is 48213 * 9981?``; the ideal trajectory is
     user:      <tool_response>\\n481213953\\n</tool_response>
     assistant: <answer>\\boxed{481213953}</answer>
 
-:func:`sft_transcripts` writes such conversations for the cold-start SFT stage;
-the reward needs the real sandbox, so RL trains the whole tool loop.
+:func:`write_sft_transcripts` writes such conversations for the cold-start SFT
+stage.  Like a real cold-start set, it can be imperfect: with ``guess_fraction`` of
+the transcripts the teacher skips the tool and answers with a mental estimate (the
+product rounded to two significant digits, almost always wrong).  Imitation learns
+to guess that often; only the reward, which needs the real sandbox, teaches the
+policy that calling the tool pays, which is what RL is for.
 """
 
 from __future__ import annotations
@@ -65,12 +69,34 @@ def ideal_conversation(problem: Problem, system: str) -> list[dict[str, str]]:
     ]
 
 
-def write_sft_transcripts(problems: list[Problem], path: Path, *, system: str) -> Path:
-    """One ``{"messages": [...]}`` JSON line per problem, for the SFT stage."""
+def estimate(answer: str) -> str:
+    """``answer`` rounded to two significant digits: what a guess from memory gets."""
+    return str(round(int(answer), 2 - len(answer.lstrip("-"))))
+
+
+def guess_conversation(problem: Problem, system: str) -> list[dict[str, str]]:
+    """The teacher answers without the tool, with an estimate."""
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": problem.problem},
+        {"role": "assistant", "content": answer_text(estimate(problem.answer))},
+    ]
+
+
+def write_sft_transcripts(
+    problems: list[Problem], path: Path, *, system: str, guess_fraction: float = 0.0, seed: int = 0
+) -> Path:
+    """One ``{"messages": [...]}`` JSON line per problem, for the SFT stage: the ideal
+    conversation, or with probability ``guess_fraction`` a guess without the tool."""
+    if not 0.0 <= guess_fraction <= 1.0:
+        raise ValueError(f"guess_fraction: expected a fraction in [0, 1], got {guess_fraction}")
+    rng = random.Random(seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:
         for p in problems:
-            f.write(json.dumps({"messages": ideal_conversation(p, system)}) + "\n")
+            guess = rng.random() < guess_fraction
+            messages = guess_conversation(p, system) if guess else ideal_conversation(p, system)
+            f.write(json.dumps({"messages": messages}) + "\n")
     return path
 
 

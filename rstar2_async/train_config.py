@@ -87,6 +87,9 @@ class StageConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     """Overrides ``rollout.max_turns``."""
     lr: Annotated[float, msgspec.Meta(gt=0)] | None = None
     """Overrides ``learner.lr`` in this stage (SFT usually wants a larger one)."""
+    lr_decay: Literal["constant", "linear"] = "constant"
+    """``linear``: the learning rate falls from ``lr`` to 0 over the stage's steps (an
+    SFT cold start ends better that way); ``constant``: as rStar2's RL stages."""
     hard_filter_samples: Annotated[int, msgspec.Meta(ge=0)] = 0
     """> 0: before the stage, the current policy samples this many rollouts per problem
     and problems solved every time are dropped (rStar2 stage 3: 8)."""

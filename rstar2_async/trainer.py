@@ -277,10 +277,10 @@ class Trainer:
 
         tokenizer = AutoTokenizer.from_pretrained(str(self.learner.model_path))
         seqs = load_chat_jsonl(stage.data, tokenizer, max_tokens=self.config.server.max_model_len)
-        await self._set_lr(stage)
         t0 = time.monotonic()
         with StepBar(stage.name, stage.steps, self.state.step_in_stage) as bar:
             for step in range(self.state.step_in_stage, stage.steps):
+                await self._set_lr(stage, step)
                 batch = batch_for_step(seqs, stage.batch_problems, seed=self.config.run.seed, stage=self.state.stage, step=step)
                 stats = await self._learner("sft_step", batch)
                 values = {"sft/loss": stats.loss, "sft/grad_norm": stats.grad_norm, "sft/lr": stats.lr}
@@ -293,7 +293,6 @@ class Trainer:
 
     async def _rl_stage(self, stack: RolloutStack, index: int, stage: StageConfig, metrics: MetricsWriter) -> None:
         problems = load_problems(stage.data)
-        await self._set_lr(stage)
         if stage.reset_optimizer and self.state.step_in_stage == 0:
             await self._learner("reset_optimizer")
         rollout = msgspec.structs.replace(
@@ -315,6 +314,7 @@ class Trainer:
                 else:
                     done = await ahead.result()
                 ahead = None
+                await self._set_lr(stage, step)
                 if self.config.run.max_staleness and step + 1 < stage.steps:
                     # Overlap the next rollout with this update (bounded staleness).
                     ahead = _Ahead()
@@ -444,8 +444,10 @@ class Trainer:
                 "free space and run again with --resume"
             ) from exc
 
-    async def _set_lr(self, stage: StageConfig) -> None:
-        await self._learner("set_peak_lr", stage.lr or self.config.learner.lr)
+    async def _set_lr(self, stage: StageConfig, step: int) -> None:
+        peak = stage.lr or self.config.learner.lr
+        decay = 1.0 - step / stage.steps if stage.lr_decay == "linear" else 1.0
+        await self._learner("set_peak_lr", peak * decay)
 
     def _write_samples(self, groups: Sequence[Group], stage: str) -> None:
         k = self.config.run.samples_per_step

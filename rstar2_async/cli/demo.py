@@ -3,8 +3,9 @@
 Writes a synthetic task (exact products of two-digit numbers, which the model can only
 get right by running code and copying the result into \\boxed{}) under
 <run dir>/data, then trains with CONFIG (default configs/cpu-demo.toml): SFT cold
-start on ideal transcripts, then GRPO-RoC through a vLLM server, the jailed sandbox
-pool, the DeepSpeed learner and weight sync from disk.  Prints the held-out accuracy
+start on transcripts of an imperfect teacher (it guesses without the tool in
+``--guess-fraction`` of them), then GRPO-RoC through a vLLM server, the jailed
+sandbox pool, the DeepSpeed learner and weight sync from disk.  Prints the held-out accuracy
 after SFT and after RL, the share of time per phase, and where the plots are.
 """
 
@@ -23,14 +24,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="demo config (default: configs/cpu-demo.toml)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted demo run")
     p.add_argument("--train-problems", type=int, default=4000, help="RL problem pool size")
-    p.add_argument("--sft-transcripts", type=int, default=2000, help="SFT transcripts")
+    p.add_argument("--sft-transcripts", type=int, default=4000, help="SFT transcripts")
+    p.add_argument(
+        "--guess-fraction", type=float, default=0.3,
+        help="share of SFT transcripts where the teacher guesses instead of using the tool (RL must unlearn it)",
+    )  # fmt: skip
     p.add_argument("--heldout", type=int, default=100, help="held-out problems for the accuracy figures")
     p.add_argument("--min-digits", type=int, default=2, help="fewest digits of an operand")
     p.add_argument("--max-digits", type=int, default=2, help="most digits of an operand")
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
     import time
+
+    # Before torch loads: the learner and the vLLM server share a few cores, and two
+    # OpenMP pools spinning over all of them starve each other (measured on 2 cores
+    # with one busy: an SFT step took 7 s of CPU instead of 0.3 s).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     import msgspec
 
@@ -56,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     sft = [p for p in make_problems(args.sft_transcripts, seed=2, prefix="sft", digits=digits) if p.problem not in seen]
     write_problems(heldout, data / "heldout.jsonl")
     write_problems(train_pool, data / "train.jsonl")
-    write_sft_transcripts(sft, data / "sft.jsonl", system=system)
+    write_sft_transcripts(sft, data / "sft.jsonl", system=system, guess_fraction=args.guess_fraction, seed=2)
 
     summary = train(config, resume=args.resume)
     after_sft = next((e for e in summary.evals if e["stage"] == "sft"), None)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rstar2_async.checkpoint import latest_checkpoint
 from rstar2_async.cli.train import train
 from rstar2_async.configio import convert
 from rstar2_async.synthetic import make_problems, write_problems, write_sft_transcripts
@@ -20,13 +21,17 @@ pytestmark = [pytest.mark.vllm]
 SYSTEM = "Compute with the tool, answer in \\boxed{}."
 
 
-def config(tmp_path: Path, *, rl_steps: int, max_staleness: int = 0) -> TrainConfig:
+def config(tmp_path: Path, *, rl_steps: int, max_staleness: int = 0, hard_stage: bool = False) -> TrainConfig:
     data = tmp_path / "data"
     # One-digit products: copying one digit at a time is learnt in a few dozen SFT
     # steps, so groups have both right and wrong answers and GRPO has work to do.
     write_sft_transcripts(make_problems(64, seed=2, digits=(1, 1)), data / "sft.jsonl", system=SYSTEM)
     write_problems(make_problems(60, seed=1, digits=(1, 1)), data / "train.jsonl")
     write_problems(make_problems(8, seed=3, digits=(1, 1)), data / "heldout.jsonl")
+    # rStar2's stage 3: the policy samples each problem twice, problems solved both
+    # times are dropped, the optimizer starts fresh.
+    hard = {"name": "hard", "kind": "rl", "data": str(data / "train.jsonl"), "steps": 1, "batch_problems": 4,
+            "n_oversample": 6, "n_keep": 4, "hard_filter_samples": 2, "reset_optimizer": True}  # fmt: skip
     return convert(
         {
             "run": {"name": "pipeline", "out_dir": str(tmp_path / "runs"), "checkpoint_every": 1, "samples_per_step": 2,
@@ -43,21 +48,28 @@ def config(tmp_path: Path, *, rl_steps: int, max_staleness: int = 0) -> TrainCon
             "stages": [
                 {"name": "sft", "kind": "sft", "data": str(data / "sft.jsonl"), "steps": 40, "batch_problems": 16, "lr": 3e-3},
                 {"name": "rl", "kind": "rl", "data": str(data / "train.jsonl"), "steps": rl_steps, "batch_problems": 4,
-                 "n_oversample": 6, "n_keep": 4},
-            ],
+                 "n_oversample": 6, "n_keep": 4, "lr_decay": "linear"},
+            ] + ([hard] if hard_stage else []),
         },
         TrainConfig,
     )  # fmt: skip
 
 
 def test_sft_then_rl_through_the_real_stack(tmp_path: Path) -> None:
-    summary = train(config(tmp_path, rl_steps=3, max_staleness=1), resume=False)  # next rollout overlaps the update
+    summary = train(config(tmp_path, rl_steps=3, max_staleness=1, hard_stage=True), resume=False)  # next rollout overlaps the update
     run = Path(summary.run_dir)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     sft = [r for r in records if "sft/loss" in r]
     rl = [r for r in records if r.get("stage") == "rl"]
     assert len(sft) == 40 and sft[-1]["sft/loss"] < sft[0]["sft/loss"] / 3  # the learner really steps
-    assert len(rl) == 3 and summary.rl_steps == 3
+    assert all(r["sft/lr"] == pytest.approx(3e-3) for r in sft)  # the stage's own lr, constant
+    # lr_decay = "linear": learner.lr falls toward 0 over the stage's 3 steps (no
+    # learner/lr on a step where RoC kept nothing to train on).
+    assert any("learner/lr" in r for r in rl)
+    for r in rl:
+        if "learner/lr" in r:
+            assert r["learner/lr"] == pytest.approx(1e-3 * (4 - r["step"]) / 3)
+    assert len(rl) == 3 and summary.rl_steps == 4
     assert all(r["async/stale_groups_dropped"] == 0 for r in rl)  # staleness 1 is within the bound
     # The server generated, the sandbox ran the model's calls, and the grader graded.
     assert all(r["rollout/trajectories"] == 4 * 6 for r in rl)
@@ -72,6 +84,13 @@ def test_sft_then_rl_through_the_real_stack(tmp_path: Path) -> None:
     assert (run / "plots" / "reward.png").stat().st_size > 1000
     assert (run / "tensorboard").is_dir()
     assert {"rollout", "sft", "eval"} <= {k for k, v in summary.phase_seconds.items() if v > 0}
+    # The hard stage sampled every problem, kept those not solved every time (stored
+    # for resume), and trained on them.  (This weak policy rarely solves one twice, so
+    # how many are dropped is not asserted.)
+    state = json.loads((latest_checkpoint(run / "checkpoints") / "state.json").read_text())["state"]
+    train_ids = {json.loads(line)["id"] for line in (tmp_path / "data" / "train.jsonl").read_text().splitlines()}
+    assert state["hard_problems"]["hard"] and set(state["hard_problems"]["hard"]) <= train_ids
+    assert [r["stage"] for r in records if r.get("stage") == "hard"] == ["hard"]
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path: Path) -> None:
