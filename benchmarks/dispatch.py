@@ -1,57 +1,103 @@
 """Dispatch benchmark: our KV-budget dispatcher against static round-robin, simulated.
 
-The model (both policies run on it, same workload, same run):
+A discrete-event simulation of a rollout step of rStar2-Agent's stage 1 on a
+fleet of 8 vLLM servers, each one Qwen3-14B on one H100-80GB.  Both policies
+run the same workload on the same server model in the same run.
 
-- A fleet of 8 servers, each with a KV cache of ``--capacity`` tokens and a
-  decode step whose time grows with the batch: ``max(t_min, b * t_tok)``.  A
-  small batch is memory bound, so per-request throughput falls as the batch
-  grows, and aggregate throughput saturates at ``1 / t_tok`` from ``b = t_min /
-  t_tok = 50`` on.  Prefill costs ``t_prefill`` per token, added to the step.
-- 2,048 trajectories: prompt 150-600 tokens, 1-5 turns of lognormal (long
-  tailed) length within an 8K response budget, and between turns a tool call of
-  lognormal latency (median 0.3 s) whose response (30-300 tokens) is appended.
-- Each server behaves like vLLM's scheduler: FIFO waiting queue, up to
-  ``max_num_seqs`` running, a request admitted when its prompt fits the free
-  cache, prefill charged for the part of the prompt not in the prefix cache (a
-  later turn on the server of its previous turn only prefills the new tokens;
-  the cache is never evicted), and a KV *overflow* when running requests grow
-  past the cache: the newest is preempted and recomputed later, as vLLM does.
-  ``overflows`` counts these preemptions; nothing else counts.
+Calibration (each figure, and where it comes from):
 
-- ``static``: trajectory ``i`` goes to server ``i mod 8`` for all its turns, sent at once.
-- ``ours``: :class:`backends._dispatch.Dispatcher` (budget policy) admits each
-  turn to the server with the most free budget, reserving the context plus the
-  *expected* new tokens (the running mean turn length, capped by what is left
-  of the budget), with 10% of each cache kept as headroom for sequences that
-  outgrow it; later turns stay on their server unless it is full, short of
-  budget, or runs 8 more requests than the least busy server with room (then
-  they go there); turns that fit nowhere wait for a turn to end.  It sees each
-  server's actual KV usage by polling once per second, as the pool does.
-  ``--reserve N`` switches to the old reservation, context + min(remaining, N)
-  (N = 8192: the whole budget, overflow-free by construction).
+- Model: Qwen3-14B (its model card: 40 layers, grouped-query attention with
+  40 query and 8 KV heads of dim 128, 14.8e9 parameters), bf16.  KV per token: 40 x 8 x 128 x (K, V) x 2 bytes =
+  160 KiB.  Weights: 29.6 GB.
+- GPU: H100-80GB SXM, 3.35 TB/s HBM3 and 989 TFLOP/s dense bf16 (NVIDIA's
+  datasheet); taken at 3.0 TB/s (~90%, what memory-bound kernels reach) and
+  495 TFLOP/s (50% MFU, good for a 14B model's GEMMs).
+- KV capacity: vLLM's default ``gpu_memory_utilization`` 0.9 x 80 GiB = 77.3 GB,
+  less 29.6 GB of weights and ~3 GB of activations and CUDA graphs, is 44.7 GB
+  = ~273K tokens: 270,000 per server.
+- A step of ``b`` running sequences holding ``C`` tokens of context, prefilling
+  ``n`` tokens, takes ``max(t_weights, (b + n) * t_compute) + C * t_kv``: every
+  step reads all weights (29.6 GB at 3 TB/s = 9.9 ms, memory bound below
+  ~165 sequences), its GEMMs cost 2 x 14.8e9 FLOPs per token (60 us at 495
+  TFLOP/s: prefill at ~16.7K tokens/s), and attention reads the KV of every
+  running sequence (160 KiB per token at 3 TB/s = 55 ns).  So decode speed
+  falls with the batch's tokens, not only its requests: 64 sequences of 3.8K
+  tokens step in ~23 ms (~2.8K tokens/s per server).  Not modelled: attention
+  FLOPs, sampling and scheduling overheads (they would slow both policies).
+- Each server is vLLM 0.32's V1 scheduler (vllm/v1/core/sched/scheduler.py):
+  a FCFS waiting queue; up to ``max_num_seqs`` running (256, the OpenAI
+  server's default on an A100 or a GPU under 70 GB in engine/arg_utils.py; an
+  H100 gets 1,024; neither binds here); a waiting request is admitted when its whole context fits the blocks
+  that running requests do not hold, and none in a step that preempted; when a
+  running request finds no block for its next token, the newest running one is
+  preempted, its KV freed and recomputed later from the front of the queue
+  (recompute mode); freed blocks keep their prefix-cache hash and are evicted
+  least recently freed first, a request's tail first (single_type_kv_cache_manager
+  frees blocks in reverse); a request reuses what is left of its prefix.
+  ``/metrics``' ``kv_cache_usage_perc`` counts only blocks held by running
+  requests (block_pool.get_usage), which is what the dispatcher sees, polled
+  once a second as the pool does.  A step charges all of its prefill (vLLM's
+  chunked prefill spreads prompts over 8,192-token steps: the same total).
+- Workload, rStar2-Agent stage 1 (arXiv 2508.20722 and its recipe,
+  microsoft/rStar ``rstar2_agent_trainer.yaml`` and the Qwen3-14B run script:
+  ``max_assistant_turns`` 5, ``max_response_length`` 8192, n = 32): 2,048
+  trajectories (64 problems x 32, issue #4); prompts of 250-750 tokens (a
+  problem and the tool-format system prompt; assumed); 1-5 turns (uniform:
+  assumed), each lognormal with mean 1.3K tokens (median 790) within the 8K
+  response budget, so a trajectory generates 3.6K tokens on average (median
+  3.0K) and ~10% reach the budget, the several-thousand-token responses of
+  rStar2's stage 1 with its clipped tail (the shape is our assumption); between
+  turns a tool call of lognormal latency with rStar2's 0.3 s mean, cut at the
+  recipe's 4 s timeout, whose response (30-300 tokens) is appended.
 
-Lower bound: see :func:`lower_bound`: the larger of the work bound (all
-generated tokens at the fleet's peak throughput, plus each prompt and tool
-response prefilled once) and the critical path (the slowest trajectory's tokens
-at the fastest step, plus its tool latencies).  The JSON line reports makespans
-(median over ``--repeats`` seeds), ``speedup_vs_static``,
-``ratio_to_lower_bound`` (and static's), ``overflows`` (ours; static's next to
-it) and the affinity hit rate.
+Static against this: 256 trajectories per server, whose contexts grow to ~4.4K
+tokens each, over-subscribe a 270K-token cache about 4x.  Static sends them all
+at once and vLLM preempts (~2,100 times a run) and recomputes, and most prefixes
+are evicted during the tool calls: it prefills ~14M tokens where 1.7M would do.
 
-What limits both policies here: the makespan is set by the ~50 trajectories
-that use the whole 8K budget.  No policy can tell them apart before they have
-run, so both keep every trajectory going at once (static by construction, ours
-because expected reservations fit them all); the last minute runs with fewer
-than 50 sequences per server, below peak throughput.  With the default 400K
-cache static never overflows, so it is already within ~1.26x of the bound and
-no policy can be 1.3x faster than it; with smaller caches static preempts and
-ours does not (``--capacity``), though recomputation is cheap in this model
-(prefill at 50K tokens/s), so static loses little by it.  Tried and measured
-worse or equal here: capping requests per server (50-200), later turns first,
-fast-lane servers for long contexts; an oracle that starts the longest
-trajectories first reaches ~1.2x.
+- ``static``: trajectory ``i`` goes to server ``i mod 8`` for all its turns.
+- ``ours``: :class:`backends._dispatch.Dispatcher` with the pool's settings
+  (budget policy, expected reservations, 10% headroom, holds for 2 reports):
+  see its module docstring.  Turns it has no room for wait, and every waiting
+  turn tries again, oldest first, on each release or report, as the pool's
+  waiters do.  ``--hold-reports 0`` turns holds off; ``--reserve N`` uses the
+  legacy reservation context + min(remaining, N).
 
-Usage: ``python benchmarks/dispatch.py [--repeats 3] [--capacity 400000] [--reserve N]``
+Lower bound (:func:`lower_bound`): the larger of the work bound (every token's
+GEMMs and every step's weight read, with as few steps as the cache and
+``max_num_seqs`` allow, plus the attention reads that any schedule does, each
+prompt and tool response prefilled once, spread evenly) and the critical path
+(the slowest trajectory alone).  The JSON line reports makespans and bounds
+(medians over ``--repeats`` seeds), ``speedup_vs_static``,
+``ratio_to_lower_bound`` (and static's), ``overflows`` (ours, preemptions; the
+median, and the most in any seed) and ``static_overflows``, the tokens each
+policy prefilled and the affinity hit rate.
+
+Results (``--repeats 3``, medians; 23 s of CPU): static 437 s, ours 353 s, lower
+bound 278 s: 1.24x static (target 1.3: not met; 1.27x over 8 seeds), 1.27x the
+bound (target 1.15: not met), no preemption (static: ~2,150); prefilled tokens
+3.0M against static's 14.0M.  Without holds (``--hold-reports 0``) ours is 1.06x
+static and prefills 12.7M: most later turns land on another server.
+
+Where ours loses to the bound, which has every step of every server run a full
+cache to the end: decode steps here are memory bound (~64 sequences, each step
+pays the 9.9 ms weight read), so the step count is the attended tokens over the
+fill.  Ours fills ~0.9 of each cache in steady state (the headroom is the growth
+margin that keeps vLLM from preempting; static fills 0.99 and preempts), starts
+low while contexts are short (0.3 to 0.9 over ~40 s), and ends in a ~70 s tail
+as the last long trajectories finish on an emptying fleet: 0.76 over the run.
+Turns whose hold expired on a full server wait behind the first turns of new
+trajectories (the pool's waiters retry in arrival order) and, when those run
+out at ~170 s, start elsewhere and recompute (~0.6M tokens).  Tried, and no
+better within +-2%: headroom 0.03-0.2, hold headroom 0.02-0.06, holds of 1-6
+reports (1 is worse), holds kept while their turn waits (stalls), priority to
+turns of sessions under way on any server or their last one, a margin for first
+turns, moving held turns to balance servers, later turns or the most generated
+first, a first guess of 256-2,048 tokens per turn; an oracle starting the
+longest trajectories first did no better.  So neither target looks reachable
+here without knowing lengths in advance; the bound itself stays a true bound.
+
+Usage: ``python benchmarks/dispatch.py [--repeats 3] [--capacity 270000] [--hold-reports 2] [--reserve N]``
 """
 
 from __future__ import annotations
@@ -59,12 +105,13 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import math
 import os
 import random
 import statistics
 import sys
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,42 +121,46 @@ import anyio  # noqa: E402
 
 from backends._dispatch import Dispatcher, ServerLoad, Ticket  # noqa: E402
 
+# Qwen3-14B in bf16 on one H100-80GB (sources in the module docstring).
+PARAMS = 14.8e9
+KV_BYTES_PER_TOKEN = 40 * 8 * 128 * 2 * 2  # layers x KV heads x head_dim x (K, V) x bf16 = 160 KiB
+HBM_BYTES_PER_S = 3.0e12  # ~90% of 3.35 TB/s
+FLOPS = 0.5 * 989e12  # 50% of dense bf16 peak
+
 
 @dataclass
 class Params:
     servers: int = 8
     trajectories: int = 2048
-    capacity: int = 400_000
-    """KV cache per server, tokens."""
+    capacity: int = 270_000
+    """KV cache per server, tokens: (0.9 x 80 GiB - 29.6 GB weights - ~3 GB activations) / 160 KiB."""
     max_num_seqs: int = 256
-    t_min: float = 0.020
-    """Decode step time of a small batch (s): memory bound."""
-    t_tok: float = 0.0004
-    """Per-sequence step cost (s): peak throughput 2,500 tok/s per server, reached at 50 sequences."""
-    t_prefill: float = 0.00002
-    """Prefill cost per token (s)."""
-    prompt: tuple[int, int] = (150, 600)
-    turn_mu: float = 6.2
+    t_weights: float = 2 * PARAMS / HBM_BYTES_PER_S
+    """A step reads every weight: 29.6 GB at 3 TB/s = 9.9 ms, the floor of any step."""
+    t_compute: float = 2 * PARAMS / FLOPS
+    """GEMMs per token in a step, decoded or prefilled: 2 x 14.8e9 FLOPs at 495 TFLOP/s = 60 us."""
+    t_kv: float = KV_BYTES_PER_TOKEN / HBM_BYTES_PER_S
+    """Attention per token of context of a running sequence, per step: 160 KiB at 3 TB/s = 55 ns."""
+    prompt: tuple[int, int] = (250, 750)
+    turn_mu: float = 6.67
     turn_sigma: float = 1.0
-    """Turn lengths: lognormal, median e^6.2 = 490 tokens, a long tail to the budget."""
+    """Turn lengths: lognormal, mean e^(6.67 + 1/2) = 1.3K tokens, median 790."""
     max_turns: int = 5
     budget: int = 8192
     tool_tokens: tuple[int, int] = (30, 300)
-    tool_mu: float = -1.2
+    tool_mu: float = math.log(0.3) - 0.5
     tool_sigma: float = 1.0
-    """Tool latency: lognormal, median 0.3 s (rStar2's average)."""
+    """Tool latency: lognormal, mean e^(mu + 1/2) = 0.3 s."""
+    tool_timeout: float = 4.0
     poll_s: float = 1.0
-    later_first: bool = False
-    """Turns of started trajectories go ahead of first turns in the dispatcher's queue."""
     reserve: int | None = None
-    """Cap on the new tokens a turn reserves (the pool's ``reserve_new_tokens``):
-    the legacy reservation ``context + min(remaining budget, reserve)``.  ``None``
-    (default): an expected reservation, ``context + min(remaining budget,
-    running mean turn length)``, see :mod:`backends._dispatch`."""
+    """Legacy reservation cap: ``context + min(remaining budget, reserve)``; ``None``:
+    expected reservations, ``context + min(remaining budget, running mean turn length)``."""
     expected: int = 1024
     """The dispatcher's first guess of a turn's length, before any turn ends."""
     headroom: float = 0.1
-    """Fraction of each cache the dispatcher keeps out of admission (growth margin)."""
+    hold_reports: int = 2
+    """The pool's settings (headroom, holds); see :mod:`backends._dispatch`."""
 
 
 @dataclass
@@ -119,7 +170,6 @@ class Traj:
     turns: list[int]
     tools: list[tuple[int, float]]
     context: int = 0
-    generated: int = 0
     turn: int = 0
     home: int = -1
 
@@ -129,25 +179,25 @@ class Seq:
     traj: Traj
     context: int
     target: int
-    server: int = -1
     start: int = 0
     order: int = 0
     ticket: Ticket | None = None
-    done: bool = False
 
 
 def workload(p: Params, rng: random.Random) -> list[Traj]:
     out = []
     for i in range(p.trajectories):
-        n = rng.randint(1, p.max_turns)
         turns, left = [], p.budget
-        for _ in range(n):
+        for _ in range(rng.randint(1, p.max_turns)):
             length = min(left, max(1, int(rng.lognormvariate(p.turn_mu, p.turn_sigma))))
             turns.append(length)
             left -= length
             if left <= 0:
                 break
-        tools = [(rng.randint(*p.tool_tokens), rng.lognormvariate(p.tool_mu, p.tool_sigma)) for _ in turns]
+        tools = [
+            (rng.randint(*p.tool_tokens), min(p.tool_timeout, rng.lognormvariate(p.tool_mu, p.tool_sigma)))
+            for _ in turns[:-1]
+        ]
         out.append(Traj(i, rng.randint(*p.prompt), turns, tools))
     return out
 
@@ -155,14 +205,18 @@ def workload(p: Params, rng: random.Random) -> list[Traj]:
 @dataclass
 class Server:
     index: int
-    waiting: list[Seq] = field(default_factory=list)
-    running: dict[int, Seq] = field(default_factory=dict)  # order -> seq (insertion = admission order)
+    waiting: deque[Seq] = field(default_factory=deque)
+    running: dict[int, Seq] = field(default_factory=dict)  # order -> seq, in admission order
     finish: list[tuple[int, int]] = field(default_factory=list)  # (finish step, order)
     step: int = 0
     base: int = 0  # sum(context - start) over running: used = base + len(running) * step
     busy: bool = False
+    preempted: bool = False  # in the last step: vLLM admits nothing new in a step that preempts
     prefill: int = 0
-    cached: dict[int, int] = field(default_factory=dict)  # traj id -> tokens of its prefix cached here
+    # The prefix cache: KV of finished or preempted requests, kept in free blocks until
+    # evicted, least recently freed first (traj id -> tokens still cached).
+    cache: OrderedDict[int, int] = field(default_factory=OrderedDict)
+    cached: int = 0
 
     def used(self) -> int:
         return self.base + len(self.running) * self.step
@@ -176,11 +230,18 @@ class Sim:
         self.n = 0
         self.now = 0.0
         self.overflows = 0
+        self.prefilled = 0
         self.order = 0
-        self.generated = 0
         self.queue: deque[Seq] = deque()
+        self.generated: dict[int, int] = {}
         self.dispatcher = (
-            Dispatcher([p.capacity] * p.servers, policy="budget", expected_new_tokens=p.expected, headroom=p.headroom)
+            Dispatcher(
+                [p.capacity] * p.servers,
+                policy="budget",
+                expected_new_tokens=p.expected,
+                headroom=p.headroom,
+                hold_reports=p.hold_reports,
+            )
             if policy == "ours"
             else None
         )
@@ -206,6 +267,7 @@ class Sim:
                 for s in self.servers:
                     self.dispatcher.observe(s.index, ServerLoad(capacity_tokens=self.p.capacity, used_tokens=s.used()))  # type: ignore[union-attr]
                 self.push(self.now + self.p.poll_s, "poll", None)
+                self.admit()  # a report can show room, and end holds
         return self.now
 
     # -- the driver ------------------------------------------------------------------
@@ -216,148 +278,183 @@ class Sim:
             if traj.home < 0:
                 traj.home = traj.id % self.p.servers
             self.enqueue(seq, traj.home)
-        elif traj.turn > 0 and self.p.later_first:
-            self.queue.appendleft(seq)  # a started trajectory finishes first: shortens the tail
-            self.admit()
-        else:
+        elif not self.acquire(seq):
             self.queue.append(seq)
-            self.admit()
 
     def admit(self) -> None:
-        """FIFO over the turns the dispatcher holds (as the pool's waiters)."""
-        while self.queue:
-            seq = self.queue[0]
-            remaining = self.p.budget - seq.traj.generated
-            d = self.dispatcher
-            assert d is not None
-            try:
-                if self.p.reserve is None:
-                    seq.ticket = d.acquire_nowait(seq.context, session=seq.traj.id, new_tokens=remaining)
-                else:
-                    seq.ticket = d.acquire_nowait(seq.context + min(remaining, self.p.reserve), session=seq.traj.id)
-            except anyio.WouldBlock:
-                return
-            self.queue.popleft()
-            self.enqueue(seq, seq.ticket.server)
+        """After releases or a report, every waiting turn tries again, oldest first,
+        as the pool's waiters do.  (A first turn that found no room spares the
+        larger first turns after it the call: they would not fit either.)"""
+        waiting, self.queue = self.queue, deque()
+        too_big = math.inf
+        for seq in waiting:
+            first = seq.traj.turn == 0 and seq.context == seq.traj.prompt
+            if first and seq.context >= too_big:
+                self.queue.append(seq)
+            elif not self.acquire(seq):
+                if first:
+                    too_big = seq.context
+                self.queue.append(seq)
+
+    def acquire(self, seq: Seq) -> bool:
+        d = self.dispatcher
+        assert d is not None
+        remaining = self.p.budget - self.generated.get(seq.traj.id, 0)
+        try:
+            if self.p.reserve is None:
+                seq.ticket = d.acquire_nowait(seq.context, session=seq.traj.id, new_tokens=remaining)
+            else:
+                seq.ticket = d.acquire_nowait(seq.context + min(remaining, self.p.reserve), session=seq.traj.id)
+        except anyio.WouldBlock:
+            return False
+        self.enqueue(seq, seq.ticket.server)
+        return True
 
     def enqueue(self, seq: Seq, server: int) -> None:
         s = self.servers[server]
-        seq.server = server
         s.waiting.append(seq)
         self.schedule(s)
 
     # -- a vLLM-like server ----------------------------------------------------------------
 
     def schedule(self, s: Server) -> None:
-        while s.waiting and len(s.running) < self.p.max_num_seqs:
+        p = self.p
+        # vLLM admits waiting requests in order, none in a step that preempted, each only
+        # if its whole context (prefix-cache hit included) plus one token fits the blocks
+        # not held by running requests; cached blocks of other requests are evicted for it.
+        while s.waiting and not s.preempted and len(s.running) < p.max_num_seqs:
             seq = s.waiting[0]
-            if s.used() + seq.context + 1 > self.p.capacity and s.running:
+            if s.used() + seq.context + 1 > p.capacity:
                 break
-            s.waiting.pop(0)
-            cached = s.cached.get(seq.traj.id, 0)
-            s.prefill += seq.context - min(cached, seq.context)
+            s.waiting.popleft()
+            hit = s.cache.pop(seq.traj.id, 0)
+            s.cached -= hit
+            s.prefill += seq.context - hit
             self.order += 1
             seq.order, seq.start = self.order, s.step
             s.running[seq.order] = seq
             s.base += seq.context - s.step
             heapq.heappush(s.finish, (s.step + seq.target, seq.order))
+        self.evict(s)
         if s.running and not s.busy:
             s.busy = True
-            b = len(s.running)
-            dt = max(self.p.t_min, b * self.p.t_tok) + s.prefill * self.p.t_prefill
+            dt = max(p.t_weights, (len(s.running) + s.prefill) * p.t_compute) + s.used() * p.t_kv
+            self.prefilled += s.prefill
             s.prefill = 0
             self.push(self.now + dt, "step", s)
+
+    def evict(self, s: Server) -> None:
+        """Free blocks hold the prefix cache: drop the least recently freed tokens
+        (a request's tail first) until running requests and cache fit."""
+        over = s.used() + s.cached - self.p.capacity
+        while over > 0:
+            traj, tokens = next(iter(s.cache.items()))
+            drop = min(tokens, over)
+            if drop == tokens:
+                del s.cache[traj]
+            else:
+                s.cache[traj] = tokens - drop
+            s.cached -= drop
+            over -= drop
+
+    def free(self, s: Server, seq: Seq, tokens: int) -> None:
+        del s.running[seq.order]
+        s.base -= seq.context - seq.start
+        s.cache[seq.traj.id] = tokens
+        s.cached += tokens
 
     def step(self, s: Server) -> int:
         s.busy = False
         s.step += 1
-        self.generated += len(s.running)
-        finished = 0
+        ended = finished = 0
         while s.finish and s.finish[0][0] <= s.step:
             _, order = heapq.heappop(s.finish)
-            seq = s.running.pop(order, None)
-            if seq is None:
-                continue  # preempted earlier
-            s.base -= seq.context - seq.start
-            finished += self.end_turn(s, seq)
-        while s.used() > self.p.capacity and len(s.running) > 1:  # KV overflow: preempt the newest
+            seq = s.running.get(order)
+            if seq is not None:  # else preempted earlier
+                self.free(s, seq, seq.context + seq.target)
+                finished += self.end_turn(seq)
+                ended += 1
+        s.preempted = False
+        while s.used() > self.p.capacity:  # out of blocks: vLLM preempts the newest, to recompute later
             self.overflows += 1
-            order = next(reversed(s.running))
-            seq = s.running.pop(order)
-            s.base -= seq.context - seq.start
+            s.preempted = True
+            seq = next(reversed(s.running.values()))
             done = s.step - seq.start
-            seq.traj.generated += done
-            self.generated -= 0  # tokens kept; recomputed as prompt
+            self.free(s, seq, seq.context + done)
             seq.context += done
             seq.target -= done
-            s.cached.pop(seq.traj.id, None)
-            s.waiting.insert(0, seq)
+            s.waiting.appendleft(seq)
         self.schedule(s)
+        if ended and self.dispatcher:
+            self.admit()
         return finished
 
-    def end_turn(self, s: Server, seq: Seq) -> int:
+    def end_turn(self, seq: Seq) -> int:
         traj = seq.traj
-        traj.generated += seq.target
+        generated = traj.turns[traj.turn]
+        self.generated[traj.id] = self.generated.get(traj.id, 0) + generated
         traj.context = seq.context + seq.target
-        s.cached[traj.id] = traj.context
         if seq.ticket is not None:
-            # The whole turn's length (a preempted turn's earlier tokens count too).
-            self.dispatcher.release(seq.ticket, generated=traj.turns[traj.turn])  # type: ignore[union-attr]
+            self.dispatcher.release(seq.ticket, generated=generated)  # type: ignore[union-attr]
         traj.turn += 1
         if traj.turn >= len(traj.turns):
-            if self.dispatcher:
-                self.dispatcher.forget(traj.id)
-                self.admit()
-            return 1
+            return 1  # no forget(): the pool cannot tell a last turn, so its hold expires
         tokens, latency = traj.tools[traj.turn - 1]
         traj.context += tokens
         self.push(self.now + latency, "tool", traj)
-        if self.dispatcher:
-            self.admit()
         return 0
 
 
 def lower_bound(p: Params, trajs: list[Traj]) -> tuple[float, float]:
-    """Two bounds no schedule on this fleet can beat: (work, critical path), seconds.
+    """(work, critical path) in seconds; the makespan of any schedule is at least the larger.
 
-    Work: every step of ``b`` sequences costs at least ``b * t_tok`` plus its
-    prefill, so the fleet's busy time is at least all generated tokens at peak
-    throughput plus each prompt and tool response prefilled once (a perfect
-    prefix cache), shared evenly by the servers.  Critical path: a trajectory's
-    turns and tool calls are serial and no decode step is shorter than
-    ``t_min``, so the slowest trajectory alone needs its tokens x ``t_min`` plus
-    its tool latencies.  The makespan is at least the larger.  (Both bounds are
-    reached by a clairvoyant schedule in the relaxation that lets a turn migrate
-    every step, so none of the two can be raised without modelling more.)
+    A step costs ``max(t_weights, t_compute * tokens) + t_kv * context``.  Summed
+    over a server's steps: at least ``t_weights`` per step, ``t_compute`` per token
+    decoded or prefilled, ``t_kv`` per token of context each decoded token attends
+    to (``attended``, the same for every schedule).  Steps: at least ``attended /
+    capacity`` (a step attends to at most the cache) and ``decoded /
+    max_num_seqs``.  Work: all of it once (each prompt and tool response
+    prefilled once, no recomputation), spread evenly over the servers.  Critical
+    path: the slowest trajectory alone, one step per token at ``t_weights`` plus
+    its own attention, and its tool calls.
     """
-    decode = sum(sum(t.turns) for t in trajs)
-    prefill = sum(t.prompt + sum(tokens for tokens, _ in t.tools[: len(t.turns) - 1]) for t in trajs)
-    work = (decode * p.t_tok + prefill * p.t_prefill) / p.servers
-    critical = max(sum(t.turns) * p.t_min + sum(latency for _, latency in t.tools[: len(t.turns) - 1]) for t in trajs)
+    decoded = prefilled = attended = 0
+    critical = 0.0
+    for t in trajs:
+        context, own = t.prompt, 0
+        prefilled += t.prompt + sum(tokens for tokens, _ in t.tools)
+        for i, n in enumerate(t.turns):
+            own += n * context + n * (n - 1) // 2
+            context += n + (t.tools[i][0] if i < len(t.tools) else 0)
+        decoded += sum(t.turns)
+        attended += own
+        path = sum(t.turns) * p.t_weights + own * p.t_kv + sum(latency for _, latency in t.tools)
+        critical = max(critical, path)
+    steps = max(attended / p.capacity, decoded / p.max_num_seqs)
+    work = (max(steps * p.t_weights, (decoded + prefilled) * p.t_compute) + attended * p.t_kv) / p.servers
     return work, critical
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--trajectories", type=int, default=2048)
+    parser.add_argument("--trajectories", type=int, default=Params.trajectories)
     parser.add_argument("--capacity", type=int, default=Params.capacity)
     parser.add_argument("--reserve", type=int, default=Params.reserve, help="legacy reservation cap (default: expected)")
     parser.add_argument("--headroom", type=float, default=Params.headroom)
-    parser.add_argument("--later-first", action="store_true", help="turns of started trajectories go first")
+    parser.add_argument("--hold-reports", type=int, default=Params.hold_reports, help="0: no holds")
     args = parser.parse_args()
     p = Params(
         trajectories=args.trajectories,
         capacity=args.capacity,
         reserve=args.reserve,
-        later_first=args.later_first,
         headroom=args.headroom,
+        hold_reports=args.hold_reports,
     )
     rows = []
     for seed in range(args.repeats):
         trajs_a = workload(p, random.Random(seed))
         trajs_b = workload(p, random.Random(seed))
-        total = sum(sum(t.turns) for t in trajs_a)
         t0 = time.perf_counter()
         static = Sim(p, trajs_a, "static")
         static_makespan = static.run()
@@ -367,7 +464,7 @@ def main() -> None:
         work, critical = lower_bound(p, trajs_a)
         rows.append({
             "seed": seed,
-            "total_tokens": total,
+            "total_tokens": sum(sum(t.turns) for t in trajs_a),
             "static_makespan_s": static_makespan,
             "ours_makespan_s": ours_makespan,
             "lower_bound_s": max(work, critical),
@@ -375,6 +472,8 @@ def main() -> None:
             "lower_bound_critical_path_s": critical,
             "overflows": ours.overflows,
             "static_overflows": static.overflows,
+            "prefilled": ours.prefilled,
+            "static_prefilled": static.prefilled,
             "affinity_hits": stats.affinity_hits,
             "affinity_moves": stats.affinity_moves,
             "sim_wall_s": time.perf_counter() - t0,
@@ -396,10 +495,14 @@ def main() -> None:
         "static_ratio_to_lower_bound": round(
             statistics.median(r["static_makespan_s"] / r["lower_bound_s"] for r in rows), 3
         ),
-        "overflows": max(r["overflows"] for r in rows),
+        "overflows": int(med("overflows")),
+        "overflows_max": max(r["overflows"] for r in rows),
         "static_overflows": int(med("static_overflows")),
+        "prefill_tokens": int(med("prefilled")),
+        "static_prefill_tokens": int(med("static_prefilled")),
         "affinity_hit_rate": round(med("affinity_hits") / max(1, med("affinity_hits") + med("affinity_moves")), 3),
         "reservation": "expected" if p.reserve is None else f"context+min(remaining,{p.reserve})",
+        "hold_reports": p.hold_reports,
         "capacity": p.capacity,
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }

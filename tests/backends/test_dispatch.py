@@ -127,6 +127,67 @@ def test_headroom_is_kept_out_of_admission() -> None:
     d.release(big)
 
 
+def test_a_finished_turn_holds_its_context_for_the_next_turn() -> None:
+    d = Dispatcher([10_000, 10_000], expected_new_tokens=1000, hold_reports=2)
+    t = d.acquire_nowait(500, session="s", new_tokens=8000)  # 500 + 1000 reserved
+    home, other = t.server, 1 - t.server
+    d.release(t, generated=1000)
+    assert d.statistics().servers[home].held_tokens == 1500  # prompt + generated, now in the prefix cache
+    with pytest.raises(anyio.WouldBlock):  # the held room is not for new sessions
+        d.acquire_nowait(10_000 - 1500 - 1000 + 1, session="new", new_tokens=1000, avoid=other)
+    again = d.acquire_nowait(1600, session="s", new_tokens=7000)  # context + tool response
+    assert again.server == home
+    assert d.statistics().servers[home].held_tokens == 0  # the hold became this reservation
+    assert d.statistics().servers[home].reserved_tokens == 1600 + 1000
+
+
+def test_a_held_turn_waits_for_its_server_until_the_hold_expires() -> None:
+    d = Dispatcher([10_000, 10_000], expected_new_tokens=1000, hold_reports=2)
+    t = d.acquire_nowait(500, session="s", new_tokens=8000)
+    home, other = t.server, 1 - t.server
+    d.release(t, generated=1000)
+    d.observe(home, ServerLoad(capacity_tokens=10_000, used_tokens=8000))  # filled by other clients
+    with pytest.raises(anyio.WouldBlock):  # the other server has room, but moving recomputes the context
+        d.acquire_nowait(1600, session="s", new_tokens=7000)
+    d.observe(home, ServerLoad(capacity_tokens=10_000, used_tokens=8000))  # two reports: the hold ends
+    assert d.statistics().servers[home].held_tokens == 0
+    assert d.acquire_nowait(1600, session="s", new_tokens=7000).server == other
+
+
+def test_a_held_turn_may_use_part_of_the_headroom() -> None:
+    d = Dispatcher([10_000], expected_new_tokens=1000, headroom=0.1, hold_headroom=0.04)
+    t = d.acquire_nowait(500, session="s", new_tokens=8000)
+    d.release(t, generated=1000)  # held: 1500
+    d.observe(0, ServerLoad(capacity_tokens=10_000, used_tokens=6000))
+    # Free for new sessions: 9000 usable - 6000 - 1500 held = 1500.
+    with pytest.raises(anyio.WouldBlock):
+        d.acquire_nowait(600, session="new", new_tokens=1000)  # 1600 > 1500
+    # The held session has its hold and 6% of the headroom besides: 1500 + 1500 + 600 = 3600.
+    with pytest.raises(anyio.WouldBlock):
+        d.acquire_nowait(2601, session="s", new_tokens=1000)
+    assert d.acquire_nowait(2600, session="s", new_tokens=1000).server == 0
+
+
+def test_holds_end_on_forget_or_a_down_server_and_only_follow_finished_expected_turns() -> None:
+    d = Dispatcher([10_000, 10_000], hold_reports=2)
+    d.release(d.acquire_nowait(500, session="a", new_tokens=100), generated=100)
+    d.release(d.acquire_nowait(500, session="b", new_tokens=100), generated=100)
+    assert sum(s.held_tokens for s in d.statistics().servers) == 1200
+    d.forget("a")
+    server_b = next(i for i, s in enumerate(d.statistics().servers) if s.held_tokens)
+    d.set_up(server_b, False)  # a restarted server's cache is empty
+    assert sum(s.held_tokens for s in d.statistics().servers) == 0
+    d.set_up(server_b, True)
+    d.release(d.acquire_nowait(500, session="c", new_tokens=100))  # aborted: nothing to hold
+    d.release(d.acquire_nowait(600, session="d"), generated=100)  # legacy reservation: prompt unknown
+    d.release(d.acquire_nowait(500, new_tokens=100), generated=100)  # no session
+    assert sum(s.held_tokens for s in d.statistics().servers) == 0
+    for policy, reports in (("round_robin", 2), ("budget", 0)):
+        other = Dispatcher([10_000], policy=policy, hold_reports=reports)
+        other.release(other.acquire_nowait(500, session="e", new_tokens=100), generated=100)
+        assert other.statistics().servers[0].held_tokens == 0
+
+
 def test_round_robin_is_static_and_never_blocks() -> None:
     d = Dispatcher([10, 10, 10], policy="round_robin")
     first = [d.acquire_nowait(1000, session=i).server for i in range(6)]
@@ -178,5 +239,9 @@ def test_release_twice_is_an_error_and_validation() -> None:
         Dispatcher([1], expected_new_tokens=0)
     with pytest.raises(ValueError, match="headroom"):
         Dispatcher([1], headroom=0.95)
+    with pytest.raises(ValueError, match="hold_reports"):
+        Dispatcher([1], hold_reports=-1)
+    with pytest.raises(ValueError, match="hold_headroom"):
+        Dispatcher([1], hold_headroom=1.0)
     with pytest.raises(ValueError, match="new_tokens"):
         Dispatcher([1]).acquire_nowait(1, new_tokens=-1)
