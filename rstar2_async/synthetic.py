@@ -58,11 +58,13 @@ def answer_text(value: str) -> str:
     return f"<answer>\\boxed{{{value}}}</answer>"
 
 
+def _question(problem: Problem, system: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": problem.problem}]
+
+
 def ideal_conversation(problem: Problem, system: str) -> list[dict[str, str]]:
     """The conversation a perfect policy has for ``problem`` (tool output included)."""
-    return [
-        {"role": "system", "content": system},
-        {"role": "user", "content": problem.problem},
+    return _question(problem, system) + [
         {"role": "assistant", "content": tool_call_text(problem)},
         {"role": "user", "content": render_tool_turn([problem.answer])},
         {"role": "assistant", "content": answer_text(problem.answer)},
@@ -76,11 +78,7 @@ def estimate(answer: str) -> str:
 
 def guess_conversation(problem: Problem, system: str) -> list[dict[str, str]]:
     """The teacher answers without the tool, with an estimate."""
-    return [
-        {"role": "system", "content": system},
-        {"role": "user", "content": problem.problem},
-        {"role": "assistant", "content": answer_text(estimate(problem.answer))},
-    ]
+    return _question(problem, system) + [{"role": "assistant", "content": answer_text(estimate(problem.answer))}]
 
 
 def write_sft_transcripts(

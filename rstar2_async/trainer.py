@@ -440,7 +440,8 @@ class Trainer:
             last = latest_checkpoint(root)
             kept = f"the last complete checkpoint, {last}, is intact" if last else "no earlier checkpoint exists"
             raise TrainError(
-                f"writing the checkpoint of RL step {self.state.rl_step} failed ({exc}); {kept}: "
+                f"writing the checkpoint at step {step_in_stage} of stage "
+                f"{self.config.stages[self.state.stage].name!r} failed ({exc}); {kept}: "
                 "free space and run again with --resume"
             ) from exc
 
