@@ -17,7 +17,7 @@ a batch.  Cancellation from outside propagates.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable
+from collections.abc import Awaitable, Hashable
 from typing import Protocol
 
 import anyio
@@ -29,8 +29,8 @@ from sandbox import Sandbox
 from .chat import ChatTokenizer
 from .config import RolloutConfig
 from .toolcall import count_answer_blocks, parse_tool_calls, render_tool_turn
-from .tools import TOOLS, execute_all, system_prompt
-from .types import FinishReason, Problem, Trajectory, Turn
+from .tools import TOOLS, execute, execute_all, system_prompt
+from .types import FinishReason, Problem, ToolResult, Trajectory, Turn
 
 
 class TokenBackend(Protocol):
@@ -63,20 +63,19 @@ class _TokenConversation:
     sends it without copying; the backend must not keep or mutate it.  The loss
     mask and logprobs are kept as one piece per turn and joined once at the end:
     growing two more long lists on every turn of 10,000 trajectories costs more
-    than the rest of the turn's bookkeeping.
+    than the rest of the turn's bookkeeping.  The transcript is kept as text pieces
+    too: decoding the whole response once more at the end cost ~15% of a turn.
     """
 
     def __init__(self, backend: TokenBackend, tokenizer: ChatTokenizer, prompt_ids: list[int], session: Hashable) -> None:
         self.backend = backend
         self.tokenizer = tokenizer
         self.session = session
+        self.prompt = prompt_ids
         self.ids = list(prompt_ids)
         self.prompt_len = len(self.ids)
         self.pieces: list[list[float] | int] = []  # a generation's logprobs, or a tool turn's length
-
-    @property
-    def prompt_ids(self) -> list[int]:
-        return self.ids[: self.prompt_len]
+        self.texts: list[str] = []
 
     @property
     def response_ids(self) -> list[int]:
@@ -100,24 +99,30 @@ class _TokenConversation:
     def length(self) -> int:
         return len(self.ids) - self.prompt_len
 
-    async def generate(self, max_tokens: int, sampling: SamplingParams) -> _Generated:
-        c = await self.backend.generate(self.ids, max_tokens=max_tokens, sampling=sampling, session=self.session)
+    def request(self, max_tokens: int, sampling: SamplingParams) -> Awaitable[Completion]:
+        return self.backend.generate(self.ids, max_tokens=max_tokens, sampling=sampling, session=self.session)
+
+    def record(self, c: Completion) -> _Generated:
         ids = c.token_ids
         self.ids += ids
         self.pieces.append(c.logprobs)
         eos = bool(ids) and ids[-1] == self.tokenizer.eos_token_id
-        return _Generated(self.tokenizer.decode(ids[:-1] if eos else ids), len(ids), c.finish_reason, c.weight_version)
+        text = self.tokenizer.decode(ids[:-1] if eos else ids)
+        self.texts.append(text + self.tokenizer.eos_text if eos else text)
+        return _Generated(text, len(ids), c.finish_reason, c.weight_version)
 
-    def tool_turn_size(self, content: str) -> tuple[int, list[int]]:
+    def tool_turn_size(self, content: str) -> tuple[int, tuple[list[int], str]]:
         ids = self.tokenizer.encode_tool_turn(content)
-        return len(ids), ids
+        return len(ids), (ids, content)
 
-    def append_tool_turn(self, ids: list[int]) -> None:
+    def append_tool_turn(self, turn: tuple[list[int], str]) -> None:
+        ids, content = turn
         self.ids += ids
         self.pieces.append(len(ids))
+        self.texts.append(self.tokenizer.tool_turn_text(content))
 
     def transcript(self) -> str:
-        return self.tokenizer.decode(self.response_ids)
+        return "".join(self.texts)
 
 
 class _ChatConversation:
@@ -130,8 +135,10 @@ class _ChatConversation:
         self.parts: list[str] = []
         self.length = 0
 
-    async def generate(self, max_tokens: int, sampling: SamplingParams) -> _Generated:
-        c = await self.backend.chat(self.messages, max_tokens=max_tokens, sampling=sampling)
+    def request(self, max_tokens: int, sampling: SamplingParams) -> Awaitable[ChatCompletion]:
+        return self.backend.chat(self.messages, max_tokens=max_tokens, sampling=sampling)
+
+    def record(self, c: ChatCompletion) -> _Generated:
         self.messages.append({"role": "assistant", "content": c.text})
         self.parts.append(c.text)
         self.length += c.completion_tokens
@@ -146,6 +153,19 @@ class _ChatConversation:
 
     def transcript(self) -> str:
         return "\n".join(self.parts)
+
+
+def _turn(start: int, gen: _Generated, latency_s: float, results: list[ToolResult] | None = None, appended: int = 0) -> Turn:
+    return Turn(
+        start=start,
+        num_generated=gen.num_tokens,
+        num_appended=appended,
+        weight_version=gen.weight_version,
+        finish=gen.finish,  # type: ignore[arg-type]
+        tool_results=results or [],
+        latency_s=latency_s,
+        num_answer_blocks=count_answer_blocks(gen.text),
+    )
 
 
 def problem_messages(problem: Problem, config: RolloutConfig) -> list[dict[str, str]]:
@@ -173,7 +193,8 @@ async def run_trajectory(
 
     Args:
         prompt_ids: the problem's prompt, already encoded by ``tokenizer`` (the engine
-            encodes each problem once for all its samples); read, never kept.
+            encodes each problem once for all its samples); never mutated, and it
+            becomes the trajectory's ``prompt_ids``: the samples of a group share it.
 
     Raises:
         BackendClosed: the backend was closed under the trajectory (shutdown).
@@ -189,6 +210,7 @@ async def run_trajectory(
     model_text: list[str] = []
     finish: FinishReason = "turn_limit"
     error = ""
+    in_tools: tuple[int, _Generated, float] | None = None
     with anyio.move_on_after(config.trajectory_timeout_s) as budget:
         for turn_index in range(config.max_turns):
             remaining = config.max_response_tokens - conv.length
@@ -197,7 +219,8 @@ async def run_trajectory(
                 break
             start, t0 = conv.length, time.monotonic()
             try:
-                gen = await conv.generate(remaining, sampling)
+                # request, then record: one coroutine frame fewer to cross on every wakeup
+                gen = conv.record(await conv.request(remaining, sampling))  # type: ignore[arg-type]
             except BackendClosed:
                 raise
             except BackendError as exc:
@@ -205,54 +228,46 @@ async def run_trajectory(
                 break
             model_text.append(gen.text)
             calls = parse_tool_calls(gen.text, TOOLS)
-            # Recorded before the tools run, so a timeout during them leaves the
-            # generated tokens accounted for.
-            turns.append(
-                Turn(
-                    start=start,
-                    num_generated=gen.num_tokens,
-                    num_appended=0,
-                    weight_version=gen.weight_version,
-                    finish=gen.finish,  # type: ignore[arg-type]
-                    latency_s=time.monotonic() - t0,
-                    num_answer_blocks=count_answer_blocks(gen.text),
+            if gen.finish != "stop" or not calls or turn_index == config.max_turns - 1:
+                turns.append(_turn(start, gen, time.monotonic() - t0))
+                if gen.finish == "length":
+                    finish = "token_budget"
+                elif gen.finish == "abort":
+                    finish, error = "error", "the server aborted the generation repeatedly"
+                elif not calls:
+                    finish = "answer"
+                # else: a call on the last allowed turn could never be answered
+                break
+            # Kept aside while the tools run, so a timeout during them still records the turn.
+            in_tools = (start, gen, time.monotonic() - t0)
+            if len(calls) == 1:  # the common case: no task group, and one frame fewer per wakeup
+                results = [await execute(calls[0], sandbox, timeout=config.tool_timeout_s, max_chars=config.max_tool_output_chars)]
+            else:
+                results = await execute_all(
+                    calls,
+                    sandbox,
+                    timeout=config.tool_timeout_s,
+                    max_chars=config.max_tool_output_chars,
+                    max_calls=config.max_tool_calls_per_turn,
                 )
-            )
-            if gen.finish == "length":
-                finish = "token_budget"
-                break
-            if gen.finish == "abort":
-                finish, error = "error", "the server aborted the generation repeatedly"
-                break
-            if not calls:
-                finish = "answer"
-                break
-            if turn_index == config.max_turns - 1:
-                break  # a call on the last allowed turn could never be answered
-            results = await execute_all(
-                calls,
-                sandbox,
-                timeout=config.tool_timeout_s,
-                max_chars=config.max_tool_output_chars,
-                max_calls=config.max_tool_calls_per_turn,
-            )
+            in_tools = None
             size, payload = conv.tool_turn_size(render_tool_turn([r.output for r in results]))
             fits = conv.length + size < config.max_response_tokens
             if fits:
                 conv.append_tool_turn(payload)  # type: ignore[arg-type]
-            turns[-1] = msgspec.structs.replace(
-                turns[-1], tool_results=results, num_appended=size if fits else 0, latency_s=time.monotonic() - t0
-            )
+            turns.append(_turn(start, gen, time.monotonic() - t0, results, size if fits else 0))
             if not fits:
                 finish = "token_budget"
                 break
     if budget.cancelled_caught:
         finish = "timeout"
+        if in_tools is not None:
+            turns.append(_turn(*in_tools))  # its tokens count; its calls were never answered
     tokens = isinstance(conv, _TokenConversation)
     trajectory = Trajectory(
         problem_id=problem.id,
         sample_index=sample_index,
-        prompt_ids=conv.prompt_ids if tokens else [],  # type: ignore[union-attr]
+        prompt_ids=conv.prompt if tokens else [],  # type: ignore[union-attr]
         response_ids=conv.response_ids if tokens else [],  # type: ignore[union-attr]
         loss_mask=conv.loss_mask if tokens else [],  # type: ignore[union-attr]
         logprobs=conv.logprobs if tokens else [],  # type: ignore[union-attr]

@@ -31,6 +31,8 @@ class ChatTokenizer(Protocol):
     """What the agent loop needs from a tokenizer."""
 
     eos_token_id: int
+    eos_text: str
+    """``decode([eos_token_id])``."""
 
     def encode_prompt(self, messages: list[dict[str, str]]) -> list[int]:
         """Token ids of the conversation so far, ending with the generation prompt."""
@@ -40,6 +42,10 @@ class ChatTokenizer(Protocol):
         """Token ids that follow an assistant turn ended by EOS: the rest of the
         template, one user message holding ``content``, and the next generation
         prompt.  All of them are masked out of the loss."""
+        ...
+
+    def tool_turn_text(self, content: str) -> str:
+        """``decode(encode_tool_turn(content))``, without encoding or decoding."""
         ...
 
     def decode(self, ids: Sequence[int]) -> str: ...
@@ -79,6 +85,8 @@ class HFChatTokenizer:
         before, after = bridge.split(_TOOL)
         self._before = self._encode(before.removeprefix(eos_token))
         self._after = self._encode(after)
+        self.eos_text = self.decode([eos])
+        self._before_text, self._after_text = self.decode(self._before), self.decode(self._after)
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> HFChatTokenizer:
@@ -115,6 +123,10 @@ class HFChatTokenizer:
 
     def encode_tool_turn(self, content: str) -> list[int]:
         return self._before + self._literal.encode(content, add_special_tokens=False).ids + self._after
+
+    def tool_turn_text(self, content: str) -> str:
+        # Exact for byte-level BPE (the literal encoding round-trips); tests check it.
+        return self._before_text + content + self._after_text
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)

@@ -90,8 +90,6 @@ async def execute_all(
 ) -> list[ToolResult]:
     """Run a turn's calls concurrently; results keep the calls' order.  Calls past
     ``max_calls`` are answered with an error without running."""
-    if len(calls) == 1 and max_calls >= 1:  # the common case needs no task group
-        return [await execute(calls[0], sandbox, timeout=timeout, max_chars=max_chars)]
     results: list[ToolResult | None] = [None] * len(calls)
 
     async def one(i: int) -> None:

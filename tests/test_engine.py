@@ -14,6 +14,7 @@ from backends import RetryPolicy, SamplingParams, TokenClient
 from rstar2_async.config import RolloutConfig
 from rstar2_async.engine import RolloutEngine
 from rstar2_async.types import Problem
+from sandbox import ExecResult
 from tests.fakes.http import serve_http
 from tests.fakes.model import IM_END, FakeByteTokenizer, InProcessSandbox, ScriptedServer, last_user_message
 
@@ -75,6 +76,7 @@ async def test_groups_with_tool_calls_and_token_accounting() -> None:
             assert t.response_ids[first.num_generated - 1] == IM_END and t.response_ids[-1] == IM_END
             assert "<tool_response>\n" + g.problem.answer in tok.decode(t.response_ids[tool])
             assert set(t.logprobs[second.start:]) == {-0.25}
+            assert t.response_text == tok.decode(t.response_ids)  # kept as pieces, never re-decoded
     # The prompt + response the server saw on the second turn is exactly our tokens.
     t = groups[0].trajectories[0]
     second_prompts = [r["prompt"] for r in server.requests if len(r["prompt"]) > len(t.prompt_ids) + 10]
@@ -185,6 +187,30 @@ async def test_trajectory_timeout_keeps_what_it_has() -> None:
     async with running(server, config=config) as (engine, _):
         [group] = await engine.run(problems(1), n=2)
     assert [t.finish_reason for t in group.trajectories] == ["timeout", "timeout"]
+
+
+class HangingSandbox:
+    """Sandbox double whose calls never finish."""
+
+    async def run(self, code: str, stdin: str = "", timeout: float = 4.0) -> ExecResult:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+async def test_timeout_during_a_tool_call_keeps_the_generated_turn() -> None:
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_http, ScriptedServer())
+        async with TokenClient(f"http://127.0.0.1:{port}/v1", model="m", retry=FAST_RETRY) as client:
+            engine = RolloutEngine(
+                backend=client, sandbox=HangingSandbox(), config=RolloutConfig(trajectory_timeout_s=0.5), tokenizer=FakeByteTokenizer()
+            )
+            [group] = await engine.run(problems(1), n=1)
+        tg.cancel_scope.cancel()
+    [t] = group.trajectories
+    assert t.finish_reason == "timeout"
+    [turn] = t.turns  # generated before the timeout: recorded, its call never answered
+    assert turn.num_generated == len(t.response_ids) > 0 and turn.tool_results == [] and turn.num_appended == 0
+    assert "<tool_call>" in t.response_text and t.loss_mask == [1] * turn.num_generated
 
 
 async def test_cancellation_leaves_no_task_or_connection() -> None:

@@ -33,6 +33,7 @@ class FakeByteTokenizer:
     ids 0-255, ``<|im_start|>``/``<|im_end|>`` are 256/257, ChatML template."""
 
     eos_token_id = IM_END
+    eos_text = "<|im_end|>"
 
     def _encode_text(self, text: str, *, specials: bool = True) -> list[int]:
         if not specials or "<|im_" not in text:  # no special token: the bytes are the ids
@@ -53,6 +54,9 @@ class FakeByteTokenizer:
 
     def encode_tool_turn(self, content: str) -> list[int]:
         return [*_TOOL_TURN_OPEN, *content.encode(), *_TOOL_TURN_CLOSE]
+
+    def tool_turn_text(self, content: str) -> str:
+        return f"\n<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n"
 
     def decode(self, ids: Sequence[int]) -> str:
         # The benchmarks use this double too and must not measure it, so the work
