@@ -118,6 +118,7 @@ async def test_tool_using_trajectories_are_token_exact(policy_server: VLLMServer
         assert result.status == "ok" and result.output == "42" and result.call is not None
         assert t.reward == 1.0
         assert "\\boxed{42}" in tok.decode(t.response_ids)
+        assert t.response_text == tok.decode(t.response_ids)  # built from pieces, equal to one decode
         for turn in t.turns:
             span = slice(turn.start, turn.start + turn.num_generated)
             # exactly the server's tokens and sampling logprobs, never re-tokenised
