@@ -17,6 +17,9 @@ with ``VLLM_SERVER_DEV_MODE=1``, which :mod:`backends._launcher` sets):
 - ``POST /reset_prefix_cache`` -> 200 (stale KV otherwise).
 - ``POST /update_weight_version {"new_version": STR}``; ``GET /weight_info`` ->
   ``{"weight_version": STR}`` (``"default"`` at start).  Completions do not carry it.
+  vLLM's versions are free strings, ours ints: the adapter sends an int's decimal
+  string (:func:`vllm_weight_version`) and reads one back in the same form
+  (:func:`parse_vllm_weight_version`).
 - NCCL transfer (CUDA only): ``POST /init_weight_transfer_engine {"init_info":
   {"master_address", "master_port", "rank_offset", "world_size", "packed"}}``,
   ``POST /start_weight_update``, ``POST /update_weights {"update_info": {"names",
@@ -36,7 +39,7 @@ import msgspec
 from ._dispatch import ServerLoad
 from ._errors import BadResponse, RequestRejected, ServerUnavailable
 
-__all__ = ["VLLMAdmin", "parse_vllm_metrics"]
+__all__ = ["VLLMAdmin", "parse_vllm_metrics", "parse_vllm_weight_version", "vllm_weight_version"]
 
 PauseMode = Literal["wait", "abort"]
 
@@ -80,6 +83,35 @@ def parse_vllm_metrics(text: str) -> ServerLoad:
     # Engines of one server have equal caches, so the mean fraction times the total is exact.
     engines = max(1, text.count("vllm:cache_config_info{"))
     return ServerLoad(capacity_tokens=capacity, used_tokens=int(used / engines * capacity), running=running, waiting=waiting)
+
+
+def vllm_weight_version(version: int | str) -> str:
+    """Our weight version as vLLM keeps it: the int's decimal string.
+
+    The weight sync passes ``str(version)``, which is accepted as the same int.
+
+    Raises:
+        ValueError: not a non-negative int (nor its decimal string): vLLM would
+            store anything, and the version would never compare equal again.
+    """
+    if isinstance(version, str) and version.isascii() and version.isdigit():
+        version = int(version)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ValueError(f"weight version: expected a non-negative int (ours), got {version!r}")
+    return str(version)
+
+
+def parse_vllm_weight_version(value: object) -> int | None:
+    """vLLM's weight version as ours: the int a decimal string stands for;
+    ``None`` for any other string, such as ``"default"`` before the first update
+    (weights we did not version: the caller reloads ours).
+
+    Raises:
+        BadResponse: not a string (the field is missing, or the API changed).
+    """
+    if not isinstance(value, str):
+        raise BadResponse(f"vLLM weight version: expected a string, got {value!r}")
+    return int(value) if value.isascii() and value.isdigit() else None
 
 
 async def _call(
@@ -157,11 +189,19 @@ class VLLMAdmin(_Admin):
     async def reset_prefix_cache(self) -> None:
         await _call(self.http, "POST", "/reset_prefix_cache")
 
-    async def set_weight_version(self, version: str) -> None:
-        await _call(self.http, "POST", "/update_weight_version", json={"new_version": version})
+    async def set_weight_version(self, version: int | str) -> None:
+        """Tag the loaded weights with our ``version`` (see :func:`vllm_weight_version`;
+        its ``ValueError`` is raised before any request)."""
+        await _call(self.http, "POST", "/update_weight_version", json={"new_version": vllm_weight_version(version)})
 
     async def weight_version(self) -> str:
-        return str(_json(await _call(self.http, "GET", "/weight_info"))["weight_version"])
+        """The version the server reports, as the decimal string of one of ours,
+        or ``"default"`` for weights we did not version (any other string).
+        Strings, as SGLang's adapter returns them and the weight sync compares;
+        :func:`parse_vllm_weight_version` gives the int."""
+        body = _json(await _call(self.http, "GET", "/weight_info"))
+        version = parse_vllm_weight_version(body.get("weight_version") if isinstance(body, dict) else body)
+        return "default" if version is None else str(version)
 
     # -- broadcast (NCCL on GPU) ---------------------------------------------------
 
@@ -190,5 +230,7 @@ class VLLMAdmin(_Admin):
         info = {"names": list(names), "dtype_names": list(dtypes), "shapes": [list(s) for s in shapes], "packed": False}
         await _call(self.http, "POST", "/update_weights", json={"update_info": info})
 
-    async def finish_weight_update(self, version: str) -> None:
-        await _call(self.http, "POST", "/finish_weight_update", json={"weight_version": version})
+    async def finish_weight_update(self, version: int | str) -> None:
+        """End an update and tag the weights with our ``version`` (see
+        :func:`vllm_weight_version`)."""
+        await _call(self.http, "POST", "/finish_weight_update", json={"weight_version": vllm_weight_version(version)})

@@ -59,9 +59,13 @@ are evicted during the tool calls: it prefills ~14M tokens where 1.7M would do.
 - ``ours``: :class:`backends._dispatch.Dispatcher` with the pool's settings
   (budget policy, expected reservations, 10% headroom, holds for 2 reports):
   see its module docstring.  Turns it has no room for wait, and every waiting
-  turn tries again, oldest first, on each release or report, as the pool's
-  waiters do.  ``--hold-reports 0`` turns holds off; ``--reserve N`` uses the
-  legacy reservation context + min(remaining, N).
+  turn tries again on each release or report, largest remaining budget first
+  (then oldest), as the pool's waiters do; ``--fifo``: oldest first, as they
+  did before.  (The budget here counts generated tokens, the agent loop's also
+  tool responses: the same order in this workload.)  A trajectory's end is
+  signalled, as the agent loop's ``end_session`` does: its hold goes at once.
+  ``--hold-reports 0`` turns holds off; ``--reserve N`` uses the legacy
+  reservation context + min(remaining, N).
 
 Lower bound (:func:`lower_bound`): the larger of the work bound (every token's
 GEMMs and every step's weight read, with as few steps as the cache and
@@ -73,31 +77,45 @@ prompt and tool response prefilled once, spread evenly) and the critical path
 median, and the most in any seed) and ``static_overflows``, the tokens each
 policy prefilled and the affinity hit rate.
 
-Results (``--repeats 3``, medians; 23 s of CPU): static 437 s, ours 353 s, lower
-bound 278 s: 1.24x static (target 1.3: not met; 1.27x over 8 seeds), 1.27x the
-bound (target 1.15: not met), no preemption (static: ~2,150); prefilled tokens
-3.0M against static's 14.0M.  Without holds (``--hold-reports 0``) ours is 1.06x
-static and prefills 12.7M: most later turns land on another server.
+Results (``--repeats 3``, medians; 25 s of CPU): static 437 s, ours 342 s, lower
+bound 278 s: 1.28x static (target 1.3: not met; 1.30x over 8 seeds, 1.299),
+1.24x the bound (target 1.15: not met; 1.24x over 8 seeds), no preemption in
+any seed (static: ~2,150); prefilled tokens 2.8M against static's 14.0M.  Over
+8 seeds the makespan went from 348 s (1.27x static, 1.27x the bound) to 347 s
+by ending holds with the trajectory (``--fifo``: 1.27x, 1.26x) and to 340 s by
+the order of waiting turns.  Without holds (``--hold-reports 0``) ours is 1.11x
+static and prefills 12.1M: most later turns land on another server.
 
 Where ours loses to the bound, which has every step of every server run a full
 cache to the end: decode steps here are memory bound (~64 sequences, each step
 pays the 9.9 ms weight read), so the step count is the attended tokens over the
 fill.  Ours fills ~0.9 of each cache in steady state (the headroom is the growth
 margin that keeps vLLM from preempting; static fills 0.99 and preempts), starts
-low while contexts are short (0.3 to 0.9 over ~40 s), and ends in a ~70 s tail
-as the last long trajectories finish on an emptying fleet: 0.76 over the run.
-Turns whose hold expired on a full server wait behind the first turns of new
-trajectories (the pool's waiters retry in arrival order) and, when those run
-out at ~170 s, start elsewhere and recompute (~0.6M tokens).  Tried, and no
-better within +-2%: headroom 0.03-0.2, hold headroom 0.02-0.06, holds of 1-6
-reports (1 is worse), holds kept while their turn waits (stalls), priority to
-turns of sessions under way on any server or their last one, a margin for first
-turns, moving held turns to balance servers, later turns or the most generated
-first, a first guess of 256-2,048 tokens per turn; an oracle starting the
-longest trajectories first did no better.  So neither target looks reachable
-here without knowing lengths in advance; the bound itself stays a true bound.
+low while contexts are short (0.3 to 0.9 over ~30 s), and ends in a ~75 s tail
+as the last long trajectories finish on an emptying fleet.  At the start 1,264
+trajectories (158 a server) run their first turns at once; at ~30-40 s their
+contexts outgrow the caches, and the later turns that find no room lose their
+hold and wait behind first turns (they have the larger budget) until those run
+out at ~160 s, then recompute (~1.1M tokens); trajectories wait ~65 s between
+turns on average, and the long ones among them make the tail.  Admitting fewer
+first turns is worse, though: with each reserving 1.5x the expected turn ours
+is 1.25x static, with 2x and 3x 1.23x and 1.20x (oldest first); 0.75x measures
+like 1x, 0.5x 1.24x (oldest first).  Tried, and no better within +-2% (3
+seeds unless stated): headroom 0.03-0.2 (0.08 and 0.12 over 8 seeds: 1.30x
+and 1.31x static, 1.23x and 1.24x the bound), hold headroom 0.02-0.06, holds
+of 1-10 reports (1 is worse; 4 and 10 with trajectory ends signalled: within
+1.5% of 2), a margin for first turns, moving held turns to balance servers,
+priority to turns of sessions under way on any server or their last one, the
+most generated first, a first guess of 256-2,048 tokens per turn.  Worse:
+later turns first (1.21x static against 1.25x oldest first: new trajectories
+start late and make the tail), fewest turns done first (1.26x), shortest
+context first (1.26x), holds kept while their turn waits (1.05x: servers stall
+on holds whose turns cannot fit).  An oracle starting the longest trajectories
+first (oldest first after that) reaches 1.28x static and 1.25x the bound, and
+preempts (up to 4 times a run).  So neither target looks reachable here
+without knowing lengths in advance; the bound itself stays a true bound.
 
-Usage: ``python benchmarks/dispatch.py [--repeats 3] [--capacity 270000] [--hold-reports 2] [--reserve N]``
+Usage: ``python benchmarks/dispatch.py [--repeats 3] [--capacity 270000] [--hold-reports 2] [--reserve N] [--fifo]``
 """
 
 from __future__ import annotations
@@ -161,6 +179,9 @@ class Params:
     headroom: float = 0.1
     hold_reports: int = 2
     """The pool's settings (headroom, holds); see :mod:`backends._dispatch`."""
+    fifo: bool = False
+    """Waiting turns retry oldest first, not largest remaining budget first (the
+    pool before issue #4's change)."""
 
 
 @dataclass
@@ -232,7 +253,7 @@ class Sim:
         self.overflows = 0
         self.prefilled = 0
         self.order = 0
-        self.queue: deque[Seq] = deque()
+        self.queue: list[Seq] = []
         self.generated: dict[int, int] = {}
         self.dispatcher = (
             Dispatcher(
@@ -281,11 +302,18 @@ class Sim:
         elif not self.acquire(seq):
             self.queue.append(seq)
 
+    def remaining(self, seq: Seq) -> int:
+        """The trajectory's remaining token budget: the pool's ``max_tokens``."""
+        return self.p.budget - self.generated.get(seq.traj.id, 0)
+
     def admit(self) -> None:
-        """After releases or a report, every waiting turn tries again, oldest first,
-        as the pool's waiters do.  (A first turn that found no room spares the
+        """After releases or a report, every waiting turn tries again, as the
+        pool's waiters do: the largest remaining budget first, then the oldest
+        (``--fifo``: oldest first).  (A first turn that found no room spares the
         larger first turns after it the call: they would not fit either.)"""
-        waiting, self.queue = self.queue, deque()
+        waiting, self.queue = self.queue, []
+        if not self.p.fifo:
+            waiting.sort(key=lambda seq: -self.remaining(seq))  # stable: oldest first among equals
         too_big = math.inf
         for seq in waiting:
             first = seq.traj.turn == 0 and seq.context == seq.traj.prompt
@@ -299,7 +327,7 @@ class Sim:
     def acquire(self, seq: Seq) -> bool:
         d = self.dispatcher
         assert d is not None
-        remaining = self.p.budget - self.generated.get(seq.traj.id, 0)
+        remaining = self.remaining(seq)
         try:
             if self.p.reserve is None:
                 seq.ticket = d.acquire_nowait(seq.context, session=seq.traj.id, new_tokens=remaining)
@@ -398,7 +426,9 @@ class Sim:
             self.dispatcher.release(seq.ticket, generated=generated)  # type: ignore[union-attr]
         traj.turn += 1
         if traj.turn >= len(traj.turns):
-            return 1  # no forget(): the pool cannot tell a last turn, so its hold expires
+            if self.dispatcher:  # the agent loop's end_session(): its hold goes at once
+                self.dispatcher.forget(traj.id)
+            return 1
         tokens, latency = traj.tools[traj.turn - 1]
         traj.context += tokens
         self.push(self.now + latency, "tool", traj)
@@ -443,6 +473,7 @@ def main() -> None:
     parser.add_argument("--reserve", type=int, default=Params.reserve, help="legacy reservation cap (default: expected)")
     parser.add_argument("--headroom", type=float, default=Params.headroom)
     parser.add_argument("--hold-reports", type=int, default=Params.hold_reports, help="0: no holds")
+    parser.add_argument("--fifo", action="store_true", help="waiting turns retry oldest first")
     args = parser.parse_args()
     p = Params(
         trajectories=args.trajectories,
@@ -450,6 +481,7 @@ def main() -> None:
         reserve=args.reserve,
         headroom=args.headroom,
         hold_reports=args.hold_reports,
+        fifo=args.fifo,
     )
     rows = []
     for seed in range(args.repeats):
@@ -503,6 +535,7 @@ def main() -> None:
         "affinity_hit_rate": round(med("affinity_hits") / max(1, med("affinity_hits") + med("affinity_moves")), 3),
         "reservation": "expected" if p.reserve is None else f"context+min(remaining,{p.reserve})",
         "hold_reports": p.hold_reports,
+        "order": "fifo" if p.fifo else "budget",
         "capacity": p.capacity,
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }

@@ -36,7 +36,8 @@ from .types import FinishReason, Problem, ToolResult, Trajectory, Turn
 class TokenBackend(Protocol):
     """``prompt_ids`` is lent for the call: read it, never keep or mutate it.
     ``session`` names the trajectory, so a server pool can keep its turns on one
-    server (prefix-cache hits); single servers ignore it."""
+    server (prefix-cache hits); single servers ignore it.  A backend may also have
+    ``end_session(session)``, called when the trajectory has no more turns."""
 
     async def generate(
         self, prompt_ids: list[int], *, max_tokens: int, sampling: SamplingParams, session: Hashable = None
@@ -263,6 +264,9 @@ async def run_trajectory(
         finish = "timeout"
         if in_tools is not None:
             turns.append(_turn(*in_tools))  # its tokens count; its calls were never answered
+    end_session = getattr(backend, "end_session", None)  # a pool frees the KV it holds for a next turn
+    if end_session is not None and isinstance(conv, _TokenConversation):
+        end_session(conv.session)
     tokens = isinstance(conv, _TokenConversation)
     trajectory = Trajectory(
         problem_id=problem.id,

@@ -188,6 +188,43 @@ def test_holds_end_on_forget_or_a_down_server_and_only_follow_finished_expected_
         assert other.statistics().servers[0].held_tokens == 0
 
 
+def test_forget_frees_a_hold_at_once_and_a_later_turn_starts_anew() -> None:
+    d = Dispatcher([10_000, 10_000], hold_reports=2)
+    t = d.acquire_nowait(500, session="s", new_tokens=100)
+    d.release(t, generated=100)
+    assert d.statistics().servers[t.server].held_tokens == 600
+    d.forget("s")  # the trajectory ended: no report needed
+    assert d.statistics().servers[t.server].held_tokens == 0
+    d.forget("s")  # twice, or for a session never seen: nothing to do
+    d.forget("unknown")
+    late = d.acquire_nowait(500, session="s", new_tokens=100)
+    d.forget("s")  # forgotten while in flight: its end is not held
+    d.release(late, generated=100)
+    stats = d.statistics()
+    assert sum(s.held_tokens for s in stats.servers) == 0 and stats.affinity_hits + stats.affinity_moves == 0
+
+
+def test_only_a_sessions_latest_turn_is_held_on_its_server() -> None:
+    d = Dispatcher([10_000, 10_000], hold_reports=2)
+    older = d.acquire_nowait(500, session="s", new_tokens=100)
+    newer = d.acquire_nowait(500, session="s", new_tokens=100, avoid=older.server)  # overtakes it elsewhere
+    d.release(older, generated=100)  # not the latest turn: its context is of no use to the session
+    assert sum(s.held_tokens for s in d.statistics().servers) == 0
+    d.release(newer, generated=100)
+    assert d.statistics().servers[newer.server].held_tokens == 600
+    assert d.acquire_nowait(700, session="s", new_tokens=100).server == newer.server  # back to its hold
+
+
+def test_a_session_that_ages_out_takes_its_hold_along(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("backends._dispatch.MAX_SESSIONS", 2)
+    d = Dispatcher([10_000], hold_reports=2)
+    for session in ("a", "b"):
+        d.release(d.acquire_nowait(500, session=session, new_tokens=100), generated=100)
+    assert d.statistics().servers[0].held_tokens == 1200
+    d.acquire_nowait(500, session="c", new_tokens=100)  # "a" is the least recent: forgotten
+    assert d.statistics().servers[0].held_tokens == 600
+
+
 def test_round_robin_is_static_and_never_blocks() -> None:
     d = Dispatcher([10, 10, 10], policy="round_robin")
     first = [d.acquire_nowait(1000, session=i).server for i in range(6)]

@@ -72,6 +72,39 @@ async def test_no_room_waits_for_a_release_instead_of_overflowing() -> None:
         assert pool.statistics().turns == 3
 
 
+async def test_waiting_turns_go_largest_remaining_budget_first() -> None:
+    fake = FakeVLLM(ScriptedServer(delay_s=0.1), capacity_tokens=400)
+    order: list[str] = []
+
+    async def turn(name: str, max_tokens: int) -> None:
+        session = None if name == "running" else name  # no hold left behind: its room goes to the waiters
+        await pool.generate(prompt(f"What is {len(name)}*2?"), max_tokens=max_tokens, sampling=GREEDY, session=session)
+        order.append(name)
+
+    async with fleet(fake) as pool, anyio.create_task_group() as tg:
+        tg.start_soon(turn, "running", 300)  # leaves no room for another turn
+        await anyio.sleep(0.02)
+        tg.start_soon(turn, "little", 100)  # the end of a trajectory: waits first
+        await anyio.sleep(0.02)
+        tg.start_soon(turn, "much", 300)  # more budget left: goes first
+        await anyio.sleep(0.02)
+        assert pool.statistics().dispatch.in_flight == 1
+    assert order == ["running", "much", "little"]
+
+
+async def test_a_cancelled_waiting_turn_leaves_no_trace() -> None:
+    fake = FakeVLLM(ScriptedServer(delay_s=0.1), capacity_tokens=400)
+    async with fleet(fake) as pool:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(pool.generate, prompt("What is 1*2?"), max_tokens=300, sampling=GREEDY))
+            await anyio.sleep(0.02)
+            with anyio.move_on_after(0.02):  # cancelled while it waits for room
+                await pool.generate(prompt("What is 2*2?"), max_tokens=300, sampling=GREEDY)
+        await pool.generate(prompt("What is 3*2?"), max_tokens=300, sampling=GREEDY)
+        stats = pool.statistics()
+    assert stats.turns == 2 and stats.dispatch.in_flight == 0 and stats.dispatch.dispatched == 2
+
+
 async def test_dead_server_turn_is_resubmitted_elsewhere_and_server_comes_back() -> None:
     fakes = [FakeVLLM(ScriptedServer(delay_s=0.1)) for _ in range(2)]
     async with fleet(*fakes) as pool:
@@ -150,6 +183,23 @@ async def test_rollout_engine_runs_unchanged_over_the_pool_through_a_server_deat
     assert sorted((t.problem_id, t.sample_index) for t in trajectories) == sorted(
         (p.id, i) for p in problems for i in range(4)
     )
+
+
+async def test_a_trajectorys_end_frees_its_held_context_at_once() -> None:
+    fakes = [FakeVLLM(ScriptedServer(delay_s=0.02)) for _ in range(2)]
+    problems = [Problem(id=f"p{i}", problem=f"What is {i}*{i + 1}?", answer=str(i * (i + 1))) for i in range(4)]
+    async with fleet(*fakes, poll_interval_s=3600) as pool:  # no report ends a hold here
+        await pool.generate(prompt("What is 2*2?"), max_tokens=100, sampling=GREEDY, session="s")
+        assert sum(s.held_tokens for s in pool.statistics().dispatch.servers) > 0
+        pool.end_session("s")
+        assert sum(s.held_tokens for s in pool.statistics().dispatch.servers) == 0
+        engine = RolloutEngine(
+            backend=pool, sandbox=InProcessSandbox(), config=RolloutConfig(max_in_flight=8), tokenizer=FakeByteTokenizer()
+        )
+        groups = await engine.run(problems, n=2)  # the agent loop ends each session
+        stats = pool.statistics().dispatch
+    assert all(t.finish_reason == "answer" and len(t.turns) > 1 for g in groups for t in g.trajectories)
+    assert stats.affinity_hits > 0 and sum(s.held_tokens for s in stats.servers) == 0
 
 
 async def _kill_later(fake: FakeVLLM) -> None:
