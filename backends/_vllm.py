@@ -23,7 +23,7 @@ with ``VLLM_SERVER_DEV_MODE=1``, which :mod:`backends._launcher` sets):
 - NCCL transfer (CUDA only): ``POST /init_weight_transfer_engine {"init_info":
   {"master_address", "master_port", "rank_offset", "world_size", "packed"}}``,
   ``POST /start_weight_update``, ``POST /update_weights {"update_info": {"names",
-  "dtype_names", "shapes", "packed"}}`` (the trainer broadcasts each tensor from
+  "dtype_names", "shapes"}}`` (the trainer broadcasts each tensor from
   rank 0 meanwhile), ``POST /finish_weight_update {"weight_version": STR}``.
 """
 
@@ -227,7 +227,9 @@ class VLLMAdmin(_Admin):
         self, names: Sequence[str], dtypes: Sequence[str], shapes: Sequence[Sequence[int]], *, group_name: str = "weights"
     ) -> None:
         """Receive the tensors the learner broadcasts, in this order (blocks until done)."""
-        info = {"names": list(names), "dtype_names": list(dtypes), "shapes": [list(s) for s in shapes], "packed": False}
+        # Exactly vLLM's NCCLWeightTransferUpdateInfo fields: it rejects any other
+        # (whether the transfer is packed is agreed once, in the init info).
+        info = {"names": list(names), "dtype_names": list(dtypes), "shapes": [list(s) for s in shapes]}
         await _call(self.http, "POST", "/update_weights", json={"update_info": info})
 
     async def finish_weight_update(self, version: int | str) -> None:
