@@ -24,7 +24,7 @@ from ._sglang import SGLangAdmin, SGLangTokenClient, sglang_command
 from ._token_client import TokenClient
 from ._types import ChatCompletion, Completion, FinishReason, SamplingParams
 from ._vllm import VLLMAdmin, parse_vllm_metrics
-from ._weight_sync import BroadcastTransport, DiskTransport, GlooSender, SyncReport, WeightSync
+from ._weight_sync import BroadcastTransport, DiskTransport, GlooSender, SyncReport, VLLMNcclSender, WeightSync
 
 __all__ = [
     "BackendClosed",
@@ -62,6 +62,7 @@ __all__ = [
     "Ticket",
     "TokenClient",
     "VLLMAdmin",
+    "VLLMNcclSender",
     "VLLMServer",
     "VLLMServerConfig",
     "WeightSync",

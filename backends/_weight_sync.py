@@ -29,6 +29,7 @@ server (the transfer is a collective) and relies on ``fallback_dir`` for that.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
@@ -115,10 +116,8 @@ class _Sender(Protocol):
 class GlooSender:
     """Rank 0 of a gloo group made from a TCPStore (torch, CPU).  The receivers
     join with the same store address and ``ProcessGroupGloo``; tests use it.
-
-    On GPU servers, vLLM's receivers join through its own NCCL communicator, so a
-    sender built on ``vllm.distributed.weight_transfer.nccl_engine`` is needed
-    there (not provided here)."""
+    vLLM's GPU workers join through their own NCCL communicator: use
+    :class:`VLLMNcclSender` against them."""
 
     def __init__(self, timeout_s: float = 300.0) -> None:
         self.timeout_s = timeout_s
@@ -143,16 +142,50 @@ class GlooSender:
         self._group = self._store = None
 
 
+class VLLMNcclSender:
+    """Rank 0 of vLLM's weight-transfer NCCL group, built the way vLLM's own
+    trainer side builds it (``vllm.distributed.weight_transfer.nccl_common.trainer_init``:
+    a ``StatelessProcessGroup`` rendezvous and a ``PyNcclCommunicator`` on the
+    current CUDA device), unpacked, one broadcast per tensor as the servers'
+    ``/update_weights`` receives them.  Needs CUDA and ``vllm`` importable in the
+    learner's environment.  Not run in this repository's tests (no GPU there);
+    the requests that go with it are checked against vLLM's parser."""
+
+    def __init__(self) -> None:
+        self._comm: Any = None
+
+    def open(self, master_address: str, master_port: int, world_size: int) -> None:
+        from vllm.distributed.weight_transfer.nccl_common import trainer_init
+
+        self._comm = trainer_init({"master_address": master_address, "master_port": master_port, "world_size": world_size})
+
+    def broadcast(self, tensor: Any) -> None:
+        import torch
+
+        # NCCL sends numel elements from data_ptr(): a view must be made contiguous.
+        tensor = tensor.to("cuda", non_blocking=True).contiguous()
+        self._comm.broadcast(tensor, src=0, stream=torch.cuda.current_stream())
+
+    def close(self) -> None:
+        if self._comm is not None:
+            self._comm.destroy()
+            self._comm = None
+
+
 @final
 class BroadcastTransport:
     """The learner's rank 0 broadcasts each tensor to every server at once.
 
     ``weights`` is a mapping of parameter name to tensor (on rank 0).  The group is
-    formed on the first sync (ranks: 0 the sender, ``1 + i`` server ``i``) and kept.
+    formed on the first sync and kept: rank 0 is the sender, then each server's
+    workers in pool order (a vLLM server joins with ``tensor x pipeline parallel``
+    ranks from its ``rank_offset`` on).
 
     Args:
         master_address, master_port: the rendezvous the servers connect to; the
             address must be reachable from every server.
+        ranks_per_server: each server's worker count (one number for all, or one
+            per server in pool order); a wrong count hangs the rendezvous.
         sender: the collective on rank 0 (default :class:`GlooSender`).
         fallback_dir: a directory where the learner also saved the weights; used to
             retry a single server through the disk path (optional).
@@ -165,21 +198,26 @@ class BroadcastTransport:
         *,
         master_address: str = "127.0.0.1",
         master_port: int,
+        ranks_per_server: int | Sequence[int] = 1,
         sender: _Sender | None = None,
         fallback_dir: str | None = None,
     ) -> None:
         self.master_address = master_address
         self.master_port = master_port
+        self.ranks_per_server = ranks_per_server
         self.sender = sender or GlooSender()
         self.fallback_dir = fallback_dir
         self._members: tuple[int, ...] | None = None
 
     async def _open(self, servers: Sequence[PoolServer]) -> None:
         members = tuple(s.index for s in servers)
-        world = 1 + len(members)
+        per = self.ranks_per_server
+        sizes = [per] * len(servers) if isinstance(per, int) else [per[s.index] for s in servers]
+        offsets = list(itertools.accumulate(sizes, initial=1))
+        world = offsets.pop()
         async with anyio.create_task_group() as tg:
-            for rank, server in enumerate(servers, start=1):
-                tg.start_soon(lambda s=server, r=rank: s.admin.init_weight_transfer(
+            for server, offset in zip(servers, offsets):
+                tg.start_soon(lambda s=server, r=offset: s.admin.init_weight_transfer(
                     master_address=self.master_address, master_port=self.master_port, rank_offset=r, world_size=world
                 ))
             await anyio.to_thread.run_sync(self.sender.open, self.master_address, self.master_port, world)

@@ -114,6 +114,41 @@ async def test_cancelled_sync_resumes_paused_servers(tmp_path: Path) -> None:
         assert not pool.is_up(1)
 
 
+class RecordingSender:
+    """Test double of the rank-0 collective: records instead of broadcasting."""
+
+    def __init__(self) -> None:
+        self.opened: list[tuple[str, int, int]] = []
+        self.sent: list[tuple[int, ...]] = []
+
+    def open(self, master_address: str, master_port: int, world_size: int) -> None:
+        self.opened.append((master_address, master_port, world_size))
+
+    def broadcast(self, tensor: object) -> None:
+        self.sent.append(tuple(tensor.shape))  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        pass
+
+
+async def test_broadcast_ranks_follow_each_servers_worker_count() -> None:
+    # Server 0 runs 2 workers (e.g. tensor parallel 2), server 1 runs 4: vLLM joins
+    # each worker at rank_offset + its rank, so the offsets are 1 and 3 of 7 ranks.
+    import torch
+
+    from backends._weight_sync import BroadcastTransport
+
+    fakes = [FakeVLLM(), FakeVLLM()]
+    sender = RecordingSender()
+    async with fleet(*fakes) as pool:
+        transport = BroadcastTransport(master_address="10.1.2.3", master_port=29600, ranks_per_server=[2, 4], sender=sender)
+        await WeightSync(pool, transport).sync({"w": torch.zeros(2, 3), "b": torch.zeros(5)}, version=3)
+    inits = [next(r.body for r in f.log if r.path == "/init_weight_transfer_engine")["init_info"] for f in fakes]
+    assert [(i["rank_offset"], i["world_size"]) for i in inits] == [(1, 7), (3, 7)]
+    assert sender.opened == [("10.1.2.3", 29600, 7)] and sender.sent == [(2, 3), (5,)]
+    assert [f.version for f in fakes] == ["3", "3"]
+
+
 async def test_broadcast_over_gloo_to_receiver_processes(tmp_path: Path) -> None:
     """Two receiver processes speak vLLM's HTTP choreography and join a gloo group;
     the sync broadcasts each tensor from this process (rank 0).  Then a disk sync

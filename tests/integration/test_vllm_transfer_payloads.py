@@ -25,6 +25,13 @@ init, update = json.loads(sys.stdin.read())
 engine = NCCLWeightTransferEngine.__new__(NCCLWeightTransferEngine)
 i = engine.parse_init_info(init)
 u = engine.parse_update_info(update)
+# The calls VLLMNcclSender makes (it needs CUDA to run): they exist with these parameters.
+import inspect
+from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
+from vllm.distributed.weight_transfer.nccl_common import trainer_init
+assert list(inspect.signature(trainer_init).parameters)[:1] == ["init_info"]
+assert list(inspect.signature(PyNcclCommunicator.broadcast).parameters) == ["self", "tensor", "src", "stream"]
+assert callable(PyNcclCommunicator.destroy)
 print(json.dumps({"rank_offset": i.rank_offset, "world_size": i.world_size, "packed": i.packed, "names": u.names}))
 """
 
