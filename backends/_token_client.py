@@ -24,6 +24,7 @@ import msgspec
 from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavailable
 from ._retry import RetryPolicy
 from ._types import Completion, FinishReason, SamplingParams
+from ._vllm import parse_vllm_weight_version
 
 MAX_RESUMES: Final = 16
 """Aborted generations resumed per call before giving up with ``abort``: a server that
@@ -44,7 +45,8 @@ class _Choice(msgspec.Struct):
 
 class _Response(msgspec.Struct):
     choices: list[_Choice]
-    weight_version: int | None = None
+    weight_version: int | str | None = None
+    """Ours as an int, or as vLLM keeps versions: a string (``"default"`` is not ours)."""
 
 
 _decoder: Final = msgspec.json.Decoder(_Response)
@@ -241,7 +243,11 @@ class TokenClient(CompletionClient):
         logprobs = [0.0 if x is None else x for x in (lp.token_logprobs if lp else [])]
         if len(logprobs) != len(ids):
             raise BadResponse(f"{self.base_url}: {len(ids)} token ids but {len(logprobs)} logprobs")
-        version = self.weight_version if parsed.weight_version is None else parsed.weight_version
+        version = parsed.weight_version
+        if isinstance(version, str):
+            version = parse_vllm_weight_version(version)
+        if version is None:
+            version = self.weight_version
         return Completion(
             token_ids=ids,
             logprobs=logprobs,

@@ -56,3 +56,19 @@ def test_weight_version_conversions() -> None:
     assert parse_vllm_weight_version("１２") is None  # non-ASCII digits are not ours
     with pytest.raises(BadResponse):
         parse_vllm_weight_version(12)
+
+
+@pytest.mark.parametrize(("served", "expected"), [(5, 5), ("7", 7), ("default", 0), (None, 0)])
+async def test_completion_weight_version_as_int_or_vllm_string(served: object, expected: int) -> None:
+    # A server that stamps completions with a string version must not read as broken.
+    from backends import RetryPolicy, SamplingParams, TokenClient
+    from tests.fakes.model import FakeByteTokenizer, ScriptedServer
+
+    prompt = FakeByteTokenizer().encode_prompt([{"role": "user", "content": "What is 2*3?"}])
+    server = ScriptedServer(weight_version=served)  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_http, server)
+        async with TokenClient(f"http://127.0.0.1:{port}/v1", model="m", retry=RetryPolicy(max_retries=0)) as client:
+            c = await client.generate(prompt, max_tokens=300, sampling=SamplingParams())
+        tg.cancel_scope.cancel()
+    assert c.weight_version == expected
