@@ -42,7 +42,10 @@ def grading_workers() -> set[int]:
     """Pids of this process's live grading workers (any thread may have forked them)."""
     pids: set[int] = set()
     for task in Path("/proc/self/task").iterdir():
-        pids.update(int(p) for p in (task / "children").read_text().split())
+        try:
+            pids.update(int(p) for p in (task / "children").read_text().split())
+        except FileNotFoundError:  # a worker thread that ended since the listing
+            continue
     alive = set()
     for pid in pids:
         try:
