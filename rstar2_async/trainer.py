@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
+import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
@@ -70,6 +73,8 @@ class TrainSummary(msgspec.Struct, frozen=True):
     phase_seconds: dict[str, float]
     """Wall seconds spent per phase over the run (rollout, reward, update, sync, eval)."""
     plots: list[str]
+    stopped: bool = False
+    """Stopped early (SIGTERM, :meth:`Trainer.stop`) after writing a checkpoint: ``--resume`` continues."""
 
 
 def prepare_model(model: ModelConfig, run_dir: Path) -> Path:
@@ -183,6 +188,24 @@ class Trainer:
         self.phase_seconds = dict.fromkeys(["rollout", "reward", "update", "sync", "eval", "sft"], 0.0)
         self.learner: Any = None
         self.state = TrainState()
+        self.stopped = False
+        self._work: anyio.CancelScope | None = None
+
+    def stop(self) -> None:
+        """Stop at the next safe point: running rollouts and evaluations are cancelled,
+        a learner step under way finishes, a checkpoint is written, and :meth:`run`
+        returns a summary with ``stopped`` set (``--resume`` continues the run).
+        SIGTERM calls this on rank 0, so a scheduler's preemption loses at most the
+        rollout in progress."""
+        self.stopped = True
+        if self._work is not None:
+            self._work.cancel()
+
+    async def _stop_on_sigterm(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+            task_status.started()
+            async for _ in signals:
+                self.stop()
 
     # --- set-up -------------------------------------------------------------------
 
@@ -210,7 +233,7 @@ class Trainer:
         import torch.distributed as dist
 
         from .learner import Learner, init_distributed
-        from .learner_ranks import LearnerDriver, follow
+        from .learner_ranks import follow
 
         t0 = time.monotonic()
         self._learner_lock = anyio.CapacityLimiter(1)
@@ -221,9 +244,22 @@ class Trainer:
         base = prepare_model(self.config.model, self.run_dir)  # built by now: just the path
         self.learner = await self._thread(Learner, self.config.learner, base)
         if self.learner.rank != 0:
+            # torchrun passes a SIGTERM to every rank: the others keep following rank 0,
+            # which stops at a safe point and has them join its checkpoint, then ends.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             await self._thread(follow, self.learner)
             return None
         self._check_run_dir()
+        async with anyio.create_task_group() as tg:
+            await tg.start(self._stop_on_sigterm)
+            summary = await self._lead(base, t0)
+            tg.cancel_scope.cancel()
+        return summary
+
+    async def _lead(self, base: Path, t0: float) -> TrainSummary:
+        """Rank 0: drive the learner (and the other ranks' copies) through every stage."""
+        from .learner_ranks import LearnerDriver
+
         self.driver = LearnerDriver(self.learner)
         try:
             if self.resume:
@@ -244,7 +280,9 @@ class Trainer:
                 if self.config.inference and self.state.weight_version:
                     await self._sync(stack, weights, self.state.weight_version)  # they may hold older weights
                 stack.engine.scorer = self.scorer = _TimedScorer(stack.engine.scorer)
-                with MetricsWriter(self.run_dir) as metrics:
+                with MetricsWriter(self.run_dir) as metrics, anyio.CancelScope() as self._work:
+                    if self.stopped:  # asked before the work began
+                        self._work.cancel()
                     for index in range(self.state.stage, len(self.config.stages)):
                         stage = self.config.stages[index]
                         if stage.kind == "sft":
@@ -254,6 +292,9 @@ class Trainer:
                         self.state.stage, self.state.step_in_stage = index + 1, 0
                     if not self.state.evals or self.state.evals[-1]["rl_step"] != self.state.rl_step:
                         await self._evaluate(stack, metrics, "final")
+                if self.stopped and self.state.stage < len(self.config.stages):
+                    with anyio.CancelScope(shield=True):
+                        await self._checkpoint(self.state.step_in_stage)
         finally:
             await self._thread(self.driver.close)
         plots = plot_metrics(self.run_dir / "metrics.jsonl", self.run_dir / "plots")
@@ -264,6 +305,7 @@ class Trainer:
             evals=self.state.evals,
             phase_seconds=self.phase_seconds,
             plots=[str(p) for p in plots],
+            stopped=self.stopped,
         )
         (self.run_dir / "summary.json").write_bytes(msgspec.json.format(msgspec.json.encode(summary)) + b"\n")
         return summary
@@ -280,12 +322,15 @@ class Trainer:
         t0 = time.monotonic()
         with StepBar(stage.name, stage.steps, self.state.step_in_stage) as bar:
             for step in range(self.state.step_in_stage, stage.steps):
-                await self._set_lr(stage, step)
-                batch = batch_for_step(seqs, stage.batch_problems, seed=self.config.run.seed, stage=self.state.stage, step=step)
-                stats = await self._learner("sft_step", batch)
+                with anyio.CancelScope(shield=True):  # a stop comes between steps, never inside one
+                    await self._set_lr(stage, step)
+                    batch = batch_for_step(seqs, stage.batch_problems, seed=self.config.run.seed, stage=self.state.stage, step=step)
+                    stats = await self._learner("sft_step", batch)
+                    self.state.step_in_stage = step + 1
                 values = {"sft/loss": stats.loss, "sft/grad_norm": stats.grad_norm, "sft/lr": stats.lr}
                 metrics.write(self.learner.global_step, values)
                 bar.advance(f"loss {stats.loss:.4f}")
+                await anyio.lowlevel.checkpoint()  # where a stop takes effect
         self.phase_seconds["sft"] += time.monotonic() - t0
         await self._export_and_sync(stack)
         await self._evaluate(stack, metrics, stage.name)
@@ -314,20 +359,22 @@ class Trainer:
                 else:
                     done = await ahead.result()
                 ahead = None
-                await self._set_lr(stage, step)
                 if self.config.run.max_staleness and step + 1 < stage.steps:
                     # Overlap the next rollout with this update (bounded staleness).
                     ahead = _Ahead()
                     tg.start_soon(ahead.run, self._rollout, engine, stage, batch(step + 1), step + 1)
-                values = await self._update(stack, stage, done)
-                self.state.rl_step += 1
-                self.state.step_in_stage = step + 1
-                metrics.write(self.state.rl_step, {"stage": stage.name, **values})
+                with anyio.CancelScope(shield=True):  # an update, its sync and its record go together
+                    await self._set_lr(stage, step)
+                    values = await self._update(stack, stage, done)
+                    self.state.rl_step += 1
+                    self.state.step_in_stage = step + 1
+                    metrics.write(self.state.rl_step, {"stage": stage.name, **values})
                 every = self.config.run.eval_every
                 if every and self.state.rl_step % every == 0:
                     await self._evaluate(stack, metrics, stage.name)
                 if (step + 1) % self.config.run.checkpoint_every == 0 or step + 1 == stage.steps:
-                    await self._checkpoint(step + 1)
+                    with anyio.CancelScope(shield=True):
+                        await self._checkpoint(step + 1)
 
     async def _rollout(self, engine: RolloutEngine, stage: StageConfig, batch: list[Problem], step: int) -> _Rollout:
         """Roll out one batch; GRPO-RoC downsamples each group as it completes."""

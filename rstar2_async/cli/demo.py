@@ -12,6 +12,7 @@ after SFT and after RL, the share of time per phase, and where the plots are.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -70,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     write_sft_transcripts(sft, data / "sft.jsonl", system=system, guess_fraction=args.guess_fraction, seed=2)
 
     summary = train(config, resume=args.resume)
+    if summary.stopped:
+        print("stopped (SIGTERM); continue with `rstar2 demo --resume` and the same options", file=sys.stderr)
+        return 128 + signal.SIGTERM
     after_sft = next((e for e in summary.evals if e["stage"] == "sft"), None)
     final = summary.evals[-1] if summary.evals else None
     phases = {k: v for k, v in summary.phase_seconds.items() if v}

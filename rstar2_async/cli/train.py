@@ -4,12 +4,16 @@ CONFIG is a TOML file (see configs/cpu-demo.toml and configs/rstar2-qwen3-14b.to
 The run writes into <run.out_dir>/<run.name>: config.toml, metrics.jsonl, TensorBoard
 logs, samples.jsonl, plots/*.png, eval/, weights/ (the latest exported weights, which
 vLLM and transformers load directly) and checkpoints/.  A killed run continues with
---resume from its last checkpoint.
+--resume from its last checkpoint.  SIGTERM (a scheduler's preemption) stops the run
+at the next safe point: the rollout under way is dropped, a learner step under way
+finishes, a checkpoint is written, and the command exits with status 143.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,10 +34,18 @@ def run(args: argparse.Namespace) -> int:
     from rstar2_async.train_config import TrainConfig
 
     summary = train(load_toml(args.config, TrainConfig), resume=args.resume)
-    if summary is not None:  # rank 0 of the learner reports
-        import msgspec
+    if summary is None:  # a rank of the learner other than 0
+        return 0
+    import msgspec
 
-        print(msgspec.json.encode(summary).decode())
+    print(msgspec.json.encode(summary).decode())
+    if summary.stopped:
+        print(
+            f"stopped after RL step {summary.rl_steps}; the checkpoint in {summary.run_dir}/checkpoints "
+            f"holds it: continue with `rstar2 train {args.config} --resume`",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGTERM  # as a process ended by the signal, so a scheduler sees it
     return 0
 
 

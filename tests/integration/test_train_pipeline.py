@@ -5,13 +5,18 @@ math-verify, weight sync from disk, metrics, plots, checkpoints and resume."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from rstar2_async.checkpoint import latest_checkpoint
 from rstar2_async.cli.train import train
-from rstar2_async.configio import convert
+from rstar2_async.configio import convert, to_toml
 from rstar2_async.synthetic import make_problems, write_problems, write_sft_transcripts
 from rstar2_async.train_config import TrainConfig
 from rstar2_async.trainer import TrainError
@@ -21,7 +26,9 @@ pytestmark = [pytest.mark.vllm]
 SYSTEM = "Compute with the tool, answer in \\boxed{}."
 
 
-def config(tmp_path: Path, *, rl_steps: int, max_staleness: int = 0, hard_stage: bool = False) -> TrainConfig:
+def config(
+    tmp_path: Path, *, rl_steps: int, max_staleness: int = 0, hard_stage: bool = False, checkpoint_every: int = 1
+) -> TrainConfig:
     data = tmp_path / "data"
     # One-digit products: copying one digit at a time is learnt in a few dozen SFT
     # steps, so groups have both right and wrong answers and GRPO has work to do.
@@ -34,7 +41,7 @@ def config(tmp_path: Path, *, rl_steps: int, max_staleness: int = 0, hard_stage:
             "n_oversample": 6, "n_keep": 4, "hard_filter_samples": 2, "reset_optimizer": True}  # fmt: skip
     return convert(
         {
-            "run": {"name": "pipeline", "out_dir": str(tmp_path / "runs"), "checkpoint_every": 1, "samples_per_step": 2,
+            "run": {"name": "pipeline", "out_dir": str(tmp_path / "runs"), "checkpoint_every": checkpoint_every, "samples_per_step": 2,
                     "max_staleness": max_staleness},
             "model": {"tiny": {"hidden_size": 128, "num_layers": 2}},
             "server": {"max_model_len": 512, "kv_cache_gib": 0.25},
@@ -93,12 +100,42 @@ def test_sft_then_rl_through_the_real_stack(tmp_path: Path) -> None:
     assert [r["stage"] for r in records if r.get("stage") == "hard"] == ["hard"]
 
 
-def test_resume_continues_from_the_checkpoint(tmp_path: Path) -> None:
-    first = train(config(tmp_path, rl_steps=1), resume=False)
+def test_sigterm_checkpoints_and_resume_continues(tmp_path: Path) -> None:
+    """SIGTERM mid-run (a scheduler's preemption): the run stops at the next safe
+    point and checkpoints it, though no periodic checkpoint was due; --resume then
+    continues from that step, not from the last periodic checkpoint."""
+    cfg = config(tmp_path, rl_steps=3, checkpoint_every=100)  # only the end of SFT checkpoints on its own
+    toml = tmp_path / "run.toml"
+    toml.write_text(to_toml(cfg))
+    run = Path(cfg.run.out_dir) / cfg.run.name
+    metrics = run / "metrics.jsonl"
+    rstar2 = Path(sys.executable).with_name("rstar2")
+    # Files, not pipes: progress bars would fill a pipe nobody reads while we wait.
+    with (tmp_path / "out").open("w+") as out_file, (tmp_path / "err").open("w+") as err_file:
+        # A learner started in this process (another test) left its rendezvous in the
+        # environment: the child must make its own.
+        launcher = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+        env = {k: v for k, v in os.environ.items() if k not in launcher}
+        proc = subprocess.Popen([str(rstar2), "train", str(toml)], stdout=out_file, stderr=err_file, env=env)
+        try:
+            deadline = time.monotonic() + 900
+            while not (metrics.exists() and '"stage":"rl"' in metrics.read_text()):
+                assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first RL step"
+                time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)  # during step 2's rollout, or step 2's update
+            proc.wait(timeout=300)
+        finally:
+            proc.kill()
+        out, err = (tmp_path / "out").read_text(), (tmp_path / "err").read_text()
+    assert proc.returncode == 143, err[-3000:]
+    assert "--resume" in err and json.loads(out.strip().splitlines()[-1])["stopped"] is True
+    assert subprocess.run(["pgrep", "-f", str(run)], capture_output=True).stdout == b""  # no server or worker left
+    state = json.loads((latest_checkpoint(run / "checkpoints") / "state.json").read_text())["state"]
+    assert state["stage"] == 1 and state["step_in_stage"] == state["rl_step"] >= 1
     with pytest.raises(TrainError, match="--resume"):  # the run exists: never overwrite it silently
-        train(config(tmp_path, rl_steps=2), resume=False)
-    second = train(config(tmp_path, rl_steps=2), resume=True)
-    assert (first.rl_steps, second.rl_steps) == (1, 2)
-    records = [json.loads(line) for line in (Path(second.run_dir) / "metrics.jsonl").read_text().splitlines()]
+        train(cfg, resume=False)
+    summary = train(cfg, resume=True)
+    assert summary.rl_steps == 3 and not summary.stopped
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert sum("sft/loss" in r for r in records) == 40  # SFT was not redone
-    assert [r["step"] for r in records if r.get("stage") == "rl"] == [1, 2]
+    assert [r["step"] for r in records if r.get("stage") == "rl"] == [1, 2, 3]  # no RL step redone
