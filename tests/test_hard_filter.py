@@ -1,0 +1,58 @@
+"""rStar2's stage 3 filter: problems the current policy solves every time are dropped
+(the pipeline test runs the stage through the real stack; here the decision itself)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from rstar2_async.configio import convert
+from rstar2_async.train_config import TrainConfig
+from rstar2_async.trainer import TrainError, Trainer
+from rstar2_async.types import Group, Problem, Trajectory
+
+pytestmark = pytest.mark.anyio
+
+
+class ScriptedEngine:
+    """Test double of the rollout engine: each problem's rewards are given."""
+
+    def __init__(self, rewards: dict[str, list[float]]) -> None:
+        self.rewards = rewards
+        self.calls: list[tuple[list[str], int]] = []
+
+    async def run(self, problems: Sequence[Problem], n: int) -> list[Group]:
+        self.calls.append(([p.id for p in problems], n))
+        return [
+            Group(p, [Trajectory(p.id, i, [], [], [], [], [], "answer", 0, reward=r) for i, r in enumerate(self.rewards[p.id][:n])])
+            for p in problems
+        ]
+
+
+def trainer(tmp_path: Path) -> Trainer:
+    stage = {"name": "hard", "kind": "rl", "data": "unused.jsonl", "hard_filter_samples": 2}
+    config = convert({"run": {"out_dir": str(tmp_path)}, "model": {"tiny": {}}, "stages": [stage]}, TrainConfig)
+    return Trainer(config, resume=False)
+
+
+async def test_problems_solved_every_time_are_dropped_once_and_remembered(tmp_path: Path) -> None:
+    t = trainer(tmp_path)
+    stage = t.config.stages[0]
+    problems = [Problem(id=f"p{i}", problem="q", answer="1") for i in range(4)]
+    engine = ScriptedEngine({"p0": [1.0, 1.0], "p1": [1.0, 0.0], "p2": [0.0, 0.0], "p3": [1.0, 1.0]})
+    hard = await t._hard_problems(engine, stage, problems)  # type: ignore[arg-type]
+    assert [p.id for p in hard] == ["p1", "p2"]
+    assert engine.calls == [(["p0", "p1", "p2", "p3"], 2)]
+    assert t.state.hard_problems == {"hard": ["p1", "p2"]}  # checkpointed with the state
+    # Resumed (the state came back from a checkpoint): the same set, without sampling again.
+    assert [p.id for p in await t._hard_problems(engine, stage, problems)] == ["p1", "p2"]  # type: ignore[arg-type]
+    assert len(engine.calls) == 1
+
+
+async def test_a_stage_with_nothing_hard_is_a_clear_error(tmp_path: Path) -> None:
+    t = trainer(tmp_path)
+    engine = ScriptedEngine({"p0": [1.0, 1.0]})
+    with pytest.raises(TrainError, match="solves every problem"):
+        await t._hard_problems(engine, t.config.stages[0], [Problem(id="p0", problem="q", answer="1")])  # type: ignore[arg-type]
