@@ -264,10 +264,10 @@ async def run_trajectory(
         finish = "timeout"
         if in_tools is not None:
             turns.append(_turn(*in_tools))  # its tokens count; its calls were never answered
-    end_session = getattr(backend, "end_session", None)  # a pool frees the KV it holds for a next turn
-    if end_session is not None and isinstance(conv, _TokenConversation):
-        end_session(conv.session)
     tokens = isinstance(conv, _TokenConversation)
+    end_session = getattr(backend, "end_session", None)  # a pool frees the KV it holds for a next turn
+    if end_session is not None and tokens:
+        end_session(conv.session)  # type: ignore[union-attr]
     trajectory = Trajectory(
         problem_id=problem.id,
         sample_index=sample_index,
