@@ -34,7 +34,7 @@ import msgspec
 from anyio.abc import TaskStatus
 
 from ._errors import LaunchError, ServerDied
-from ._launcher import VLLMServerConfig, _failure, _free_port, _stop_tree, serve_vllm
+from ._launcher import VLLMServerConfig, _engine_environment, _failure, _free_port, _stop_tree, serve_vllm
 from ._pool import ServerSpec
 from ._sglang import sglang_command
 
@@ -268,7 +268,7 @@ async def serve_sglang(args: _SGLangArgs, *, task_status: TaskStatus[tuple[int, 
     """
     log_path = Path(args.log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **args.env}
+    env = {**_engine_environment(), **args.env}
     with log_path.open("ab") as log:
         process = await anyio.open_process(
             args.command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True

@@ -160,11 +160,24 @@ def _command(config: VLLMServerConfig, python: Path, port: int, model_name: str)
     ]  # fmt: skip
 
 
-def _environment(config: VLLMServerConfig) -> dict[str, str]:
+_RENDEZVOUS = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT"
+)
+
+
+def _engine_environment() -> dict[str, str]:
+    """This process's environment less what must not reach an engine server: our
+    virtualenv's paths (the engine has its own interpreter) and the learner's
+    torch.distributed rendezvous (torchrun's, or the one a lone learner sets up):
+    the engine's workers form their own group."""
     env = dict(os.environ)
-    # Our own virtualenv's paths must not leak into vLLM's interpreter.
-    for name in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP"):
+    for name in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP", *_RENDEZVOUS):
         env.pop(name, None)
+    return env
+
+
+def _environment(config: VLLMServerConfig) -> dict[str, str]:
+    env = _engine_environment()
     env.update(
         VLLM_SERVER_DEV_MODE="1",
         VLLM_NO_USAGE_STATS="1",

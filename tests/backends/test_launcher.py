@@ -193,16 +193,19 @@ def _mentions(proc_dir: str, needle: bytes) -> bool:
         return False
 
 
-async def test_environment_enables_dev_mode_and_drops_our_pythonpath(
+async def test_environment_enables_dev_mode_and_drops_our_pythonpath_and_rendezvous(
     fake_config: VLLMServerConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from backends._launcher import _environment
 
     monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
+    # A learner under torchrun (or init_distributed) has these; vLLM's workers must not see them.
+    for name, value in {"RANK": "3", "LOCAL_RANK": "3", "WORLD_SIZE": "8", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
     env = _environment(msgspec.structs.replace(fake_config, env={"HF_HUB_OFFLINE": "0"}))
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
     assert env["HF_HUB_OFFLINE"] == "0"  # config.env wins over our defaults
-    assert "PYTHONPATH" not in env
+    assert not {"PYTHONPATH", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT"} & env.keys()
 
 
 async def test_entry_point_dies_with_its_launcher_even_on_sigkill(tmp_path: Path) -> None:
