@@ -5,7 +5,8 @@
 1. pause   every server in rotation (``wait``: in-flight requests finish first;
            ``abort``: they end at once and their clients resume them after step 5);
 2. load    the new weights (disk: each server reads a safetensors directory;
-           broadcast: the learner's rank 0 sends each tensor to all servers at once);
+           broadcast: the learner's rank 0 sends each tensor to all servers at once,
+           from a name -> tensor mapping or read back from such a directory);
 3. flush   prefix caches (cached KV of the old weights is wrong for the new ones);
 4. version set the version on the server and on the pool's clients (stamped on
            every token generated from now on);
@@ -24,7 +25,10 @@ Guarantees:
 
 Not covered: servers that are down when ``sync`` starts are skipped (they are
 loaded when they come back); the broadcast transport cannot retry a single
-server (the transfer is a collective) and relies on ``fallback_dir`` for that.
+server (the transfer is a collective) and reloads it from disk instead: from the
+directory it was given, or ``fallback_dir``.  Once a member has left the
+broadcast group (out of rotation at a sync, a failed receive, a restart), every
+later sync loads all servers from disk: the group is not re-formed.
 """
 
 from __future__ import annotations
@@ -176,10 +180,16 @@ class VLLMNcclSender:
 class BroadcastTransport:
     """The learner's rank 0 broadcasts each tensor to every server at once.
 
-    ``weights`` is a mapping of parameter name to tensor (on rank 0).  The group is
+    ``weights`` is a mapping of parameter name to tensor (on rank 0), or a
+    safetensors directory (a Hugging Face export): its tensors are memory-mapped and
+    sent as stored (names and dtypes included), so the servers end up with exactly
+    the bytes a reload of that directory would give them, and a server the
+    broadcast failed on is reloaded from it.  The group is
     formed on the first sync and kept: rank 0 is the sender, then each server's
     workers in pool order (a vLLM server joins with ``tensor x pipeline parallel``
-    ranks from its ``rank_offset`` on).
+    ranks from its ``rank_offset`` on).  A server that leaves the group (out of
+    rotation at a sync, a failed receive, a restart) is not taken back: from then
+    on every sync loads all servers from the directory, or ``fallback_dir``.
 
     Args:
         master_address, master_port: the rendezvous the servers connect to; the
@@ -188,10 +198,9 @@ class BroadcastTransport:
             per server in pool order); a wrong count hangs the rendezvous.
         sender: the collective on rank 0 (default :class:`GlooSender`).
         fallback_dir: a directory where the learner also saved the weights; used to
-            retry a single server through the disk path (optional).
+            retry a single server through the disk path when ``weights`` is a
+            mapping (optional).
     """
-
-    name: Final = "broadcast"
 
     def __init__(
         self,
@@ -208,6 +217,9 @@ class BroadcastTransport:
         self.sender = sender or GlooSender()
         self.fallback_dir = fallback_dir
         self._members: tuple[int, ...] | None = None
+        self._left: set[int] = set()  # members whose receiving side may be gone
+        self.name = "broadcast"
+        """What the last load used: ``broadcast``, or ``disk`` once a member left."""
 
     async def _open(self, servers: Sequence[PoolServer]) -> None:
         members = tuple(s.index for s in servers)
@@ -225,12 +237,22 @@ class BroadcastTransport:
 
     async def load(self, servers: Sequence[PoolServer], weights: Any, version: int) -> dict[int, BaseException]:
         members = tuple(s.index for s in servers)
-        if self._members is not None and self._members != members:
-            raise WeightSyncError(f"broadcast group was formed with servers {self._members}, now {members}: "
-                                  "a broadcast group cannot change members; use fallback_dir or the disk transport")
+        if self._members is not None:
+            self._left.update(set(self._members) - set(members))
+        if self._left:
+            # A member that was out of rotation, failed a receive or was restarted
+            # may have lost its side of the group, and a broadcast to a rank that
+            # never joins hangs: the group is not re-formed, every later sync
+            # loads from disk.
+            directory = self._directory(weights)
+            if directory is None:
+                raise WeightSyncError(f"servers {sorted(self._left)} left the broadcast group and there is no "
+                                      "directory to load from: pass a directory or fallback_dir")
+            self.name = "disk"
+            return await DiskTransport().load(servers, directory, version)
         if self._members is None:
             await self._open(servers)
-        tensors: Mapping[str, Any] = weights
+        tensors: Mapping[str, Any] = _read_safetensors(weights) if isinstance(weights, (str, Path)) else weights
         names = list(tensors)
         dtypes = [str(t.dtype).removeprefix("torch.") for t in tensors.values()]
         shapes = [list(t.shape) for t in tensors.values()]
@@ -255,9 +277,28 @@ class BroadcastTransport:
         return failures
 
     async def load_one(self, server: PoolServer, weights: Any) -> None:
-        if self.fallback_dir is None:
+        self._left.add(server.index)
+        directory = self._directory(weights)
+        if directory is None:
             raise WeightSyncError(f"server {server.index}: a broadcast cannot be retried for one server (no fallback_dir)")
-        await server.admin.load_weights_from_disk(self.fallback_dir)
+        await server.admin.load_weights_from_disk(directory)
+
+    def _directory(self, weights: Any) -> str | None:
+        return str(Path(weights).resolve()) if isinstance(weights, (str, Path)) else self.fallback_dir
+
+
+def _read_safetensors(directory: str | Path) -> dict[str, Any]:
+    """The tensors of a safetensors directory by name.  Memory-mapped, not copied:
+    each tensor's pages are read as it is sent (from the page cache when the learner
+    has just written them), so rank 0 never holds a second copy of the model."""
+    from safetensors.torch import load_file
+
+    tensors: dict[str, Any] = {}
+    for path in sorted(Path(directory).glob("*.safetensors")):
+        tensors |= load_file(path)
+    if not tensors:
+        raise WeightSyncError(f"{directory}: no *.safetensors files to broadcast")
+    return tensors
 
 
 @final
@@ -295,8 +336,9 @@ class WeightSync:
         pool.on_server_back = self.on_server_back
 
     async def sync(self, weights: Any, version: int) -> SyncReport:
-        """Load ``weights`` (a directory for disk; a name -> tensor mapping for
-        broadcast) on every server in rotation and switch them to ``version``.
+        """Load ``weights`` (a safetensors directory; for broadcast also a name ->
+        tensor mapping) on every server in rotation and switch them to ``version``.
+        A directory is remembered to load servers that come back later.
 
         Raises:
             WeightSyncError: no server is in rotation, or none took the weights.
@@ -440,7 +482,7 @@ class WeightSync:
             return
         if self._dir is None:
             raise WeightSyncError(f"server {server.index} is not on version {self._version} and no weights dir is known")
-        await server.admin.load_weights_from_disk(self._dir)
+        await self.transport.load_one(server, self._dir)
         await server.admin.reset_prefix_cache()
         await server.admin.set_weight_version(str(self._version))
         server.client.weight_version = self._version

@@ -84,3 +84,43 @@ class InferenceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     """First retry delay; doubles each retry, with jitter."""
     backoff_max_s: PositiveFloat = 30.0
     """Upper bound on a retry delay."""
+
+
+class WeightSyncConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """How each new version of the weights reaches the inference servers.
+
+    Either way the learner first exports the version to ``<run>/weights/vNNNNNN``:
+    ``--resume``, a server the fleet restarts and a server the broadcast failed on
+    all load it from there.
+    """
+
+    transport: Literal["disk", "broadcast"] = "disk"
+    """``disk``: every server reloads the exported directory (the servers must see the
+    run directory, e.g. on a shared filesystem).  ``broadcast``: the learner's rank 0
+    sends the exported tensors to all servers' workers at once over a collective
+    (needs token mode; vLLM servers need ``--weight-transfer-config
+    '{"backend": "nccl"}'``, which servers launched by the trainer get)."""
+    master_address: str = "127.0.0.1"
+    """Broadcast: the rendezvous host, an address of the learner's rank 0 that every
+    server can reach (the default suits servers on the learner's node)."""
+    master_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
+    """Broadcast: a free port on ``master_address`` for the rendezvous (required)."""
+    ranks_per_server: PositiveInt | list[PositiveInt] | None = None
+    """Broadcast: each server's worker count (tensor x pipeline parallel), one number
+    for all servers or one per server in ``base_urls`` order; a wrong count hangs the
+    rendezvous.  Default: ``server.tensor_parallel_size`` for servers the trainer
+    launches; required for external servers ([inference])."""
+    sender: Literal["nccl", "gloo"] = "nccl"
+    """Broadcast: the collective on rank 0.  ``nccl`` for vLLM on GPUs (rank 0 needs
+    CUDA); ``gloo`` only reaches CPU receivers that join a gloo group (tests)."""
+    pause_mode: Literal["wait", "abort"] = "wait"
+    """``wait``: turns in flight finish on the old weights before the load.
+    ``abort``: they stop at once and resume on the new weights (shorter pause; their
+    earlier tokens keep the older version)."""
+
+    def __post_init__(self) -> None:
+        if self.transport == "broadcast" and self.master_port is None:
+            raise ValueError(
+                'weight_sync.master_port: required with transport = "broadcast" (the port the servers '
+                "connect to on master_address); set a free port, or use transport = \"disk\""
+            )

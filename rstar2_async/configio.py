@@ -85,7 +85,12 @@ def _describe(message: str, data: Any, cls: type, prefix: str) -> str:
     if head.startswith("Object missing required field"):
         return f"{dotted}: {_lower_first(head)}"
     found, value = _lookup(data, keys)
-    expected = _expected(cls, keys) or _lower_first(head)
+    declared = _declared(cls, keys)
+    if found and isinstance(value, dict) and declared is not None and isinstance(_unwrap(declared), mi.StructType):
+        # A table where a table belongs is no type error: the struct's own check
+        # (``__post_init__``) failed, and its message names the fields already.
+        return head
+    expected = _render_type(declared) if declared is not None else _lower_first(head)
     got = f", got {_render_value(value)}" if found else ""
     return f"{dotted}: expected {expected}{got}"
 
@@ -119,8 +124,8 @@ def _lower_first(text: str) -> str:
     return text[:1].lower() + text[1:]
 
 
-def _expected(cls: type, keys: list[str | int]) -> str | None:
-    """Describe the type (with bounds) declared at ``keys`` inside ``cls``."""
+def _declared(cls: type, keys: list[str | int]) -> mi.Type | None:
+    """The type (with bounds) declared at ``keys`` inside ``cls``."""
     info: mi.Type = mi.type_info(cls)
     for key in keys:
         info = _unwrap(info)
@@ -135,7 +140,7 @@ def _expected(cls: type, keys: list[str | int]) -> str | None:
             info = info.value_type
         else:
             return None
-    return _render_type(info)
+    return info
 
 
 def _unwrap(info: mi.Type) -> mi.Type:

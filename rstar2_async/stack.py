@@ -20,11 +20,17 @@ import msgspec
 from backends import ChatClient, RetryPolicy, ServerUnavailable
 from backends._fleet import Fleet, FleetConfig
 from backends._pool import ServerPool
-from backends._weight_sync import DiskTransport, WeightSync
+from backends._weight_sync import (
+    BroadcastTransport,
+    DiskTransport,
+    GlooSender,
+    VLLMNcclSender,
+    WeightSync,
+)
 from sandbox import SandboxConfig, SandboxPool
 
 from .chat import HFChatTokenizer
-from .config import InferenceConfig, RolloutConfig
+from .config import InferenceConfig, RolloutConfig, WeightSyncConfig
 from .engine import RolloutEngine
 from .reward import Grader
 
@@ -62,7 +68,8 @@ class RolloutStack:
     pool: ServerPool | None
     """Token mode: the servers behind the engine."""
     sync: WeightSync | None
-    """Token mode: moves the servers to new weights from a directory."""
+    """Token mode: moves the servers to the weights exported in a directory (read by
+    the servers, or broadcast from this process: ``weight_sync.transport``)."""
     fleet: Fleet | None
     """Servers this stack launched (``model_dir`` runs)."""
 
@@ -96,6 +103,7 @@ async def rollout_stack(
     local_server: LocalServerConfig | None = None,
     grader_workers: int = 2,
     log_dir: Path | None = None,
+    weight_sync: WeightSyncConfig | None = None,
 ) -> AsyncIterator[RolloutStack]:
     """Start what a rollout needs and yield it.
 
@@ -106,6 +114,10 @@ async def rollout_stack(
       ``inference.base_urls`` with the tokenizer from ``tokenizer_dir``.
     - ``inference.mode == "chat"``: the OpenAI SDK against ``inference.base_urls[0]``.
 
+    In token mode ``sync`` uses ``weight_sync`` (default: disk).  The broadcast group
+    is formed on the first sync, from this process, which must then be the
+    learner's rank 0.
+
     Raises:
         ValueError: token mode against endpoints without ``tokenizer_dir``.
         backends.LaunchError: a local server failed to start.
@@ -115,8 +127,9 @@ async def rollout_stack(
         fleet: Fleet | None = None
         pool: ServerPool | None = None
         sync: WeightSync | None = None
+        weight_sync = weight_sync or WeightSyncConfig()
+        local = local_server or LocalServerConfig()
         if model_dir is not None:
-            local = local_server or LocalServerConfig()
             fleet = await stack.enter_async_context(
                 Fleet(
                     FleetConfig(
@@ -127,7 +140,7 @@ async def rollout_stack(
                         served_model_name=inference.model,
                         max_model_len=local.max_model_len,
                         kv_cache_gib=local.kv_cache_gib,
-                        extra_args=local.extra_args,
+                        extra_args=_transfer_args(weight_sync) + local.extra_args,  # the user's own come last and win
                         log_dir=str(log_dir / "servers") if log_dir else None,
                     )
                 )
@@ -158,7 +171,7 @@ async def rollout_stack(
                 )
             )
             backend = pool
-            sync = WeightSync(pool, DiskTransport())
+            sync = WeightSync(pool, _transport(weight_sync, local), pause_mode=weight_sync.pause_mode)
         else:
             backend = await stack.enter_async_context(
                 ChatClient.from_url(
@@ -172,3 +185,26 @@ async def rollout_stack(
         grader = await stack.enter_async_context(Grader(workers=grader_workers))
         engine = RolloutEngine(backend=backend, sandbox=pool_sandbox, config=rollout, tokenizer=tokenizer, scorer=grader)
         yield RolloutStack(engine=engine, pool=pool, sync=sync, fleet=fleet)
+
+
+def _transport(config: WeightSyncConfig, local: LocalServerConfig) -> DiskTransport | BroadcastTransport:
+    if config.transport == "disk":
+        return DiskTransport()
+    assert config.master_port is not None  # WeightSyncConfig checks it
+    ranks = config.ranks_per_server
+    if ranks is None:  # launched servers; TrainConfig requires it for external ones
+        ranks = local.tensor_parallel_size
+    return BroadcastTransport(
+        master_address=config.master_address,
+        master_port=config.master_port,
+        ranks_per_server=ranks,
+        sender=VLLMNcclSender() if config.sender == "nccl" else GlooSender(),
+    )
+
+
+def _transfer_args(config: WeightSyncConfig) -> list[str]:
+    """vLLM arguments of launched servers: without a transfer engine they refuse
+    ``/init_weight_transfer_engine``."""
+    if config.transport == "broadcast" and config.sender == "nccl":
+        return ["--weight-transfer-config", '{"backend": "nccl"}']
+    return []

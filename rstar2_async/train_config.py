@@ -3,6 +3,7 @@
     [run]        name, output directory, seed, evaluation and checkpoint cadence
     [model]      the base model: a directory, or a tiny one built locally
     [inference]  external endpoints (omit to launch vLLM on the model); [server] its size
+    [weight_sync] how new weights reach the servers: from disk, or broadcast by rank 0
     [rollout]    turns, token budget, tool limits, sampling (per-stage overrides below)
     [sandbox]    the jailed Python pool
     [learner]    DeepSpeed GRPO-RoC
@@ -18,7 +19,13 @@ import msgspec
 
 from sandbox import SandboxConfig
 
-from .config import InferenceConfig, PositiveInt, RolloutConfig, SamplingConfig
+from .config import (
+    InferenceConfig,
+    PositiveInt,
+    RolloutConfig,
+    SamplingConfig,
+    WeightSyncConfig,
+)
 from .learner_config import LearnerConfig
 from .stack import LocalServerConfig
 
@@ -119,8 +126,9 @@ class TrainConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     run: RunConfig = msgspec.field(default_factory=RunConfig)
     model: ModelConfig
     inference: InferenceConfig | None = None
-    """External servers; omit to launch vLLM on the model (weights synced from disk)."""
+    """External servers; omit to launch vLLM on the model."""
     server: LocalServerConfig = msgspec.field(default_factory=LocalServerConfig)
+    weight_sync: WeightSyncConfig = msgspec.field(default_factory=WeightSyncConfig)
     rollout: RolloutConfig = msgspec.field(default_factory=RolloutConfig)
     sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
     learner: LearnerConfig = msgspec.field(default_factory=LearnerConfig)
@@ -131,3 +139,29 @@ class TrainConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
             raise ValueError(f"stages: names must be unique, got {names}")
+        if self.weight_sync.transport == "broadcast":
+            self._check_broadcast()
+
+    def _check_broadcast(self) -> None:
+        """The broadcast needs the servers' token-mode admin calls and their exact
+        worker count (a wrong one hangs the rendezvous instead of failing)."""
+        per = self.weight_sync.ranks_per_server
+        if self.inference is None:
+            servers, where = self.server.num_servers, "server.num_servers"
+        else:
+            servers, where = len(self.inference.base_urls), "inference.base_urls"
+            if self.inference.mode != "tokens":
+                raise ValueError(
+                    f'weight_sync.transport = "broadcast" needs inference.mode = "tokens", got "{self.inference.mode}": '
+                    "training loads weights into the servers, which chat endpoints cannot"
+                )
+            if per is None:
+                raise ValueError(
+                    "weight_sync.ranks_per_server: required with external servers ([inference]): "
+                    "set each server's worker count (tensor x pipeline parallel)"
+                )
+        if isinstance(per, list) and len(per) != servers:
+            raise ValueError(
+                f"weight_sync.ranks_per_server: {len(per)} entries for {servers} servers ({where}): "
+                "give one per server, or one number for all"
+            )

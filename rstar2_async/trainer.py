@@ -276,6 +276,7 @@ class Trainer:
                 tokenizer_dir=base,
                 local_server=self.config.server,
                 log_dir=self.run_dir,
+                weight_sync=self.config.weight_sync,
             ) as stack:
                 if self.config.inference and self.state.weight_version:
                     await self._sync(stack, weights, self.state.weight_version)  # they may hold older weights
@@ -441,6 +442,8 @@ class Trainer:
         t0 = time.monotonic()
         version = self.state.weight_version + 1
         out = self.run_dir / "weights" / f"v{version:06d}"
+        # On disk whatever the transport: a broadcast sends this directory's tensors,
+        # and --resume, a restarted server or one the broadcast failed on load it.
         await self._learner("export", out)
         await self._sync(stack, out, version)
         previous = self.state.weights_dir

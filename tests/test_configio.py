@@ -33,6 +33,27 @@ def test_errors_name_field_bound_and_value(data: dict, message: str) -> None:
     assert str(info.value) == message
 
 
+class Bounds(msgspec.Struct, forbid_unknown_fields=True):
+    low: int = 0
+    high: int = 1
+
+    def __post_init__(self) -> None:
+        if self.low > self.high:
+            raise ValueError(f"inner.low ({self.low}) > inner.high ({self.high}): swap them")
+
+
+class Outer(msgspec.Struct, forbid_unknown_fields=True):
+    inner: Bounds | None = None
+
+
+def test_a_nested_structs_own_check_keeps_its_message() -> None:
+    """A table where a table belongs fails only in the struct's ``__post_init__``:
+    its message (which names the fields) is kept, not "expected table, got a table"."""
+    with pytest.raises(ConfigError) as info:
+        convert({"inner": {"low": 3}}, Outer)
+    assert str(info.value) == "inner.low (3) > inner.high (1): swap them"
+
+
 def test_unknown_field_is_named() -> None:
     with pytest.raises(ConfigError, match=r"^rollout: object contains unknown field `max_turn`"):
         convert({"rollout": {"max_turn": 3}}, Root)

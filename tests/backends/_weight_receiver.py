@@ -11,9 +11,11 @@ from the page cache, no mapping); ``safetensors.load_file`` alone would not do,
 as it maps the file and reads nothing until a tensor is touched.
 
 Run: ``python _weight_receiver.py PORT``.  ``GET /received`` returns what arrived
-last: ``{name: {"dtype", "shape", "values"}}`` (values only for small tensors).
+last: ``{name: {"dtype", "shape", "values", "sha256"}}`` (values only for small
+tensors; the SHA-256 of the tensor's bytes for every one).
 """
 
+import hashlib
 import json
 import struct
 import sys
@@ -73,6 +75,7 @@ def record(name, t):
         "dtype": str(t.dtype).removeprefix("torch."),
         "shape": list(t.shape),
         "values": t.flatten().tolist() if small else [],
+        "sha256": hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy()).hexdigest(),
     }
 
 

@@ -3,15 +3,21 @@ and the guarantees when a server fails (never left paused, never on a mixed vers
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import hashlib
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from backends import SamplingParams
 from backends._errors import WeightSyncError
+from backends._launcher import _free_port
 from backends._pool import ServerPool
 from backends._weight_sync import DiskTransport, WeightSync
 from tests.fakes.fleet import FakeVLLM
@@ -30,6 +36,44 @@ async def fleet(*fakes: FakeVLLM) -> AsyncIterator[ServerPool]:
         async with ServerPool([f"http://127.0.0.1:{p}" for p in ports], model="m", poll_interval_s=0.05) as pool:
             yield pool
         tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def weight_receivers(n: int) -> AsyncIterator[list[int]]:
+    """``n`` :mod:`tests.backends._weight_receiver` processes, each ready on its own
+    port; yields the ports and kills the processes on exit."""
+    script = Path(__file__).with_name("_weight_receiver.py")
+    ports = [_free_port("127.0.0.1") for _ in range(n)]
+    procs = [
+        await anyio.open_process([sys.executable, str(script), str(p)], stdout=subprocess.PIPE, stderr=None)
+        for p in ports
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            with anyio.fail_after(60):
+                assert b"ready" in await proc.stdout.receive()
+        yield ports
+    finally:
+        for proc in procs:
+            proc.kill()
+            with anyio.CancelScope(shield=True):
+                await proc.wait()
+
+
+async def assert_holds(port: int, weights: Mapping[str, Any], version: str) -> None:
+    """The receiver on ``port`` holds exactly ``weights`` (names, dtypes, shapes and
+    bytes) and serves ``version``."""
+    import torch
+
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+        received = (await http.get("/received")).json()
+        assert (await http.get("/weight_info")).json()["weight_version"] == version
+    assert set(received) == set(weights)
+    for name, t in weights.items():
+        assert received[name]["dtype"] == str(t.dtype).removeprefix("torch."), name
+        assert received[name]["shape"] == list(t.shape), name
+        assert received[name]["sha256"] == hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy()).hexdigest(), name
 
 
 async def test_disk_sync_runs_the_choreography_on_every_server(tmp_path: Path) -> None:
@@ -149,74 +193,103 @@ async def test_broadcast_ranks_follow_each_servers_worker_count() -> None:
     assert [f.version for f in fakes] == ["3", "3"]
 
 
+async def test_broadcast_of_a_directory_sends_its_tensors_and_reloads_a_failed_server_from_it(tmp_path: Path) -> None:
+    # What `rstar2 train` does: the export's directory is the weights.  Its tensors
+    # go out as stored (bf16 stays bf16); the server whose receive fails is not
+    # left behind but reloads that same directory from disk.
+    import torch
+    from safetensors.torch import save_file
+
+    from backends._weight_sync import BroadcastTransport
+
+    stored = {"w": torch.zeros(2, 3, dtype=torch.bfloat16), "b": torch.zeros(5)}
+    save_file(stored, str(tmp_path / "model.safetensors"))
+    fakes = [FakeVLLM(), FakeVLLM(fail_paths={"/update_weights"})]
+    sender = RecordingSender()
+    async with fleet(*fakes) as pool:
+        report = await WeightSync(pool, BroadcastTransport(master_port=29600, sender=sender)).sync(tmp_path, version=4)
+    info = next(r.body for r in fakes[0].log if r.path == "/update_weights")["update_info"]
+    sent = dict(zip(info["names"], zip(info["dtype_names"], info["shapes"])))
+    assert sent == {"w": ("bfloat16", [2, 3]), "b": ("float32", [5])}
+    assert sender.sent == [tuple(shape) for _, shape in sent.values()]
+    assert report.servers == [0, 1] and report.retried == [1] and report.removed == []
+    assert fakes[0].weights == "initial" and fakes[1].weights == str(tmp_path.resolve())
+    assert [f.version for f in fakes] == ["4", "4"]
+
+
 async def test_broadcast_over_gloo_to_receiver_processes(tmp_path: Path) -> None:
     """Two receiver processes speak vLLM's HTTP choreography and join a gloo group;
     the sync broadcasts each tensor from this process (rank 0).  Then a disk sync
     makes them read a safetensors directory into the same parameters."""
-    import socket
-    import subprocess
-    import sys
-
-    import httpx
     import torch
+    from safetensors.torch import save_file
 
     from backends._weight_sync import BroadcastTransport
 
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-
-    script = Path(__file__).with_name("_weight_receiver.py")
-    ports = [free_port() for _ in range(2)]
-    procs = [
-        await anyio.open_process([sys.executable, str(script), str(p)], stdout=subprocess.PIPE, stderr=None)
-        for p in ports
-    ]
-    try:
-        for proc in procs:
-            assert proc.stdout is not None
-            with anyio.fail_after(60):
-                assert b"ready" in await proc.stdout.receive()
-        weights = {
-            "model.embed.weight": torch.arange(12, dtype=torch.float32).reshape(3, 4),
-            "model.norm.weight": torch.tensor([0.5, -1.5], dtype=torch.float32),
-            "lm_head.bias": torch.tensor([1, 2, 3], dtype=torch.int64),
-        }
+    weights = {
+        "model.embed.weight": torch.arange(12, dtype=torch.float32).reshape(3, 4),
+        "model.norm.weight": torch.tensor([0.5, -1.5], dtype=torch.float32),
+        "lm_head.bias": torch.tensor([1, 2, 3], dtype=torch.int64),
+    }
+    async with weight_receivers(2) as ports:
         async with ServerPool([f"http://127.0.0.1:{p}" for p in ports], model="m", poll_interval_s=0.05) as pool:
-            transport = BroadcastTransport(master_port=free_port())
+            transport = BroadcastTransport(master_port=_free_port("127.0.0.1"))
             sync = WeightSync(pool, transport)
             with anyio.fail_after(120):
                 report = await sync.sync(weights, version=7)
                 weights2 = {k: v * 2 for k, v in weights.items()}
                 report2 = await sync.sync(weights2, version=8)  # the group is kept
-                async with httpx.AsyncClient() as http:
-                    for p in ports:
-                        received = (await http.get(f"http://127.0.0.1:{p}/received")).json()
-                        assert set(received) == set(weights)
-                        for name, t in weights2.items():
-                            assert received[name]["values"] == t.flatten().tolist()
-                            assert received[name]["shape"] == list(t.shape)
-                        assert (await http.get(f"http://127.0.0.1:{p}/weight_info")).json() == {"weight_version": "8"}
-                from safetensors.torch import save_file
-
+                for p in ports:
+                    await assert_holds(p, weights2, "8")
                 weights3 = {k: v * 3 for k, v in weights.items()}
                 weights3["model.scale"] = torch.tensor([[0.25, -2.0]], dtype=torch.bfloat16)  # a new parameter
                 save_file(weights3, str(tmp_path / "model.safetensors"))
                 report3 = await WeightSync(pool, DiskTransport()).sync(tmp_path, version=9)
         assert report.transport == "broadcast" and report.servers == [0, 1] and report2.servers == [0, 1]
         assert report3.transport == "disk" and report3.servers == [0, 1]
-        async with httpx.AsyncClient() as http:
-            for p in ports:
-                received = (await http.get(f"http://127.0.0.1:{p}/received")).json()
-                assert set(received) == set(weights3)
-                for name, t in weights3.items():
-                    assert received[name]["values"] == t.flatten().tolist()
-                    assert received[name]["shape"] == list(t.shape)
-                    assert received[name]["dtype"] == str(t.dtype).removeprefix("torch.")
-                assert (await http.get(f"http://127.0.0.1:{p}/weight_info")).json() == {"weight_version": "9"}
-    finally:
-        for proc in procs:
-            proc.kill()
-            with anyio.CancelScope(shield=True):
-                await proc.wait()
+        for p in ports:
+            await assert_holds(p, weights3, "9")
+
+
+async def test_broadcast_falls_back_to_disk_for_good_once_a_server_left_the_group(tmp_path: Path) -> None:
+    # Server 1 fails its receive and is reloaded from disk: its side of the group may
+    # be gone, and a broadcast to a rank that never joins would hang.  So the next
+    # sync loads both servers from disk, and so does a sync after a server was out
+    # of rotation.
+    import torch
+    from safetensors.torch import save_file
+
+    from backends._weight_sync import BroadcastTransport
+
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
+    fakes = [FakeVLLM(), FakeVLLM(fail_paths={"/update_weights"})]
+    sender = RecordingSender()
+    transport = BroadcastTransport(master_port=29600, sender=sender)
+    async with fleet(*fakes) as pool:
+        sync = WeightSync(pool, transport)
+        first = await sync.sync(tmp_path, version=1)
+        fakes[1].fail_paths.clear()
+        for fake in fakes:
+            fake.log.clear()
+        second = await sync.sync(tmp_path, version=2)
+    assert (first.transport, first.retried, sender.sent) == ("broadcast", [1], [(2,)])
+    assert (second.transport, second.servers, second.retried) == ("disk", [0, 1], [])
+    assert sender.sent == [(2,)]  # nothing broadcast the second time
+    for fake in fakes:
+        assert "/update_weights" not in fake.paths() and fake.weights == str(tmp_path.resolve())
+        assert fake.version == "2"
+
+
+async def test_broadcast_without_a_directory_fails_clearly_once_a_server_left(tmp_path: Path) -> None:
+    import torch
+
+    from backends._weight_sync import BroadcastTransport
+
+    fakes = [FakeVLLM(), FakeVLLM()]
+    transport = BroadcastTransport(master_port=29600, sender=RecordingSender())
+    async with fleet(*fakes) as pool:
+        sync = WeightSync(pool, transport)
+        await sync.sync({"w": torch.zeros(2)}, version=1)
+        pool.set_up(1, False)  # out of rotation at the next sync
+        with pytest.raises(WeightSyncError, match=r"servers \[1\] left the broadcast group"):
+            await sync.sync({"w": torch.ones(2)}, version=2)
