@@ -49,6 +49,12 @@ Calibration (each figure, and where it comes from):
   rStar2's stage 1 with its clipped tail (the shape is our assumption); between
   turns a tool call of lognormal latency with rStar2's 0.3 s mean, cut at the
   recipe's 4 s timeout, whose response (30-300 tokens) is appended.
+  By default every trajectory has a prompt of its own (the issue's workload);
+  ``--group 32``: the 32 samples of a problem share its prompt, which a server
+  holds once for all of them that it runs and prefills once while any of them
+  is running or cached (vLLM's prefix cache); static's trajectory ``i`` is
+  sample ``i mod 32`` of problem ``i // 32``.  The bound then lets a step hold
+  each problem's prompt once.
 
 Static against this: 256 trajectories per server, whose contexts grow to ~4.4K
 tokens each, over-subscribe a 270K-token cache about 4x.  Static sends them all
@@ -86,6 +92,14 @@ any seed (static: ~2,150); prefilled tokens 2.8M against static's 14.0M.  Over
 by ending holds with the trajectory (``--order fifo``: 1.27x, 1.26x) and to 340 s by
 the order of waiting turns.  Without holds (``--hold-reports 0``) ours is 1.11x
 static and prefills 12.1M: most later turns land on another server.
+
+Shared prompts (``--group 32``, 8 seeds): static 410 s, ours 330 s, bound
+260 s: 1.24x static, 1.27x the bound, no preemption.  Static gains most (8%):
+each of its servers runs all 64 problems, 4 samples each, in a cache it
+over-subscribes 4x, and a shared prompt frees a quarter of it; ours gains 3%.
+Steering a problem's samples to the server that holds its prompt (and
+reserving only the rest) measured worse (seed 0: 346 s against 341 s without;
+with a 5% affinity slack 342 s), and is not in the dispatcher.
 
 Where ours loses to the bound, which has every step of every server run a full
 cache to the end: decode steps here are memory bound (~64 sequences, each step
@@ -180,6 +194,10 @@ class Params:
     """Tool latency: lognormal, mean e^(mu + 1/2) = 0.3 s."""
     tool_timeout: float = 4.0
     poll_s: float = 1.0
+    group: int = 1
+    """Samples per problem sharing its prompt, which a server holds once for all
+    of them that it runs (vLLM's prefix cache).  1: every trajectory has a prompt
+    of its own (the issue's workload); rStar2 samples 32 per problem."""
     reserve: int | None = None
     """Legacy reservation cap: ``context + min(remaining budget, reserve)``; ``None``:
     expected reservations, ``context + min(remaining budget, running mean turn length)``."""
@@ -199,6 +217,7 @@ class Params:
 class Traj:
     id: int
     prompt: int
+    problem: int
     turns: list[int]
     tools: list[tuple[int, float]]
     context: int = 0
@@ -217,7 +236,7 @@ class Seq:
 
 
 def workload(p: Params, rng: random.Random) -> list[Traj]:
-    out = []
+    out: list[Traj] = []
     for i in range(p.trajectories):
         turns, left = [], p.budget
         for _ in range(rng.randint(1, p.max_turns)):
@@ -230,7 +249,10 @@ def workload(p: Params, rng: random.Random) -> list[Traj]:
             (rng.randint(*p.tool_tokens), min(p.tool_timeout, rng.lognormvariate(p.tool_mu, p.tool_sigma)))
             for _ in turns[:-1]
         ]
-        out.append(Traj(i, rng.randint(*p.prompt), turns, tools))
+        # The problem's prompt is drawn with its first sample: with --group 1 the
+        # workload is the same as before sharing was modelled.
+        prompt = rng.randint(*p.prompt) if i % p.group == 0 else out[-1].prompt
+        out.append(Traj(i, prompt, i // p.group, turns, tools))
     return out
 
 
@@ -241,17 +263,21 @@ class Server:
     running: dict[int, Seq] = field(default_factory=dict)  # order -> seq, in admission order
     finish: list[tuple[int, int]] = field(default_factory=list)  # (finish step, order)
     step: int = 0
-    base: int = 0  # sum(context - start) over running: used = base + len(running) * step
+    base: int = 0  # sum(context - prompt - start) over running: used = base + len(running) * step + shared
+    live: dict[int, int] = field(default_factory=dict)  # problem -> running requests, which share its prompt
+    shared: int = 0  # prompts of the problems running here, held once each
+    dup: int = 0  # prompt tokens attended once more per extra request of a problem
     busy: bool = False
     preempted: bool = False  # in the last step: vLLM admits nothing new in a step that preempts
     prefill: int = 0
     # The prefix cache: KV of finished or preempted requests, kept in free blocks until
-    # evicted, least recently freed first (traj id -> tokens still cached).
+    # evicted, least recently freed first (traj id -> its own tokens still cached;
+    # -1 - problem -> its prompt's tokens, once no request of it runs).
     cache: OrderedDict[int, int] = field(default_factory=OrderedDict)
     cached: int = 0
 
     def used(self) -> int:
-        return self.base + len(self.running) * self.step
+        return self.base + len(self.running) * self.step + self.shared
 
 
 class Sim:
@@ -364,21 +390,32 @@ class Sim:
         # not held by running requests; cached blocks of other requests are evicted for it.
         while s.waiting and not s.preempted and len(s.running) < p.max_num_seqs:
             seq = s.waiting[0]
-            if s.used() + seq.context + 1 > p.capacity:
+            problem, prompt = seq.traj.problem, seq.traj.prompt
+            shared = s.live.get(problem, 0)
+            if s.used() + seq.context - (prompt if shared else 0) + 1 > p.capacity:
                 break
             s.waiting.popleft()
-            hit = s.cache.pop(seq.traj.id, 0)
-            s.cached -= hit
+            own = s.cache.pop(seq.traj.id, 0)
+            if shared:
+                head = prompt
+                s.dup += prompt
+            else:
+                head = s.cache.pop(-1 - problem, 0)
+                s.cached -= head
+                s.shared += prompt
+            s.cached -= own
+            hit = head + (own if head == prompt else 0)  # a prefix hit needs the whole chain before it
+            s.live[problem] = shared + 1
             s.prefill += seq.context - hit
             self.order += 1
             seq.order, seq.start = self.order, s.step
             s.running[seq.order] = seq
-            s.base += seq.context - s.step
+            s.base += seq.context - prompt - s.step
             heapq.heappush(s.finish, (s.step + seq.target, seq.order))
         self.evict(s)
         if s.running and not s.busy:
             s.busy = True
-            dt = max(p.t_weights, (len(s.running) + s.prefill) * p.t_compute) + s.used() * p.t_kv
+            dt = max(p.t_weights, (len(s.running) + s.prefill) * p.t_compute) + (s.used() + s.dup) * p.t_kv
             self.prefilled += s.prefill
             s.prefill = 0
             self.push(self.now + dt, "step", s)
@@ -398,10 +435,22 @@ class Sim:
             over -= drop
 
     def free(self, s: Server, seq: Seq, tokens: int) -> None:
+        """``seq`` stops running with ``tokens`` of context: its own blocks go to the
+        cache, its prompt's too if no other request of its problem runs here (after
+        them: vLLM frees a request's blocks tail first)."""
+        problem, prompt = seq.traj.problem, seq.traj.prompt
         del s.running[seq.order]
-        s.base -= seq.context - seq.start
-        s.cache[seq.traj.id] = tokens
-        s.cached += tokens
+        s.base -= seq.context - prompt - seq.start
+        s.cache[seq.traj.id] = tokens - prompt
+        s.cached += tokens - prompt
+        s.live[problem] -= 1
+        if s.live[problem]:
+            s.dup -= prompt
+        else:
+            del s.live[problem]
+            s.shared -= prompt
+            s.cache[-1 - problem] = prompt
+            s.cached += prompt
 
     def step(self, s: Server) -> int:
         s.busy = False
@@ -460,11 +509,12 @@ def lower_bound(p: Params, trajs: list[Traj]) -> tuple[float, float]:
     path: the slowest trajectory alone, one step per token at ``t_weights`` plus
     its own attention, and its tool calls.
     """
-    decoded = prefilled = attended = 0
+    decoded = prefilled = attended = repeated = 0
     critical = 0.0
     for t in trajs:
         context, own = t.prompt, 0
-        prefilled += t.prompt + sum(tokens for tokens, _ in t.tools)
+        prefilled += (t.prompt if t.id % p.group == 0 else 0) + sum(tokens for tokens, _ in t.tools)
+        repeated += t.prompt * sum(t.turns)
         for i, n in enumerate(t.turns):
             own += n * context + n * (n - 1) // 2
             context += n + (t.tools[i][0] if i < len(t.tools) else 0)
@@ -472,7 +522,9 @@ def lower_bound(p: Params, trajs: list[Traj]) -> tuple[float, float]:
         attended += own
         path = sum(t.turns) * p.t_weights + own * p.t_kv + sum(latency for _, latency in t.tools)
         critical = max(critical, path)
-    steps = max(attended / p.capacity, decoded / p.max_num_seqs)
+    # A step's requests hold their prompts once per problem: at most g - 1 of g
+    # requests of a problem attend to a prompt the cache holds for another.
+    steps = max((attended - repeated * (1 - 1 / p.group)) / p.capacity, decoded / p.max_num_seqs)
     work = (max(steps * p.t_weights, (decoded + prefilled) * p.t_compute) + attended * p.t_kv) / p.servers
     return work, critical
 
@@ -481,6 +533,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--trajectories", type=int, default=Params.trajectories)
+    parser.add_argument("--group", type=int, default=Params.group, help="samples per problem, sharing its prompt (rStar2: 32)")
     parser.add_argument("--capacity", type=int, default=Params.capacity)
     parser.add_argument("--reserve", type=int, default=Params.reserve, help="legacy reservation cap (default: expected)")
     parser.add_argument("--headroom", type=float, default=Params.headroom)
@@ -491,6 +544,7 @@ def main() -> None:
     args = parser.parse_args()
     p = Params(
         trajectories=args.trajectories,
+        group=args.group,
         capacity=args.capacity,
         reserve=args.reserve,
         headroom=args.headroom,
