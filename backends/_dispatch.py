@@ -214,7 +214,10 @@ class Dispatcher:
             (8 seeds) 0.02-0.05 measure alike, 0.03 preempted once and 0.04
             never.
 
-    Not thread-safe; one event loop drives it.  Every method is O(servers).
+    Not thread-safe; one event loop drives it.  Every method is O(servers); a
+    request without a hold at least as large as one that found no room fails in
+    O(1) until a release, report, hold's end or server change (the pool retries
+    every waiting turn on each of those).
     """
 
     def __init__(
@@ -262,6 +265,11 @@ class Dispatcher:
         self._ids = itertools.count()
         self._rotation = 0
         self._dispatched = self._hits = self._moves = self._blocked = 0
+        # Requests without a hold of at least ``_floor`` tokens (and at most
+        # ``_floor_cap``, past which one may go alone to an idle server) fit nowhere
+        # until room grows: a waiting queue's retries fail in O(1), not O(servers).
+        self._floor: float = math.inf
+        self._floor_cap = 0
 
     # -- observations --------------------------------------------------------------
 
@@ -273,6 +281,7 @@ class Dispatcher:
             s.capacity = load.capacity_tokens
         s.observed = max(0, load.used_tokens)
         s.pending = 0
+        self._floor = math.inf
         s.epoch += 1
         while s.holds and next(iter(s.holds.values()))[1] <= s.epoch - self.hold_reports:
             self._drop_hold(s, next(iter(s.holds)))
@@ -283,6 +292,7 @@ class Dispatcher:
         Its holds go: a restarted server's cache is empty."""
         s = self._servers[server]
         s.up = up
+        self._floor = math.inf
         if not up:
             for session in list(s.holds):
                 self._drop_hold(s, session)
@@ -335,14 +345,17 @@ class Dispatcher:
             if new_tokens < 0:
                 raise ValueError(f"new_tokens: expected >= 0, got {new_tokens}")
             tokens += min(new_tokens, math.ceil(self._expected))
+        previous = self._sessions.get(session) if session is not None else None
+        held = previous if previous is not None and session in self._servers[previous].holds else None
+        if held is None and self._floor <= tokens <= self._floor_cap:
+            self._blocked += 1
+            raise anyio.WouldBlock
         up = [i for i, s in enumerate(self._servers) if s.up]
         if not up:
             self._blocked += 1
             raise NoServerUp("no server is up")
         if avoid is not None and len(up) > 1 and avoid in up:
             up.remove(avoid)
-        previous = self._sessions.get(session) if session is not None else None
-        held = previous if previous is not None and session in self._servers[previous].holds else None
         if self.policy == "round_robin":
             server = self._choose_static(up, previous)
         else:
@@ -388,6 +401,7 @@ class Dispatcher:
         if generated is not None and generated >= 0:
             self._expected += (generated - self._expected) / MEAN_WINDOW
         _, epoch, prompt = live
+        self._floor = math.inf
         s = self._servers[ticket.server]
         s.reserved -= ticket.tokens
         if epoch == s.epoch:  # admitted after the last report: not in ``observed``
@@ -403,11 +417,11 @@ class Dispatcher:
             s.holds[session] = (prompt + generated, s.epoch)
             s.held += prompt + generated
 
-    @staticmethod
-    def _drop_hold(s: _Server, session: Hashable) -> None:
+    def _drop_hold(self, s: _Server, session: Hashable) -> None:
         hold = s.holds.pop(session, None)
         if hold is not None:
             s.held -= hold[0]
+            self._floor = math.inf
 
     def _choose_static(self, up: list[int], previous: int | None) -> int:
         if previous is not None and previous in up:
@@ -448,10 +462,13 @@ class Dispatcher:
             return best
         # Larger than any free budget: admit it alone on an idle server only if it
         # could never fit anywhere (bigger than a whole usable cache); otherwise wait.
-        if all(tokens > servers[i].usable for i in up):
+        cap = max(servers[i].usable for i in up)
+        if tokens > cap:
             idle = [i for i in up if servers[i].in_flight == 0]
             if idle:
                 return max(idle, key=lambda i: servers[i].capacity)
+        elif len(up) == sum(s.up for s in servers) and tokens < self._floor:
+            self._floor, self._floor_cap = tokens, cap  # all servers were tried: none has this much room
         self._blocked += 1
         raise anyio.WouldBlock
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from backends._dispatch import Dispatcher, NoServerUp, ServerLoad
+from backends._dispatch import Dispatcher, NoServerUp, ServerLoad, Ticket
 
 
 def test_most_free_budget_wins_and_release_returns_it() -> None:
@@ -282,3 +282,56 @@ def test_release_twice_is_an_error_and_validation() -> None:
         Dispatcher([1], hold_headroom=1.0)
     with pytest.raises(ValueError, match="new_tokens"):
         Dispatcher([1]).acquire_nowait(1, new_tokens=-1)
+
+
+def test_failed_sizes_are_remembered_only_until_room_can_have_grown() -> None:
+    """A request that fit nowhere makes larger ones fail at once (a waiting queue is
+    retried on every release) -- but never one that would fit: 20,000 random
+    operations decide exactly as a dispatcher that forgets before every request."""
+    import math
+    import random
+
+    rng = random.Random(7)
+    kwargs = {"expected_new_tokens": 300, "headroom": 0.1, "hold_reports": 2}
+    fast, slow = Dispatcher([4000, 3000, 5000], **kwargs), Dispatcher([4000, 3000, 5000], **kwargs)
+    live: list[tuple[Ticket, Ticket]] = []
+    remembered = 0
+
+    def attempt(d: Dispatcher, tokens: int, session: object, avoid: int | None, new: int | None) -> Ticket | type:
+        try:
+            return d.acquire_nowait(tokens, session, avoid=avoid, new_tokens=new)
+        except anyio.WouldBlock as exc:
+            return type(exc)
+
+    for _ in range(20_000):
+        op = rng.random()
+        if op < 0.55:
+            args = (rng.choice([50, 400, 900, 2000, 6000]), rng.choice([None, *range(40)]),
+                    rng.choice([None, None, 0, 1]), rng.choice([None, 100, 1000]))
+            remembered += fast._floor < math.inf
+            slow._floor = math.inf  # the reference never remembers a failure
+            a, b = attempt(fast, *args), attempt(slow, *args)
+            if isinstance(a, Ticket) and isinstance(b, Ticket):
+                assert (a.server, a.tokens) == (b.server, b.tokens)
+                live.append((a, b))
+            else:
+                assert a == b
+        elif op < 0.85 and live:
+            a, b = live.pop(rng.randrange(len(live)))
+            generated = rng.choice([None, 10, 250, 700])
+            fast.release(a, generated=generated)
+            slow.release(b, generated=generated)
+        elif op < 0.95:
+            server, used = rng.randrange(3), rng.randrange(6000)
+            for d in (fast, slow):
+                d.observe(server, ServerLoad(capacity_tokens=[4000, 3000, 5000][server], used_tokens=used))
+        elif op < 0.98:
+            session = rng.randrange(40)
+            fast.forget(session)
+            slow.forget(session)
+        else:
+            server, up = rng.randrange(3), rng.random() < 0.7
+            fast.set_up(server, up)
+            slow.set_up(server, up)
+    assert remembered > 1000  # requests met a remembered failure, and were decided alike
+    assert fast.statistics() == slow.statistics()
