@@ -122,7 +122,11 @@ class Learner:
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
         model.config.use_cache = False
         if config.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            kwargs = {"use_reentrant": False}
+            if hasattr(model, "activation_checkpointing_enable"):  # the name since transformers 5.x
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:  # older releases, which our transformers>=4.50 floor admits; removed in v6
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad],
             lr=config.lr,
