@@ -36,13 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
     import time
-
-    # Before torch loads: the learner and the vLLM server share a few cores, and two
-    # OpenMP pools spinning over all of them starve each other (measured on 2 cores
-    # with one busy: an SFT step took 7 s of CPU instead of 0.3 s).
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     import msgspec
 

@@ -66,7 +66,8 @@ def config(
     )  # fmt: skip
 
 
-def test_sft_then_rl_through_the_real_stack(tmp_path: Path) -> None:
+def test_sft_then_rl_through_the_real_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what train() sets for CPU servers: undone after the test
     summary = train(config(tmp_path, rl_steps=3, max_staleness=1, hard_stage=True), resume=False)  # next rollout overlaps the update
     run = Path(summary.run_dir)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
