@@ -147,6 +147,27 @@ async def test_all_servers_down_raises_after_the_budget() -> None:
             await pool.generate(prompt("What is 1*1?"), max_tokens=10, sampling=GREEDY)
 
 
+async def test_a_full_server_that_is_up_is_waited_for_past_the_no_server_budget() -> None:
+    # The budget is for "no server up" only: once one is back, a turn that waits
+    # for room there waits as long as it takes, however long the outage was.
+    fake = FakeVLLM(ScriptedServer(), capacity_tokens=400, dead=True)
+    async with fleet(fake, unavailable_timeout_s=1.0) as pool, anyio.create_task_group() as tg:
+        done = anyio.Event()
+
+        async def turn() -> None:
+            await pool.generate(prompt("What is 1*1?"), max_tokens=300, sampling=GREEDY)
+            done.set()
+
+        tg.start_soon(turn)
+        await anyio.sleep(0.2)
+        fake.dead, fake.used_tokens = False, 400  # back, but someone else's load fills it
+        await anyio.sleep(1.3)  # past the 1 s budget counted from the outage
+        assert not done.is_set() and pool.statistics().servers_up == 1
+        fake.used_tokens = 0
+        with anyio.fail_after(5):
+            await done.wait()
+
+
 async def test_weight_version_is_stamped_and_held_blocks_new_turns() -> None:
     async with fleet(FakeVLLM()) as pool:
         pool.set_weight_version(3)
