@@ -7,10 +7,7 @@ import os
 import pytest
 
 from rstar2_async.cli.train import share_cpu_cores
-from rstar2_async.configio import convert
-from rstar2_async.train_config import TrainConfig
-
-STAGES = [{"name": "rl", "kind": "rl", "data": "x"}]
+from tests.test_stack import train_config
 
 
 @pytest.mark.parametrize(
@@ -26,11 +23,11 @@ def test_openmp_threads_are_shared_only_with_cpu_servers_we_launch(
 ) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "7")  # records the real value, restored after the test
     monkeypatch.delenv("OMP_NUM_THREADS")
-    share_cpu_cores(convert({"model": {"path": "m"}, "stages": STAGES, **sections}, TrainConfig))
+    share_cpu_cores(train_config(**sections))
     assert os.environ.get("OMP_NUM_THREADS") == expected
 
 
 def test_a_users_openmp_setting_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    share_cpu_cores(convert({"model": {"path": "m"}, "stages": STAGES}, TrainConfig))
+    share_cpu_cores(train_config())
     assert os.environ["OMP_NUM_THREADS"] == "4"
