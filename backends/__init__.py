@@ -4,7 +4,7 @@
 """
 
 from ._chat_client import ChatClient
-from ._dispatch import DispatchStatistics, Dispatcher, NoServerUp, ServerLoad, Ticket
+from ._dispatch import Dispatcher, DispatchStatistics, NoServerUp, ServerLoad, Ticket
 from ._errors import (
     BackendClosed,
     BackendError,
@@ -17,20 +17,36 @@ from ._errors import (
     WeightSyncError,
 )
 from ._fleet import Fleet, FleetConfig, FleetServer, FleetStatistics, serve_sglang
-from ._launcher import VLLMServer, VLLMServerConfig, default_vllm_python, launch_vllm, serve_vllm
+from ._launcher import (
+    VLLMServer,
+    VLLMServerConfig,
+    default_vllm_python,
+    launch_vllm,
+    serve_vllm,
+)
 from ._pool import PoolServer, PoolStatistics, ServerPool, ServerSpec
+from ._protocols import ChatBackend, PauseMode, TokenBackend, WeightAdmin
 from ._retry import RetryPolicy
 from ._sglang import SGLangAdmin, SGLangTokenClient, sglang_command
 from ._token_client import TokenClient
+from ._transformers import TransformersBackend, TransformersStatistics
 from ._types import ChatCompletion, Completion, FinishReason, SamplingParams
 from ._vllm import VLLMAdmin, parse_vllm_metrics
-from ._weight_sync import BroadcastTransport, DiskTransport, GlooSender, SyncReport, VLLMNcclSender, WeightSync
+from ._weight_sync import (
+    BroadcastTransport,
+    DiskTransport,
+    GlooSender,
+    SyncReport,
+    VLLMNcclSender,
+    WeightSync,
+)
 
 __all__ = [
     "BackendClosed",
     "BackendError",
     "BadResponse",
     "BroadcastTransport",
+    "ChatBackend",
     "ChatClient",
     "ChatCompletion",
     "Completion",
@@ -45,6 +61,7 @@ __all__ = [
     "GlooSender",
     "LaunchError",
     "NoServerUp",
+    "PauseMode",
     "PoolServer",
     "PoolStatistics",
     "RequestRejected",
@@ -60,11 +77,15 @@ __all__ = [
     "ServerUnavailable",
     "SyncReport",
     "Ticket",
+    "TokenBackend",
     "TokenClient",
+    "TransformersBackend",
+    "TransformersStatistics",
     "VLLMAdmin",
     "VLLMNcclSender",
     "VLLMServer",
     "VLLMServerConfig",
+    "WeightAdmin",
     "WeightSync",
     "WeightSyncError",
     "default_vllm_python",

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any, Self, final
 
 import anyio
+import httpx
 import openai
 
 from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavailable
@@ -40,13 +41,28 @@ class ChatClient:
         self._closed = False
 
     @classmethod
-    def from_url(cls, base_url: str | None, *, model: str, api_key: str | None = None, max_retries: int = 5) -> Self:
+    def from_url(
+        cls,
+        base_url: str | None,
+        *,
+        model: str,
+        api_key: str | None = None,
+        max_retries: int = 5,
+        timeout: httpx.Timeout | None = None,
+        max_connections: int = 1000,
+    ) -> Self:
         """A client for ``base_url``; ``None`` means the SDK's default (or
-        ``OPENAI_BASE_URL``).  Local servers often need no key: a placeholder is sent."""
+        ``OPENAI_BASE_URL``).  Local servers often need no key: a placeholder is sent.
+        ``timeout`` (default: the SDK's) and ``max_connections`` shape its HTTP pool."""
         import os
 
         key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-        return cls(openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=max_retries), model=model)
+        http = openai.DefaultAsyncHttpxClient(
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        )
+        options: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        client = openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=max_retries, http_client=http, **options)
+        return cls(client, model=model)
 
     async def __aenter__(self) -> Self:
         return self

@@ -34,7 +34,7 @@ import msgspec
 from anyio.abc import TaskStatus
 
 from ._errors import LaunchError, ServerDied
-from ._launcher import VLLMServerConfig, _engine_environment, _failure, _free_port, _stop_tree, serve_vllm
+from ._launcher import VLLMServerConfig, engine_environment, free_port, launch_failure, serve_vllm, stop_tree
 from ._pool import ServerSpec
 from ._sglang import sglang_command
 
@@ -127,7 +127,7 @@ class Fleet:
         self.config = config
         self.model = config.model
         self._log_dir = Path(config.log_dir or tempfile.mkdtemp(prefix="rstar2-fleet-"))
-        self._ports = [config.base_port + i if config.base_port else _free_port(config.host) for i in range(config.num_servers)]
+        self._ports = [config.base_port + i if config.base_port else free_port(config.host) for i in range(config.num_servers)]
         self._servers: list[FleetServer | None] = [None] * config.num_servers
         self._up = [False] * config.num_servers
         self._stack = contextlib.AsyncExitStack()
@@ -268,7 +268,7 @@ async def serve_sglang(args: _SGLangArgs, *, task_status: TaskStatus[tuple[int, 
     """
     log_path = Path(args.log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**_engine_environment(), **args.env}
+    env = {**engine_environment(), **args.env}
     with log_path.open("ab") as log:
         process = await anyio.open_process(
             args.command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -279,16 +279,16 @@ async def serve_sglang(args: _SGLangArgs, *, task_status: TaskStatus[tuple[int, 
                 with anyio.fail_after(args.startup_timeout_s):
                     while True:
                         if process.returncode is not None:
-                            raise LaunchError(_failure(f"SGLang server exited with status {process.returncode} while starting", log_path))
+                            raise LaunchError(launch_failure(f"SGLang server exited with status {process.returncode} while starting", log_path))
                         with contextlib.suppress(httpx.TransportError):
                             if (await http.get("/health")).status_code == 200 and (await http.get("/get_server_info")).status_code == 200:
                                 break
                         await anyio.sleep(0.5)
             except TimeoutError:
-                raise LaunchError(_failure(f"SGLang server not ready within {args.startup_timeout_s:g} s", log_path)) from None
+                raise LaunchError(launch_failure(f"SGLang server not ready within {args.startup_timeout_s:g} s", log_path)) from None
         task_status.started((process.pid, str(log_path)))
         code = await process.wait()
-        raise ServerDied(_failure(f"SGLang server (pid {process.pid}) exited with status {code}", log_path))
+        raise ServerDied(launch_failure(f"SGLang server (pid {process.pid}) exited with status {code}", log_path))
     finally:
         with anyio.CancelScope(shield=True):
-            await _stop_tree(process, args.stop_grace_s)
+            await stop_tree(process, args.stop_grace_s)

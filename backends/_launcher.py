@@ -139,7 +139,7 @@ def default_vllm_python() -> Path | None:
     return path if path.exists() else None
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -165,7 +165,7 @@ _RENDEZVOUS = (
 )
 
 
-def _engine_environment() -> dict[str, str]:
+def engine_environment() -> dict[str, str]:
     """This process's environment less what must not reach an engine server: our
     virtualenv's paths (the engine has its own interpreter) and the learner's
     torch.distributed rendezvous (torchrun's, or the one a lone learner sets up):
@@ -177,7 +177,7 @@ def _engine_environment() -> dict[str, str]:
 
 
 def _environment(config: VLLMServerConfig) -> dict[str, str]:
-    env = _engine_environment()
+    env = engine_environment()
     env.update(
         VLLM_SERVER_DEV_MODE="1",
         VLLM_NO_USAGE_STATS="1",
@@ -201,7 +201,7 @@ def _log_tail(path: Path) -> str:
         return f"<log unreadable: {exc}>"
 
 
-def _failure(what: str, log_path: Path) -> str:
+def launch_failure(what: str, log_path: Path) -> str:
     return f"{what}; log {log_path}, last lines:\n{_log_tail(log_path)}"
 
 
@@ -234,7 +234,7 @@ async def serve_vllm(
         task_status.started(server)
         code = await process.wait()
         raise ServerDied(
-            _failure(f"vLLM server (pid {process.pid}) exited with status {code}", Path(server.log_path))
+            launch_failure(f"vLLM server (pid {process.pid}) exited with status {code}", Path(server.log_path))
         )
 
 
@@ -262,7 +262,7 @@ async def _running(config: VLLMServerConfig) -> AsyncIterator[tuple[VLLMServer, 
             f"no vLLM interpreter: {python or '.venv-vllm/bin/python'} does not exist "
             "(run `make vllm`, or set VLLMServerConfig.python / $RSTAR2_VLLM_PYTHON)"
         )
-    port = config.port or _free_port(config.host)
+    port = config.port or free_port(config.host)
     model_name = config.served_model_name or config.model
     if config.log_path:
         log_path = Path(config.log_path)
@@ -299,7 +299,7 @@ async def _running(config: VLLMServerConfig) -> AsyncIterator[tuple[VLLMServer, 
         yield server, process
     finally:
         with anyio.CancelScope(shield=True):
-            await _stop_tree(process, config.stop_grace_s)
+            await stop_tree(process, config.stop_grace_s)
 
 
 async def _wait_ready(
@@ -314,7 +314,7 @@ async def _wait_ready(
     def check_alive() -> None:
         if process.returncode is not None:
             raise LaunchError(
-                _failure(f"vLLM server exited with status {process.returncode} while starting", log_path)
+                launch_failure(f"vLLM server exited with status {process.returncode} while starting", log_path)
             )
 
     timeout = httpx.Timeout(5.0, read=max(60.0, config.startup_timeout_s))
@@ -343,15 +343,15 @@ async def _wait_ready(
                         response = await http.post("/v1/completions", json=body)
                     except httpx.TransportError as exc:
                         check_alive()
-                        raise LaunchError(_failure(f"warm-up request failed: {exc!r}", log_path)) from exc
+                        raise LaunchError(launch_failure(f"warm-up request failed: {exc!r}", log_path)) from exc
                     if response.status_code != 200:
                         raise LaunchError(
-                            _failure(f"warm-up request answered {response.status_code}: {response.text}", log_path)
+                            launch_failure(f"warm-up request answered {response.status_code}: {response.text}", log_path)
                         )
     except TimeoutError:
         check_alive()
         raise LaunchError(
-            _failure(f"vLLM server not ready within {config.startup_timeout_s:g} s", log_path)
+            launch_failure(f"vLLM server not ready within {config.startup_timeout_s:g} s", log_path)
         ) from None
 
 
@@ -401,7 +401,7 @@ def _signal_all(pgid: int, pids: list[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
-async def _stop_tree(process: Process, grace_s: float) -> None:
+async def stop_tree(process: Process, grace_s: float) -> None:
     """SIGTERM the process group and all descendants, wait ``grace_s``, SIGKILL what is left.
 
     Descendants are collected before signalling, so engine processes that a

@@ -38,7 +38,7 @@ import httpx
 import msgspec
 from anyio.abc import TaskStatus
 
-from ._dispatch import DispatchStatistics, Dispatcher, NoServerUp, Policy, Ticket
+from ._dispatch import Dispatcher, DispatchStatistics, NoServerUp, Policy, Ticket
 from ._errors import BackendClosed, BackendError, BadResponse, ServerUnavailable
 from ._retry import RetryPolicy
 from ._sglang import SGLangAdmin, SGLangTokenClient
@@ -132,7 +132,8 @@ class ServerPool:
         servers: server roots or :class:`ServerSpec` (engine ``vllm`` or ``sglang``).
         model: model name sent in requests.
         policy: ``"budget"`` (free KV budget with affinity) or ``"round_robin"``.
-        affinity_slack: see :class:`backends._dispatch.Dispatcher`.
+        affinity_slack, affinity_queue_slack, expected_new_tokens, hold_reports,
+            hold_headroom: the dispatcher's, see :class:`backends.Dispatcher`.
         reserve_new_tokens: cap on the new tokens a request reserves; ``None``
             reserves all of ``max_tokens`` (no server can overflow).
         expected_reservations: reserve the running mean generation length instead
@@ -150,6 +151,7 @@ class ServerPool:
         retry: the per-server clients' retry policy; short, because moving the
             turn to another server is the pool's retry.
         timeout: the per-server clients' httpx timeouts.
+        max_connections: size of each per-server client's connection pool.
         transport: an httpx transport for every client (tests).
     """
 
@@ -160,6 +162,10 @@ class ServerPool:
         model: str,
         policy: Policy = "budget",
         affinity_slack: float = 0.25,
+        affinity_queue_slack: int | None = 8,
+        expected_new_tokens: int = 1024,
+        hold_reports: int = 2,
+        hold_headroom: float = 0.04,
         reserve_new_tokens: int | None = None,
         expected_reservations: bool = True,
         headroom: float = 0.1,
@@ -170,6 +176,7 @@ class ServerPool:
         max_failovers: int = 8,
         retry: RetryPolicy | None = None,
         timeout: httpx.Timeout | None = None,
+        max_connections: int = 4096,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         specs = [ServerSpec(url=s) if isinstance(s, str) else s for s in servers]
@@ -192,13 +199,24 @@ class ServerPool:
             url = spec.url.rstrip("/").removesuffix("/v1")
             client: TokenClient | SGLangTokenClient
             if spec.engine == "vllm":
-                client = TokenClient(url + "/v1", model=model, retry=retry, timeout=timeout, transport=transport)
+                client = TokenClient(
+                    url + "/v1", model=model, retry=retry, timeout=timeout, max_connections=max_connections, transport=transport
+                )
             else:
-                client = SGLangTokenClient(url, model=model, retry=retry, timeout=timeout, transport=transport)
+                client = SGLangTokenClient(
+                    url, model=model, retry=retry, timeout=timeout, max_connections=max_connections, transport=transport
+                )
             admin_http = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0, connect=5.0), transport=transport, trust_env=False)
             self.servers.append(PoolServer(i, spec, client, admin_http))
         self._dispatcher = Dispatcher(
-            [default_capacity_tokens] * len(specs), policy=policy, affinity_slack=affinity_slack, headroom=headroom
+            [default_capacity_tokens] * len(specs),
+            policy=policy,
+            affinity_slack=affinity_slack,
+            affinity_queue_slack=affinity_queue_slack,
+            expected_new_tokens=expected_new_tokens,
+            headroom=headroom,
+            hold_reports=hold_reports,
+            hold_headroom=hold_headroom,
         )
         self._changed = anyio.Event()
         # (-remaining budget, arrival, waiter), sorted: the order of admission.

@@ -32,12 +32,12 @@ from typing import Any, Final, Literal, final
 import httpx
 import msgspec
 
+from ._admin import AdminBase, admin_call, decode_json
 from ._dispatch import ServerLoad
 from ._errors import BadResponse, ServerUnavailable
 from ._retry import RetryPolicy
 from ._token_client import CompletionClient
 from ._types import Completion, FinishReason, SamplingParams
-from ._vllm import _Admin, _call, _json
 
 __all__ = ["SGLangAdmin", "SGLangTokenClient", "sglang_command"]
 
@@ -63,7 +63,7 @@ def sglang_command(
 
 
 @final
-class SGLangAdmin(_Admin):
+class SGLangAdmin(AdminBase):
     """Admin endpoints of one SGLang server; same surface as :class:`backends.VLLMAdmin`.
 
     Args:
@@ -74,12 +74,12 @@ class SGLangAdmin(_Admin):
     native_wait: Final = False
 
     async def load(self) -> ServerLoad:
-        info = _json(await _call(self.http, "GET", "/get_server_info"))
+        info = decode_json(await admin_call(self.http, "GET", "/get_server_info"))
         try:
             capacity = int(info["max_total_num_tokens"])
         except (KeyError, TypeError, ValueError) as exc:
             raise BadResponse(f"{self.http.base_url}/get_server_info: no max_total_num_tokens") from exc
-        ranks = _json(await _call(self.http, "GET", "/get_load"))
+        ranks = decode_json(await admin_call(self.http, "GET", "/get_load"))
         ranks = ranks if isinstance(ranks, list) else [ranks]
         return ServerLoad(
             capacity_tokens=capacity,
@@ -91,23 +91,23 @@ class SGLangAdmin(_Admin):
     async def pause(self, mode: Literal["wait", "abort"] = "abort") -> None:
         """Pause generation, aborting what still runs (``wait`` is the caller's
         drain; see the module docstring)."""
-        await _call(self.http, "POST", "/pause_generation", json={"mode": "abort"})
+        await admin_call(self.http, "POST", "/pause_generation", json={"mode": "abort"})
 
     async def resume(self) -> None:
-        await _call(self.http, "POST", "/continue_generation", json={})
+        await admin_call(self.http, "POST", "/continue_generation", json={})
 
     async def load_weights_from_disk(self, path: str) -> None:
-        body = _json(await _call(self.http, "POST", "/update_weights_from_disk", json={"model_path": path}))
+        body = decode_json(await admin_call(self.http, "POST", "/update_weights_from_disk", json={"model_path": path}))
         _check_success(body, "/update_weights_from_disk")
 
     async def reset_prefix_cache(self) -> None:
-        await _call(self.http, "POST", "/flush_cache")
+        await admin_call(self.http, "POST", "/flush_cache")
 
     async def set_weight_version(self, version: str) -> None:
-        await _call(self.http, "POST", "/update_weight_version", json={"new_version": version})
+        await admin_call(self.http, "POST", "/update_weight_version", json={"new_version": version})
 
     async def weight_version(self) -> str:
-        body = _json(await _call(self.http, "GET", "/get_weight_version"))
+        body = decode_json(await admin_call(self.http, "GET", "/get_weight_version"))
         return str(body["weight_version"] if isinstance(body, dict) else body)
 
     async def init_weight_transfer(
@@ -121,7 +121,7 @@ class SGLangAdmin(_Admin):
             "group_name": group_name,
             "backend": "nccl",
         }
-        _check_success(_json(await _call(self.http, "POST", "/init_weights_update_group", json=body)), "/init_weights_update_group")
+        _check_success(decode_json(await admin_call(self.http, "POST", "/init_weights_update_group", json=body)), "/init_weights_update_group")
 
     async def start_weight_update(self) -> None:
         """Nothing to do on SGLang: each distributed update is self-contained."""
@@ -136,7 +136,7 @@ class SGLangAdmin(_Admin):
             "group_name": group_name,
             "flush_cache": False,
         }
-        resp = _json(await _call(self.http, "POST", "/update_weights_from_distributed", json=body))
+        resp = decode_json(await admin_call(self.http, "POST", "/update_weights_from_distributed", json=body))
         _check_success(resp, "/update_weights_from_distributed")
 
     async def finish_weight_update(self, version: str) -> None:
@@ -196,7 +196,7 @@ class SGLangTokenClient(CompletionClient):
 
     async def _request(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Completion:
         body = self._body(list(prompt), max_tokens, sampling)
-        return self._parse((await _call(self._http, "POST", "/generate", json=body)).content)
+        return self._parse((await admin_call(self._http, "POST", "/generate", json=body)).content)
 
     @staticmethod
     def _body(prompt: list[int], max_tokens: int, sampling: SamplingParams) -> dict[str, Any]:

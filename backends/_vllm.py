@@ -30,14 +30,12 @@ with ``VLLM_SERVER_DEV_MODE=1``, which :mod:`backends._launcher` sets):
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal, final
+from collections.abc import Sequence
+from typing import Final, Literal, final
 
-import httpx
-import msgspec
-
+from ._admin import AdminBase, admin_call, decode_json
 from ._dispatch import ServerLoad
-from ._errors import BadResponse, RequestRejected, ServerUnavailable
+from ._errors import BadResponse
 
 __all__ = ["VLLMAdmin", "parse_vllm_metrics", "parse_vllm_weight_version", "vllm_weight_version"]
 
@@ -114,44 +112,8 @@ def parse_vllm_weight_version(value: object) -> int | None:
     return int(value) if value.isascii() and value.isdigit() else None
 
 
-async def _call(
-    http: httpx.AsyncClient, method: str, path: str, *, json: Any = None, params: Mapping[str, str] | None = None
-) -> httpx.Response:
-    """One admin exchange, httpx's errors translated into ours."""
-    try:
-        response = await http.request(method, path, json=json, params=params)
-    except httpx.TransportError as exc:
-        raise ServerUnavailable(f"{http.base_url}{path}: {type(exc).__name__}: {exc}") from exc
-    if response.status_code >= 500:
-        raise ServerUnavailable(f"{http.base_url}{path}: HTTP {response.status_code}: {response.text[:300]}")
-    if response.status_code >= 400:
-        raise RequestRejected(f"{http.base_url}{path}: HTTP {response.status_code}: {response.text[:300]}", response.status_code)
-    return response
-
-
-def _json(response: httpx.Response) -> Any:
-    try:
-        return msgspec.json.decode(response.content)
-    except msgspec.DecodeError as exc:
-        raise BadResponse(f"{response.request.url}: not JSON: {response.content[:200]!r}") from exc
-
-
-class _Admin:
-    """What every engine's admin adapter shares: the lent client and the health probe."""
-
-    def __init__(self, http: httpx.AsyncClient) -> None:
-        self.http = http
-
-    async def health(self) -> bool:
-        """True if ``/health`` answers 200; False on any error."""
-        try:
-            return (await self.http.get("/health")).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-
 @final
-class VLLMAdmin(_Admin):
+class VLLMAdmin(AdminBase):
     """Admin endpoints of one vLLM server.
 
     Args:
@@ -168,38 +130,38 @@ class VLLMAdmin(_Admin):
     """``pause("wait")`` finishes in-flight requests before pausing."""
 
     async def load(self) -> ServerLoad:
-        return parse_vllm_metrics((await _call(self.http, "GET", "/metrics")).text)
+        return parse_vllm_metrics((await admin_call(self.http, "GET", "/metrics")).text)
 
     async def pause(self, mode: PauseMode = "wait") -> None:
         """Stop scheduling: ``wait`` lets in-flight requests finish first, ``abort``
         ends them at once with ``finish_reason: "abort"`` (the client resumes them)."""
-        await _call(self.http, "POST", "/pause", params={"mode": mode})
+        await admin_call(self.http, "POST", "/pause", params={"mode": mode})
 
     async def resume(self) -> None:
-        await _call(self.http, "POST", "/resume")
+        await admin_call(self.http, "POST", "/resume")
 
     async def is_paused(self) -> bool:
-        return bool(_json(await _call(self.http, "GET", "/is_paused"))["is_paused"])
+        return bool(decode_json(await admin_call(self.http, "GET", "/is_paused"))["is_paused"])
 
     async def load_weights_from_disk(self, path: str) -> None:
         """In-place reload of every weight from a safetensors directory (``reload_weights``)."""
         body = {"method": "reload_weights", "kwargs": {"weights_path": path}}
-        await _call(self.http, "POST", "/collective_rpc", json=body)
+        await admin_call(self.http, "POST", "/collective_rpc", json=body)
 
     async def reset_prefix_cache(self) -> None:
-        await _call(self.http, "POST", "/reset_prefix_cache")
+        await admin_call(self.http, "POST", "/reset_prefix_cache")
 
     async def set_weight_version(self, version: int | str) -> None:
         """Tag the loaded weights with our ``version`` (see :func:`vllm_weight_version`;
         its ``ValueError`` is raised before any request)."""
-        await _call(self.http, "POST", "/update_weight_version", json={"new_version": vllm_weight_version(version)})
+        await admin_call(self.http, "POST", "/update_weight_version", json={"new_version": vllm_weight_version(version)})
 
     async def weight_version(self) -> str:
         """The version the server reports, as the decimal string of one of ours,
         or ``"default"`` for weights we did not version (any other string).
         Strings, as SGLang's adapter returns them and the weight sync compares;
         :func:`parse_vllm_weight_version` gives the int."""
-        body = _json(await _call(self.http, "GET", "/weight_info"))
+        body = decode_json(await admin_call(self.http, "GET", "/weight_info"))
         version = parse_vllm_weight_version(body.get("weight_version") if isinstance(body, dict) else body)
         return "default" if version is None else str(version)
 
@@ -218,10 +180,10 @@ class VLLMAdmin(_Admin):
             "world_size": world_size,
             "packed": False,
         }
-        await _call(self.http, "POST", "/init_weight_transfer_engine", json={"init_info": info})
+        await admin_call(self.http, "POST", "/init_weight_transfer_engine", json={"init_info": info})
 
     async def start_weight_update(self) -> None:
-        await _call(self.http, "POST", "/start_weight_update")
+        await admin_call(self.http, "POST", "/start_weight_update")
 
     async def receive_weights(
         self, names: Sequence[str], dtypes: Sequence[str], shapes: Sequence[Sequence[int]], *, group_name: str = "weights"
@@ -230,9 +192,9 @@ class VLLMAdmin(_Admin):
         # Exactly vLLM's NCCLWeightTransferUpdateInfo fields: it rejects any other
         # (whether the transfer is packed is agreed once, in the init info).
         info = {"names": list(names), "dtype_names": list(dtypes), "shapes": [list(s) for s in shapes]}
-        await _call(self.http, "POST", "/update_weights", json={"update_info": info})
+        await admin_call(self.http, "POST", "/update_weights", json={"update_info": info})
 
     async def finish_weight_update(self, version: int | str) -> None:
         """End an update and tag the weights with our ``version`` (see
         :func:`vllm_weight_version`)."""
-        await _call(self.http, "POST", "/finish_weight_update", json={"weight_version": vllm_weight_version(version)})
+        await admin_call(self.http, "POST", "/finish_weight_update", json={"weight_version": vllm_weight_version(version)})

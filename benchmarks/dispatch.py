@@ -62,7 +62,7 @@ at once and vLLM preempts (~2,100 times a run) and recomputes, and most prefixes
 are evicted during the tool calls: it prefills ~14M tokens where 1.7M would do.
 
 - ``static``: trajectory ``i`` goes to server ``i mod 8`` for all its turns.
-- ``ours``: :class:`backends._dispatch.Dispatcher` with the pool's settings
+- ``ours``: :class:`backends.Dispatcher` with the pool's settings
   (budget policy, expected reservations, 10% headroom, holds for 2 reports):
   see its module docstring.  Turns it has no room for wait, and every waiting
   turn tries again on each release or report, largest remaining budget first
@@ -160,7 +160,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import anyio  # noqa: E402
 
-from backends._dispatch import Dispatcher, ServerLoad, Ticket  # noqa: E402
+from backends import Dispatcher, ServerLoad, Ticket  # noqa: E402
 
 # Qwen3-14B in bf16 on one H100-80GB (sources in the module docstring).
 PARAMS = 14.8e9
@@ -205,7 +205,7 @@ class Params:
     """The dispatcher's first guess of a turn's length, before any turn ends."""
     headroom: float = 0.1
     hold_reports: int = 2
-    """The pool's settings (headroom, holds); see :mod:`backends._dispatch`."""
+    """The pool's settings (headroom, holds); see :class:`backends.Dispatcher`."""
     order: str = "budget"
     """How waiting turns retry: ``budget`` (the pool's: largest remaining budget
     first, then oldest), ``fifo`` (oldest first: the pool before issue #4's

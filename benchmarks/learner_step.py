@@ -5,7 +5,7 @@ against padding to the longest, and ZeRO-3 weight export speed.
 
 All in one process and one run, on CPU with gloo (one rank), one thread:
 
-1. ``ds_vs_torch``: tokens/s of :func:`rstar2_async.grpo.grpo_step` on a
+1. ``ds_vs_torch``: tokens/s of :func:`rstar2_async.learn.grpo_step` on a
    ZeRO-``--stage`` engine (default 2, the config default) divided by tokens/s of a
    plain PyTorch loop (same model, same packed micro-batches, same loss, AdamW,
    ``clip_grad_norm_``). The two alternate, ``--reps`` times each; medians. Target
@@ -18,7 +18,7 @@ All in one process and one run, on CPU with gloo (one rank), one thread:
    ``speedup_vs_padded`` is the padded step's median time over the packed step's,
    both on our engine.
 3. ``export_s_per_gb``: seconds per GB (fp32 bytes written) of
-   :func:`rstar2_async.export.save_hf_checkpoint` from a ZeRO-3 engine, median.
+   :func:`rstar2_async.learn.save_hf_checkpoint` from a ZeRO-3 engine, median.
 
 Progress goes to stderr; the last stdout line is the JSON summary.
 """
@@ -40,10 +40,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from rstar2_async.grpo import grpo_step, policy_loss, sequences_from_groups  # noqa: E402
-from rstar2_async.learner import Learner  # noqa: E402
-from rstar2_async.learner_config import LearnerConfig  # noqa: E402
-from rstar2_async.packing import collate, plan_micro_batches  # noqa: E402
+from rstar2_async.config import LearnerConfig  # noqa: E402
+from rstar2_async.learn import (  # noqa: E402  # noqa: E402
+    Learner,  # noqa: E402
+    collate,
+    grpo_step,
+    plan_micro_batches,
+    policy_loss,
+    save_hf_checkpoint,  # noqa: E402
+    sequences_from_groups,
+)
 from rstar2_async.types import Group, Problem, Trajectory, Turn  # noqa: E402
 
 
@@ -223,7 +229,7 @@ def main() -> None:
     times = []
     for r in range(3):
         t0 = time.perf_counter()
-        out = z3.export(tmp / "export", dtype=torch.float32)
+        out = save_hf_checkpoint(z3, tmp / "export", dtype=torch.float32)
         times.append(time.perf_counter() - t0)
     size = sum(p.stat().st_size for p in out.glob("*.safetensors"))
     result["export_s_per_gb"] = round(statistics.median(times) / (size / 1e9), 2)

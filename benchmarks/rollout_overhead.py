@@ -32,10 +32,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends import Completion, SamplingParams, TokenClient  # noqa: E402
-from rstar2_async.agent import problem_messages  # noqa: E402
 from rstar2_async.config import RolloutConfig  # noqa: E402
-from rstar2_async.engine import RolloutEngine  # noqa: E402
-from rstar2_async.runtime import RUN_OPTIONS, tune_gc  # noqa: E402
+from rstar2_async.rollout import RUN_OPTIONS, RolloutEngine, Toolbox, load_tools, problem_messages, tune_gc  # noqa: E402
 from rstar2_async.types import Problem  # noqa: E402
 from sandbox import ExecResult  # noqa: E402
 from tests.fakes.model import IM_END, FakeByteTokenizer  # noqa: E402
@@ -94,7 +92,8 @@ async def engine_run(n: int, backend: str) -> dict:
     tokenizer = FakeByteTokenizer()
     config = RolloutConfig(max_in_flight=n, max_turns=TURNS)
     problems = [Problem(id=str(i), problem=f"What is 6*7? ({i:06d})", answer="42") for i in range(n)]
-    prompt_len = len(tokenizer.encode_prompt(problem_messages(problems[0], config)))
+    toolbox = Toolbox(load_tools(config.tools), FixedLatencySandbox(backend))
+    prompt_len = len(tokenizer.encode_prompt(problem_messages(problems[0], config, toolbox)))
     engine = RolloutEngine(
         backend=FixedLatencyBackend(tokenizer, prompt_len, backend),
         sandbox=FixedLatencySandbox(backend),

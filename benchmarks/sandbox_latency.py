@@ -22,8 +22,10 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sandbox import SandboxConfig  # noqa: E402
-from sandbox._bench import measure  # noqa: E402
+from sandbox import (
+    SandboxConfig,  # noqa: E402
+    benchmark,  # noqa: E402
+)
 
 
 def main() -> int:
@@ -33,7 +35,7 @@ def main() -> int:
     args = p.parse_args()
     config = SandboxConfig(workers=args.workers)
     sizes = dict(n_latency=20, n_throughput=64, n_baseline=3, n_baseline_throughput=16) if args.quick else {}
-    result = anyio.run(lambda: measure(config, log=lambda s: print(s, file=sys.stderr, flush=True), **sizes))
+    result = anyio.run(lambda: benchmark(config, log=lambda s: print(s, file=sys.stderr, flush=True), **sizes))
     print(json.dumps(result))
     return 0
 

@@ -41,8 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 import anyio  # noqa: E402
 
-from backends._pool import ServerPool  # noqa: E402
-from backends._weight_sync import BroadcastTransport, DiskTransport, WeightSync  # noqa: E402
+from backends import BroadcastTransport, DiskTransport, ServerPool, WeightSync  # noqa: E402
 
 
 def free_port() -> int:

@@ -48,6 +48,7 @@ Not covered:
   parent-death signal lands) instead of dying with a pid namespace.
 """
 
+from ._bench import benchmark
 from ._client import ClientState, ClientStatistics, SandboxClient
 from ._config import SandboxConfig
 from ._errors import (
@@ -83,5 +84,6 @@ __all__ = [
     "ServiceError",
     "ServiceUnavailable",
     "Status",
+    "benchmark",
     "check_host",
 ]

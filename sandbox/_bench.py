@@ -94,7 +94,7 @@ def jail_per_call_argv(config: SandboxConfig) -> Callable[[str], list[str]]:
     return make
 
 
-async def measure(
+async def benchmark(
     config: SandboxConfig, *, n_latency: int = 200, n_throughput: int = 640, n_baseline: int = 10,
     n_baseline_throughput: int = 64, concurrency: int = 64, baselines: bool = True,
     log: Callable[[str], None] = lambda s: None,

@@ -14,6 +14,7 @@ import shutil
 import signal
 import struct
 import subprocess
+
 import anyio
 import msgspec
 from anyio.abc import Process

@@ -41,9 +41,13 @@ def run(args: argparse.Namespace) -> int:
     import msgspec
 
     from rstar2_async.cli.train import train
-    from rstar2_async.configio import ConfigError, load_toml
-    from rstar2_async.synthetic import SYSTEM_PROMPT, make_problems, write_problems, write_sft_transcripts
-    from rstar2_async.train_config import TrainConfig
+    from rstar2_async.config import ConfigError, TrainConfig, load_toml
+    from rstar2_async.demo import (
+        SYSTEM_PROMPT,
+        make_problems,
+        write_problems,
+        write_sft_transcripts,
+    )
 
     t0 = time.monotonic()
     try:

@@ -7,6 +7,7 @@ command again resumes without redoing finished samples.
 
 Examples:
   rstar2 eval --model runs/demo/final --data aime24 --n 4 --temperature 0.6 --top-p 0.95
+  rstar2 eval --model DIR --engine transformers --data DATA.jsonl --n 1 --temperature 0 --top-p 1  (no server)
   OPENAI_API_KEY=... rstar2 eval --endpoint https://api.example.com/v1 --served-model m \\
       --data math500 --limit 50 --n 1 --temperature 0 --top-p 1
   rstar2 eval --endpoint http://127.0.0.1:8000/v1 --served-model m --tokenizer DIR ...  (token mode)
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 if TYPE_CHECKING:
-    from rstar2_async.stack import EvalConfig
+    from rstar2_async.config import EvalConfig
 
 HELP = "evaluate a checkpoint or an OpenAI-compatible endpoint on math sets (avg@n, pass@n, maj@n)"
 
@@ -32,6 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     source.add_argument("--model", type=Path, help="model directory (HF layout); a local vLLM server is started")
     source.add_argument("--endpoint", help="base URL of an OpenAI-compatible server, ending in /v1")
     p.add_argument("--served-model", default=None, help="model name sent in requests (endpoint runs; required there)")
+    p.add_argument(
+        "--engine", choices=("vllm", "sglang", "transformers"), default=None,
+        help="how --model is served: vLLM or SGLang servers, or transformers in this process "
+        "(slow; for small models and quick checks); default: server.engine (vllm)",
+    )  # fmt: skip
     p.add_argument("--tokenizer", type=Path, help="tokenizer dir for token mode against an endpoint (exact token ids)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable with the API key")
     p.add_argument("--data", action="append", required=True, help="data set name in ../shared/data or a JSONL path; repeatable")
@@ -43,16 +49,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="sampling seed base")
     p.add_argument("--max-turns", type=int, default=None, help="override rollout.max_turns")
     p.add_argument("--max-response-tokens", type=int, default=None, help="override rollout.max_response_tokens")
-    p.add_argument("--config", type=Path, help="TOML with [rollout], [inference], [sandbox], [server] sections")
+    p.add_argument(
+        "--config", type=Path,
+        help="TOML with [rollout], [inference], [server], [pool], [sandbox], [reward], [data] sections (all optional)",
+    )  # fmt: skip
     p.add_argument("--out", type=Path, default=None, help="output directory (default runs/eval/<model>)")
 
 
 def _resolve(args: argparse.Namespace) -> EvalConfig:
-    from rstar2_async.configio import convert, load_toml
-    from rstar2_async.stack import EvalConfig
+    from rstar2_async.config import EvalConfig, convert, load_toml
 
     config = load_toml(args.config, EvalConfig) if args.config else EvalConfig()
-    overrides: dict = {"rollout": {"sampling": {}}, "inference": {}}
+    overrides: dict = {"rollout": {"sampling": {}}, "inference": {}, "server": {}}
+    if args.engine is not None:
+        if not args.model:
+            raise SystemExit("rstar2 eval: --engine goes with --model (an endpoint is already served)")
+        overrides["server"]["engine"] = args.engine
     sampling = overrides["rollout"]["sampling"]
     sampling.update(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
     if args.max_turns is not None:
@@ -82,7 +94,7 @@ def _merge(base: dict, over: dict) -> dict:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    from rstar2_async.runtime import RUN_OPTIONS
+    from rstar2_async.rollout import RUN_OPTIONS
 
     return anyio.run(_main, args, _resolve(args), backend_options=RUN_OPTIONS)
 
@@ -92,15 +104,19 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from rstar2_async.configio import to_toml
-    from rstar2_async.data import load_problems, resolve
-    from rstar2_async.evaluate import evaluate, load_finished
-    from rstar2_async.progress import show_progress
-    from rstar2_async.runtime import tune_gc
-    from rstar2_async.stack import rollout_stack
+    from rstar2_async.config import to_toml
+    from rstar2_async.recipe import (
+        evaluate,
+        load_finished,
+        load_problems,
+        resolve,
+        rollout_stack,
+        show_progress,
+    )
+    from rstar2_async.rollout import tune_gc
 
     # Labels: a set's name, or a file's stem.  Loaded up front to fail fast on bad names.
-    datasets = {resolve(name).stem: load_problems(name, limit=args.limit) for name in args.data}
+    datasets = {resolve(name).stem: load_problems(name, limit=args.limit, fields=config.data) for name in args.data}
     name = args.model.name if args.model else config.inference.model.replace("/", "_")
     out = args.out or Path("runs/eval") / name
     out.mkdir(parents=True, exist_ok=True)
@@ -114,6 +130,8 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
         model_dir=args.model,
         tokenizer_dir=args.tokenizer,
         local_server=config.server,
+        pool=config.pool,
+        reward=config.reward,
         log_dir=out,
     ) as stack:
         engine = stack.engine

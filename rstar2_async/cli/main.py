@@ -75,12 +75,10 @@ def _sole_leaf(exc: BaseException) -> BaseException:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from backends import BackendError
-    from rstar2_async.configio import ConfigError
-    from rstar2_async.data import DatasetError
-    from rstar2_async.trainer import TrainError
+    from rstar2_async.errors import Rstar2Error
     from sandbox import SandboxError
 
-    return (ConfigError, DatasetError, TrainError, BackendError, SandboxError, OSError)
+    return (Rstar2Error, BackendError, SandboxError, OSError)
 
 
 if __name__ == "__main__":

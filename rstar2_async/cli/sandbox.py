@@ -67,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
         if args.sandbox_command == "serve":
             anyio.run(_serve, config, args.host, args.port)
             return 0
-        from sandbox._bench import measure
+        from sandbox import benchmark
 
         sizes = dict(n_latency=20, n_throughput=64, n_baseline=3, n_baseline_throughput=16) if args.quick else {}
-        result = anyio.run(lambda: measure(
+        result = anyio.run(lambda: benchmark(
             config, baselines=not args.no_baselines, log=lambda s: print(s, file=sys.stderr, flush=True), **sizes
         ))
         print(json.dumps(result))

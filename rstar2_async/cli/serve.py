@@ -33,8 +33,7 @@ def run(args: argparse.Namespace) -> int:
     import anyio
     import msgspec
 
-    from backends import LaunchError, ServerDied
-    from backends._fleet import Fleet, FleetConfig
+    from backends import Fleet, FleetConfig, LaunchError, ServerDied
 
     try:
         with open(args.config, "rb") as f:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rstar2_async.train_config import TrainConfig
-    from rstar2_async.trainer import TrainSummary
+    from rstar2_async.config import TrainConfig
+    from rstar2_async.recipe import TrainSummary
 
 HELP = "train a model with SFT + GRPO-RoC stages from a TOML config"
 
@@ -31,8 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rstar2_async.configio import load_toml
-    from rstar2_async.train_config import TrainConfig
+    from rstar2_async.config import TrainConfig, load_toml
 
     summary = train(load_toml(args.config, TrainConfig), resume=args.resume)
     if summary is None:  # a rank of the learner other than 0
@@ -60,8 +59,8 @@ def train(config: TrainConfig, *, resume: bool) -> TrainSummary | None:
     share_cpu_cores(config)
     import anyio
 
-    from rstar2_async.runtime import RUN_OPTIONS, tune_gc
-    from rstar2_async.trainer import Trainer
+    from rstar2_async.recipe import Trainer
+    from rstar2_async.rollout import RUN_OPTIONS, tune_gc
 
     tune_gc()
     return anyio.run(Trainer(config, resume=resume).run, backend_options=RUN_OPTIONS)

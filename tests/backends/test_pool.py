@@ -12,11 +12,11 @@ import pytest
 from backends import SamplingParams, ServerUnavailable
 from backends._pool import ServerPool
 from rstar2_async.config import RolloutConfig
-from rstar2_async.engine import RolloutEngine
+from rstar2_async.rollout import RolloutEngine
 from rstar2_async.types import Problem
 from tests.fakes.fleet import FakeVLLM
 from tests.fakes.http import serve_http
-from tests.fakes.model import FakeByteTokenizer, InProcessSandbox, ScriptedServer
+from tests.fakes.model import FakeByteTokenizer, FakeModelServer, FakeSandbox
 
 pytestmark = pytest.mark.anyio
 GREEDY = SamplingParams(temperature=0.0)
@@ -37,7 +37,7 @@ def prompt(text: str) -> list[int]:
 
 
 async def test_capacity_comes_from_metrics_and_turns_spread_by_free_budget() -> None:
-    fakes = [FakeVLLM(ScriptedServer(delay_s=0.2), capacity_tokens=4096) for _ in range(2)]
+    fakes = [FakeVLLM(FakeModelServer(delay_s=0.2), capacity_tokens=4096) for _ in range(2)]
     fakes[0].used_tokens = 3000  # someone else's load
     async with fleet(*fakes) as pool:
         stats = pool.statistics().dispatch
@@ -61,7 +61,7 @@ async def test_later_turns_go_back_to_their_server() -> None:
 
 
 async def test_no_room_waits_for_a_release_instead_of_overflowing() -> None:
-    fake = FakeVLLM(ScriptedServer(delay_s=0.1), capacity_tokens=400)
+    fake = FakeVLLM(FakeModelServer(delay_s=0.1), capacity_tokens=400)
     async with fleet(fake) as pool:
         async with anyio.create_task_group() as tg:
             for i in range(3):
@@ -73,7 +73,7 @@ async def test_no_room_waits_for_a_release_instead_of_overflowing() -> None:
 
 
 async def test_waiting_turns_go_largest_remaining_budget_first() -> None:
-    fake = FakeVLLM(ScriptedServer(delay_s=0.1), capacity_tokens=400)
+    fake = FakeVLLM(FakeModelServer(delay_s=0.1), capacity_tokens=400)
     order: list[str] = []
 
     async def turn(name: str, max_tokens: int) -> None:
@@ -93,7 +93,7 @@ async def test_waiting_turns_go_largest_remaining_budget_first() -> None:
 
 
 async def test_a_cancelled_waiting_turn_leaves_no_trace() -> None:
-    fake = FakeVLLM(ScriptedServer(delay_s=0.1), capacity_tokens=400)
+    fake = FakeVLLM(FakeModelServer(delay_s=0.1), capacity_tokens=400)
     async with fleet(fake) as pool:
         async with anyio.create_task_group() as tg:
             tg.start_soon(partial(pool.generate, prompt("What is 1*2?"), max_tokens=300, sampling=GREEDY))
@@ -106,7 +106,7 @@ async def test_a_cancelled_waiting_turn_leaves_no_trace() -> None:
 
 
 async def test_dead_server_turn_is_resubmitted_elsewhere_and_server_comes_back() -> None:
-    fakes = [FakeVLLM(ScriptedServer(delay_s=0.1)) for _ in range(2)]
+    fakes = [FakeVLLM(FakeModelServer(delay_s=0.1)) for _ in range(2)]
     async with fleet(*fakes) as pool:
         ids = prompt("What is 6*7?")
         first = await pool.generate(ids, max_tokens=100, sampling=GREEDY, session="s")
@@ -150,7 +150,7 @@ async def test_all_servers_down_raises_after_the_budget() -> None:
 async def test_a_full_server_that_is_up_is_waited_for_past_the_no_server_budget() -> None:
     # The budget is for "no server up" only: once one is back, a turn that waits
     # for room there waits as long as it takes, however long the outage was.
-    fake = FakeVLLM(ScriptedServer(), capacity_tokens=400, dead=True)
+    fake = FakeVLLM(FakeModelServer(), capacity_tokens=400, dead=True)
     async with fleet(fake, unavailable_timeout_s=1.0) as pool, anyio.create_task_group() as tg:
         done = anyio.Event()
 
@@ -188,11 +188,11 @@ async def test_weight_version_is_stamped_and_held_blocks_new_turns() -> None:
 
 
 async def test_rollout_engine_runs_unchanged_over_the_pool_through_a_server_death() -> None:
-    fakes = [FakeVLLM(ScriptedServer(delay_s=0.02)) for _ in range(3)]
+    fakes = [FakeVLLM(FakeModelServer(delay_s=0.02)) for _ in range(3)]
     problems = [Problem(id=f"p{i}", problem=f"What is {i}*{i + 1}?", answer=str(i * (i + 1))) for i in range(8)]
     async with fleet(*fakes) as pool:
         engine = RolloutEngine(
-            backend=pool, sandbox=InProcessSandbox(), config=RolloutConfig(max_in_flight=16), tokenizer=FakeByteTokenizer()
+            backend=pool, sandbox=FakeSandbox(), config=RolloutConfig(max_in_flight=16), tokenizer=FakeByteTokenizer()
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(_kill_later, fakes[1])
@@ -207,7 +207,7 @@ async def test_rollout_engine_runs_unchanged_over_the_pool_through_a_server_deat
 
 
 async def test_a_trajectorys_end_frees_its_held_context_at_once() -> None:
-    fakes = [FakeVLLM(ScriptedServer(delay_s=0.02)) for _ in range(2)]
+    fakes = [FakeVLLM(FakeModelServer(delay_s=0.02)) for _ in range(2)]
     problems = [Problem(id=f"p{i}", problem=f"What is {i}*{i + 1}?", answer=str(i * (i + 1))) for i in range(4)]
     async with fleet(*fakes, poll_interval_s=3600) as pool:  # no report ends a hold here
         await pool.generate(prompt("What is 2*2?"), max_tokens=100, sampling=GREEDY, session="s")
@@ -215,7 +215,7 @@ async def test_a_trajectorys_end_frees_its_held_context_at_once() -> None:
         pool.end_session("s")
         assert sum(s.held_tokens for s in pool.statistics().dispatch.servers) == 0
         engine = RolloutEngine(
-            backend=pool, sandbox=InProcessSandbox(), config=RolloutConfig(max_in_flight=8), tokenizer=FakeByteTokenizer()
+            backend=pool, sandbox=FakeSandbox(), config=RolloutConfig(max_in_flight=8), tokenizer=FakeByteTokenizer()
         )
         groups = await engine.run(problems, n=2)  # the agent loop ends each session
         stats = pool.statistics().dispatch

@@ -62,10 +62,10 @@ def test_weight_version_conversions() -> None:
 async def test_completion_weight_version_as_int_or_vllm_string(served: object, expected: int) -> None:
     # A server that stamps completions with a string version must not read as broken.
     from backends import RetryPolicy, SamplingParams, TokenClient
-    from tests.fakes.model import FakeByteTokenizer, ScriptedServer
+    from tests.fakes.model import FakeByteTokenizer, FakeModelServer
 
     prompt = FakeByteTokenizer().encode_prompt([{"role": "user", "content": "What is 2*3?"}])
-    server = ScriptedServer(weight_version=served)  # type: ignore[arg-type]
+    server = FakeModelServer(weight_version=served)  # type: ignore[arg-type]
     async with anyio.create_task_group() as tg:
         port = await tg.start(serve_http, server)
         async with TokenClient(f"http://127.0.0.1:{port}/v1", model="m", retry=RetryPolicy(max_retries=0)) as client:

@@ -17,12 +17,12 @@ import pytest
 
 from backends import SamplingParams
 from backends._errors import WeightSyncError
-from backends._launcher import _free_port
+from backends._launcher import free_port
 from backends._pool import ServerPool
 from backends._weight_sync import DiskTransport, WeightSync
 from tests.fakes.fleet import FakeVLLM
 from tests.fakes.http import serve_http
-from tests.fakes.model import FakeByteTokenizer, ScriptedServer
+from tests.fakes.model import FakeByteTokenizer, FakeModelServer
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +43,7 @@ async def weight_receivers(n: int) -> AsyncIterator[list[int]]:
     """``n`` :mod:`tests.backends._weight_receiver` processes, each ready on its own
     port; yields the ports and kills the processes on exit."""
     script = Path(__file__).with_name("_weight_receiver.py")
-    ports = [_free_port("127.0.0.1") for _ in range(n)]
+    ports = [free_port("127.0.0.1") for _ in range(n)]
     procs = [
         await anyio.open_process([sys.executable, str(script), str(p)], stdout=subprocess.PIPE, stderr=None)
         for p in ports
@@ -93,7 +93,7 @@ async def test_disk_sync_runs_the_choreography_on_every_server(tmp_path: Path) -
 
 
 async def test_abort_mode_and_in_flight_turn_resumes_after_sync(tmp_path: Path) -> None:
-    fakes = [FakeVLLM(ScriptedServer(delay_s=0.3))]
+    fakes = [FakeVLLM(FakeModelServer(delay_s=0.3))]
     async with fleet(*fakes) as pool:
         sync = WeightSync(pool, DiskTransport(), pause_mode="abort")
         ids = FakeByteTokenizer().encode_prompt([{"role": "user", "content": "What is 2*3?"}])
@@ -158,7 +158,7 @@ async def test_cancelled_sync_resumes_paused_servers(tmp_path: Path) -> None:
         assert not pool.is_up(1)
 
 
-class RecordingSender:
+class FakeRecordingSender:
     """Test double of the rank-0 collective: records instead of broadcasting."""
 
     def __init__(self) -> None:
@@ -183,7 +183,7 @@ async def test_broadcast_ranks_follow_each_servers_worker_count() -> None:
     from backends._weight_sync import BroadcastTransport
 
     fakes = [FakeVLLM(), FakeVLLM()]
-    sender = RecordingSender()
+    sender = FakeRecordingSender()
     async with fleet(*fakes) as pool:
         transport = BroadcastTransport(master_address="10.1.2.3", master_port=29600, ranks_per_server=[2, 4], sender=sender)
         await WeightSync(pool, transport).sync({"w": torch.zeros(2, 3), "b": torch.zeros(5)}, version=3)
@@ -205,7 +205,7 @@ async def test_broadcast_of_a_directory_sends_its_tensors_and_reloads_a_failed_s
     stored = {"w": torch.zeros(2, 3, dtype=torch.bfloat16), "b": torch.zeros(5)}
     save_file(stored, str(tmp_path / "model.safetensors"))
     fakes = [FakeVLLM(), FakeVLLM(fail_paths={"/update_weights"})]
-    sender = RecordingSender()
+    sender = FakeRecordingSender()
     async with fleet(*fakes) as pool:
         report = await WeightSync(pool, BroadcastTransport(master_port=29600, sender=sender)).sync(tmp_path, version=4)
     info = next(r.body for r in fakes[0].log if r.path == "/update_weights")["update_info"]
@@ -233,7 +233,7 @@ async def test_broadcast_over_gloo_to_receiver_processes(tmp_path: Path) -> None
     }
     async with weight_receivers(2) as ports:
         async with ServerPool([f"http://127.0.0.1:{p}" for p in ports], model="m", poll_interval_s=0.05) as pool:
-            transport = BroadcastTransport(master_port=_free_port("127.0.0.1"))
+            transport = BroadcastTransport(master_port=free_port("127.0.0.1"))
             sync = WeightSync(pool, transport)
             with anyio.fail_after(120):
                 report = await sync.sync(weights, version=7)
@@ -263,7 +263,7 @@ async def test_broadcast_falls_back_to_disk_for_good_once_a_server_left_the_grou
 
     save_file({"w": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
     fakes = [FakeVLLM(), FakeVLLM(fail_paths={"/update_weights"})]
-    sender = RecordingSender()
+    sender = FakeRecordingSender()
     transport = BroadcastTransport(master_port=29600, sender=sender)
     async with fleet(*fakes) as pool:
         sync = WeightSync(pool, transport)
@@ -286,7 +286,7 @@ async def test_broadcast_without_a_directory_fails_clearly_once_a_server_left(tm
     from backends._weight_sync import BroadcastTransport
 
     fakes = [FakeVLLM(), FakeVLLM()]
-    transport = BroadcastTransport(master_port=29600, sender=RecordingSender())
+    transport = BroadcastTransport(master_port=29600, sender=FakeRecordingSender())
     async with fleet(*fakes) as pool:
         sync = WeightSync(pool, transport)
         await sync.sync({"w": torch.zeros(2)}, version=1)

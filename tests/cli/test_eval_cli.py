@@ -11,19 +11,19 @@ import pytest
 
 from rstar2_async.cli.main import main
 from tests.fakes.http import serve_http
-from tests.fakes.model import ScriptedServer
+from tests.fakes.model import FakeModelServer
 
 
 @pytest.fixture
-def endpoint() -> Iterator[tuple[str, ScriptedServer]]:
-    server = ScriptedServer()
+def endpoint() -> Iterator[tuple[str, FakeModelServer]]:
+    server = FakeModelServer()
     with anyio.from_thread.start_blocking_portal() as portal:
         future, port = portal.start_task(serve_http, server)
         yield f"http://127.0.0.1:{port}/v1", server
         future.cancel()
 
 
-def test_eval_against_an_endpoint_and_resume(tmp_path: Path, endpoint: tuple[str, ScriptedServer], capsys: pytest.CaptureFixture[str]) -> None:
+def test_eval_against_an_endpoint_and_resume(tmp_path: Path, endpoint: tuple[str, FakeModelServer], capsys: pytest.CaptureFixture[str]) -> None:
     url, server = endpoint
     data = tmp_path / "toy.jsonl"
     data.write_text("".join(json.dumps({"id": f"t{i}", "problem": f"What is {i}*7?", "answer": str(i * 7)}) + "\n" for i in range(3)))
@@ -68,3 +68,48 @@ def test_eval_names_an_unreachable_endpoint(capsys: pytest.CaptureFixture[str]) 
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "no inference endpoint is reachable" in err and f"127.0.0.1:{port}" in err
+
+
+def test_eval_a_model_in_process_with_the_transformers_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rstar2_async.demo import cached_tiny_model
+
+    model = cached_tiny_model(Path("runs/cache"))
+    data = tmp_path / "toy.jsonl"
+    data.write_text("".join(json.dumps({"id": f"t{i}", "problem": f"What is {i}*7?", "answer": str(i * 7)}) + "\n" for i in range(2)))
+    argv = ["eval", "--model", str(model), "--engine", "transformers", "--data", str(data), "--n", "2", "--temperature", "0",
+            "--top-p", "1", "--max-response-tokens", "24", "--out", str(tmp_path / "out")]  # fmt: skip
+    assert main(argv) == 0
+    [summary] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["problems"] == 2 and summary["n"] == 2
+    lines = [json.loads(x) for x in (tmp_path / "out" / "toy" / "samples.jsonl").read_text().splitlines()]
+    assert len(lines) == 4 and not (tmp_path / "out" / "servers").exists()  # no server was started
+    for t in lines:  # token mode, in this process: ids, mask and sampling logprobs of every token
+        assert 0 < len(t["response_ids"]) <= 24 and len(t["logprobs"]) == len(t["response_ids"])
+        assert any(lp < 0 for lp in t["logprobs"])
+    by_problem = {}
+    for t in lines:  # greedy: both samples of a problem are the same
+        by_problem.setdefault(t["problem_id"], []).append(t["response_ids"])
+    assert all(a == b for a, b in by_problem.values())
+
+
+def test_engine_goes_with_a_model(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["eval", "--endpoint", "http://x/v1", "--served-model", "m", "--engine", "transformers", "--data", "aime24",
+            "--temperature", "0", "--top-p", "1"]  # fmt: skip
+    with pytest.raises(SystemExit, match="--engine goes with --model"):
+        main(argv)
+
+
+def test_a_grader_that_cannot_start_is_one_line(
+    tmp_path: Path, endpoint: tuple[str, FakeModelServer], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    # As when math-verify is missing: the worker dies before its warm-up.
+    broken = [sys.executable, "-c", "raise SystemExit('No module named math_verify')"]
+    monkeypatch.setattr("rstar2_async.reward._worker.worker_command", lambda function=None: (broken, {}))
+    url, _ = endpoint
+    argv = ["eval", "--endpoint", url, "--served-model", "m", "--data", "aime24", "--limit", "1",
+            "--temperature", "0", "--top-p", "1", "--out", str(tmp_path / "out")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "rstar2 eval: GraderBrokenError: grading worker failed to start" in err and "Traceback" not in err

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from rstar2_async.cli.train import share_cpu_cores
-from tests.test_stack import train_config
+from tests.recipe.test_stack import train_config
 
 
 @pytest.mark.parametrize(

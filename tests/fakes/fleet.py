@@ -2,7 +2,7 @@
 sync: each records every request (method, path, query, JSON body) and answers
 with the shapes the real engines use (measured for vLLM, documented for SGLang).
 
-``FakeVLLM`` generates with a :class:`tests.fakes.model.ScriptedServer`; knobs:
+``FakeVLLM`` generates with a :class:`tests.fakes.model.FakeModelServer`; knobs:
 ``dead`` (drop every connection), ``hang`` (never answer completions),
 ``fail_paths`` (paths answered 500), ``capacity_tokens`` / ``used_tokens``
 (reported in ``/metrics``).  While paused, completions wait for ``/resume``.
@@ -18,7 +18,7 @@ import anyio
 import msgspec
 
 from .http import DropConnection
-from .model import ScriptedServer
+from .model import FakeModelServer
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Recorded:
 
 @dataclass
 class FakeVLLM:
-    scripted: ScriptedServer = field(default_factory=ScriptedServer)
+    scripted: FakeModelServer = field(default_factory=FakeModelServer)
     capacity_tokens: int = 131072
     used_tokens: int = 0
     dead: bool = False

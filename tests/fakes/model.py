@@ -29,7 +29,7 @@ _TOOL_TURN_CLOSE = (IM_END, 10, IM_START, *b"assistant\n")
 
 
 class FakeByteTokenizer:
-    """Test double of :class:`rstar2_async.chat.HFChatTokenizer`: UTF-8 bytes are
+    """Test double of :class:`rstar2_async.rollout.HFChatTokenizer`: UTF-8 bytes are
     ids 0-255, ``<|im_start|>``/``<|im_end|>`` are 256/257, ChatML template."""
 
     eos_token_id = IM_END
@@ -104,7 +104,7 @@ def arithmetic_policy(conversation: str) -> str:
 
 
 @dataclass
-class ScriptedServer:
+class FakeModelServer:
     """An OpenAI ``/v1/completions`` endpoint (vLLM's token-id dialect) whose
     "model" is a Python function of the decoded conversation.
 
@@ -176,7 +176,7 @@ class ScriptedServer:
         return msgspec.json.encode(payload)
 
 
-class InProcessSandbox:
+class FakeSandbox:
     """Test double of :class:`sandbox.SandboxPool`: runs code with ``exec`` in a
     worker thread, no isolation.  Only for trusted test snippets."""
 

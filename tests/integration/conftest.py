@@ -29,7 +29,7 @@ TINY_MAX_MODEL_LEN = 2048
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rstar2_async.tinymodel import build_tiny_model
+    from rstar2_async.demo import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "qwen2", seed=0)
 

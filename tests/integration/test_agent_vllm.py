@@ -1,6 +1,6 @@
 """The agent loop against a real vLLM server, the real sandbox pool and the real grader.
 
-The tiny model is first fitted to one ideal tool-using conversation (a few seconds
+The tiny model is first fitted to an ideal tool-using conversation (a few seconds
 of training), so that greedy decoding really emits a tool call, reads the real
 sandbox output and answers.  The test then checks token-in/token-out end to end:
 the trajectory's model tokens and logprobs are exactly what the server returned,
@@ -14,16 +14,16 @@ import shutil
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 
 from backends import TokenClient
 from backends._launcher import VLLMServer
-from rstar2_async.chat import HFChatTokenizer
 from rstar2_async.config import RolloutConfig, SamplingConfig
-from rstar2_async.engine import RolloutEngine
+from rstar2_async.demo import answer_text, tool_call_text
 from rstar2_async.reward import Grader
-from rstar2_async.synthetic import answer_text, tool_call_text
-from rstar2_async.toolcall import render_tool_turn
+from rstar2_async.rollout import HFChatTokenizer, RolloutEngine, render_tool_turn
+from rstar2_async.rollout.tools import jupyter, python
 from rstar2_async.types import Problem
 from sandbox import SandboxConfig, SandboxPool
 from tests.integration.conftest import restore_weights
@@ -37,38 +37,63 @@ CONFIG = RolloutConfig(
 )
 
 
-@pytest.fixture(scope="module")
-def tool_policy_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model fitted to PROBLEM's ideal conversation, tokenised exactly as the
-    rollout tokenises it."""
+def fit_policy(tiny_model_dir: Path, out: Path, problem: Problem, turns: list[tuple[str, list[str] | None]]) -> Path:
+    """The tiny model fitted to one conversation (assistant texts, each followed by its
+    tool outputs or by nothing), tokenised exactly as the rollout tokenises it."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
     tok = HFChatTokenizer.from_pretrained(tiny_model_dir)
-    prompt = tok.encode_prompt([{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROBLEM.problem}])
-    call = tok._encode(tool_call_text(PROBLEM)) + [tok.eos_token_id]
-    tool = tok.encode_tool_turn(render_tool_turn([PROBLEM.answer]))
-    answer = tok._encode(answer_text(PROBLEM.answer)) + [tok.eos_token_id]
-    ids = torch.tensor([prompt + call + tool + answer])
-    mask = torch.tensor([0] * len(prompt) + [1] * len(call) + [0] * len(tool) + [1] * len(answer))[1:].bool()
+    ids = tok.encode_prompt([{"role": "system", "content": SYSTEM}, {"role": "user", "content": problem.problem}])
+    mask = [0] * len(ids)
+    for text, outputs in turns:
+        generated = tok._encode(text) + [tok.eos_token_id]
+        ids, mask = ids + generated, mask + [1] * len(generated)
+        if outputs is not None:
+            tool = tok.encode_tool_turn(render_tool_turn(outputs))
+            ids, mask = ids + tool, mask + [0] * len(tool)
+    x = torch.tensor([ids])
+    target_mask = torch.tensor(mask)[1:].bool()
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     opt = torch.optim.Adam(model.parameters(), lr=2e-3)  # 1e-2 oscillates on this model
-    for _ in range(400):
-        logits = model(ids).logits[0, :-1]  # [T-1, V]
-        loss = torch.nn.functional.cross_entropy(logits[mask], ids[0, 1:][mask])
+    for _ in range(800):
+        logits = model(x).logits[0, :-1]  # [T-1, V]
+        loss = torch.nn.functional.cross_entropy(logits[target_mask], x[0, 1:][target_mask])
         opt.zero_grad()
         loss.backward()
         opt.step()
         if loss.item() < 1e-3:
             break
     assert loss.item() < 1e-2, f"could not fit the conversation: loss {loss.item()}"
-    out = tmp_path_factory.mktemp("tool-policy")
     model.save_pretrained(out)
     for f in tiny_model_dir.iterdir():
         if f.name.startswith(("tokenizer", "chat_template")):
             shutil.copy(f, out / f.name)
     return out
+
+
+@pytest.fixture(scope="module")
+def tool_policy_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Calls the tool, copies its output into the answer."""
+    turns = [(tool_call_text(PROBLEM), [PROBLEM.answer]), (answer_text(PROBLEM.answer), None)]
+    return fit_policy(tiny_model_dir, tmp_path_factory.mktemp("tool-policy"), PROBLEM, turns)
+
+
+def call(tool: str, code: str) -> str:
+    return "<tool_call>" + json.dumps({"name": tool, "arguments": {"code": code}}) + "</tool_call>"
+
+
+@pytest.fixture(scope="module")
+def two_tool_policy_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Calls the stateless and the notebook Python in one turn, then reads the
+    notebook's variable in the next, then answers."""
+    turns = [
+        (call(python.name, "print(6 * 7)") + call(jupyter.name, "x = 6 * 7"), ["42", "(no output)"]),
+        (call(jupyter.name, "print(x)"), ["42"]),
+        (answer_text("42"), None),
+    ]
+    return fit_policy(tiny_model_dir, tmp_path_factory.mktemp("two-tool-policy"), PROBLEM, turns)
 
 
 class Recorder(httpx.AsyncBaseTransport):
@@ -105,7 +130,7 @@ async def test_tool_using_trajectories_are_token_exact(policy_server: VLLMServer
         SandboxPool(SandboxConfig(workers=1)) as sandbox,
         Grader(workers=1) as grader,
     ):
-        engine = RolloutEngine(backend=client, sandbox=sandbox, config=CONFIG, tokenizer=tok, scorer=grader)
+        engine = RolloutEngine(backend=client, sandbox=sandbox, config=CONFIG, tokenizer=tok, reward=grader)
         [group] = await engine.run([PROBLEM], n=2)
 
     # Trajectories run concurrently: match each turn to a served completion by content.
@@ -128,3 +153,30 @@ async def test_tool_using_trajectories_are_token_exact(policy_server: VLLMServer
             assert set(t.loss_mask[appended]) <= {0} and set(t.logprobs[appended]) <= {0.0}
         assert len(t.response_ids) == len(t.loss_mask) == len(t.logprobs)
     assert served == []
+
+
+@pytest.mark.anyio
+async def test_a_trajectory_uses_both_tools_and_the_notebook_keeps_its_state(
+    vllm_server: VLLMServer, two_tool_policy_dir: Path, tiny_model_dir: Path
+) -> None:
+    restore_weights(vllm_server, two_tool_policy_dir, "two-tool-policy")
+    try:
+        tok = HFChatTokenizer.from_pretrained(two_tool_policy_dir)
+        config = msgspec.structs.replace(CONFIG, max_turns=4, tools=[f"rstar2_async.rollout.tools:{n}" for n in ("python", "jupyter")])
+        async with (
+            TokenClient(vllm_server.base_url + "/v1", model=vllm_server.model) as client,
+            SandboxPool(SandboxConfig(workers=2)) as sandbox,
+            Grader(workers=1) as grader,
+        ):
+            engine = RolloutEngine(backend=client, sandbox=sandbox, config=config, tokenizer=tok, reward=grader)
+            [group] = await engine.run([PROBLEM], n=1)
+    finally:
+        restore_weights(vllm_server, tiny_model_dir, "default")
+    [t] = group.trajectories
+    assert t.finish_reason == "answer" and t.reward == 1.0, t.response_text
+    first, second, _ = t.turns
+    assert [(r.call.name, r.status, r.output) for r in first.tool_results] == [  # type: ignore[union-attr]
+        (python.name, "ok", "42"), (jupyter.name, "ok", "(no output)"),
+    ]
+    # The notebook's second call sees the variable its first call defined.
+    assert [(r.call.name, r.status, r.output) for r in second.tool_results] == [(jupyter.name, "ok", "42")]  # type: ignore[union-attr]

@@ -71,7 +71,7 @@ def new_weights(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 
 def prompt_ids(tiny_model_dir: Path, text: str) -> list[int]:
-    from rstar2_async.chat import HFChatTokenizer
+    from rstar2_async.rollout import HFChatTokenizer
 
     return HFChatTokenizer.from_pretrained(tiny_model_dir).encode_prompt([{"role": "user", "content": text}])
 
@@ -118,18 +118,17 @@ async def test_weight_sync_then_greedy_outputs_match_transformers_on_new_weights
 
 
 async def test_sigkill_during_rollout_loses_no_trajectory_and_server_comes_back(fleet: Fleet, tiny_model_dir: Path) -> None:
-    from rstar2_async.chat import HFChatTokenizer
     from rstar2_async.config import RolloutConfig
-    from rstar2_async.engine import RolloutEngine
+    from rstar2_async.rollout import HFChatTokenizer, RolloutEngine
     from rstar2_async.types import Problem
-    from tests.fakes.model import InProcessSandbox
+    from tests.fakes.model import FakeSandbox
 
     problems = [Problem(id=f"p{i}", problem=f"What is {i} times {i + 3}? " * 4, answer=str(i * (i + 3))) for i in range(6)]
     config = RolloutConfig(max_turns=2, max_response_tokens=96, max_in_flight=12)
     async with ServerPool(fleet.specs(), model="tiny", poll_interval_s=0.2) as pool:
         sync = WeightSync(pool, DiskTransport(), restart=fleet.restart)
         victim = fleet.servers[0]
-        engine = RolloutEngine(backend=pool, sandbox=InProcessSandbox(), config=config,
+        engine = RolloutEngine(backend=pool, sandbox=FakeSandbox(), config=config,
                                tokenizer=HFChatTokenizer.from_pretrained(tiny_model_dir))
 
         async def kill_when_busy() -> None:

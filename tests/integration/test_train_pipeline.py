@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from rstar2_async.checkpoint import latest_checkpoint
 from rstar2_async.cli.train import train
-from rstar2_async.configio import convert, to_toml
-from rstar2_async.synthetic import make_problems, write_problems, write_sft_transcripts
-from rstar2_async.train_config import TrainConfig
-from rstar2_async.trainer import TrainError
+from rstar2_async.config import TrainConfig, convert, to_toml
+from rstar2_async.demo import make_problems, write_problems, write_sft_transcripts
+from rstar2_async.errors import TrainError
+from rstar2_async.learn import latest_checkpoint
 
 pytestmark = [pytest.mark.vllm]
 

@@ -49,7 +49,7 @@ def test_exports() -> None:
         "ClientState", "ClientStatistics", "ExecResult", "HostSupport", "PoolState", "PoolStatistics",
         "Sandbox", "SandboxBroken", "SandboxClient", "SandboxClosed", "SandboxConfig", "SandboxError",
         "SandboxPool", "SandboxService", "SandboxUnavailable", "ServiceError", "ServiceUnavailable",
-        "Status", "check_host",
+        "Status", "benchmark", "check_host",
     ])
     for name in sandbox.__all__:
         assert getattr(sandbox, name) is not None

@@ -5,8 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from sandbox import PoolState, SandboxClosed, SandboxPool, SandboxUnavailable
-from sandbox import _jail
+from sandbox import PoolState, SandboxClosed, SandboxPool, SandboxUnavailable, _jail
 from sandbox._jail import HostSupport
 
 from ._helpers import config, pool_processes, project_file, wait_until

@@ -1,0 +1,47 @@
+"""Typed configuration of every part, loaded from TOML with errors that name the field.
+
+One struct per section; a process's config composes them (:class:`TrainConfig` for
+``rstar2 train``, :class:`EvalConfig` for ``rstar2 eval``).  Every field has a
+docstring and bounds; :func:`load_toml` and :func:`convert` turn a violation into
+``section.field: expected ..., got ...`` (a :class:`rstar2_async.errors.ConfigError`).
+Importing this package imports neither torch nor any engine.
+"""
+
+from ..errors import ConfigError
+from ._eval import EvalConfig
+from ._inference import InferenceConfig, LocalServerConfig, PoolConfig, WeightSyncConfig
+from ._io import convert, load_toml, to_toml
+from ._learner import LearnerConfig
+from ._reward import DataConfig, RewardConfig
+from ._rollout import RolloutConfig, SamplingConfig
+from ._train import (
+    EvalSection,
+    ModelConfig,
+    RunConfig,
+    StageConfig,
+    TinyModelConfig,
+    TrainConfig,
+)
+
+__all__ = [
+    "ConfigError",
+    "DataConfig",
+    "EvalConfig",
+    "EvalSection",
+    "InferenceConfig",
+    "LearnerConfig",
+    "LocalServerConfig",
+    "ModelConfig",
+    "PoolConfig",
+    "RewardConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "SamplingConfig",
+    "StageConfig",
+    "TinyModelConfig",
+    "TrainConfig",
+    "WeightSyncConfig",
+    "convert",
+    "load_toml",
+    "to_toml",
+]

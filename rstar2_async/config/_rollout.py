@@ -1,0 +1,68 @@
+"""Typed configuration of one trajectory and of the engine that runs many: turns,
+token budget, tools, sampling, admission.
+
+Each field carries its reason in a docstring and its bounds in ``msgspec.Meta``;
+:func:`rstar2_async.config.convert` turns violations into messages that name the
+dotted field and the value given.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class SamplingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Sampling parameters sent with every generation request.  Always explicit:
+    evaluation numbers are meaningless without them."""
+
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] = 1.0
+    """Softmax temperature; 0 is greedy."""
+    top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] = 1.0
+    """Nucleus sampling mass."""
+    top_k: Annotated[int, msgspec.Meta(ge=-1)] = -1
+    """Top-k cut-off; -1 disables it."""
+    seed: int | None = None
+    """Per-request seed base; the sample index is added so samples differ."""
+
+
+class RolloutConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """How one trajectory runs and how many run at once."""
+
+    max_turns: PositiveInt = 5
+    """Assistant turns per trajectory (rStar2 stage 1: 5)."""
+    max_response_tokens: PositiveInt = 8192
+    """Budget for everything after the prompt, model and tool tokens alike; each turn
+    may generate only what is left of it (rStar2: 8K in stage 1, 12K in stage 2)."""
+    max_in_flight: PositiveInt = 1024
+    """Admission bound: trajectories running at once over every call of the run's one
+    engine (a rollout running ahead and an evaluation share it).  Others wait in
+    FIFO order."""
+    trajectory_timeout_s: PositiveFloat = 1800.0
+    """Wall-clock budget of one trajectory; past it the trajectory ends as ``timeout``."""
+    tool_timeout_s: PositiveFloat = 4.0
+    """Wall-clock limit of one tool call in the sandbox (rStar2: 4 s)."""
+    max_tool_calls_per_turn: PositiveInt = 4
+    """Calls beyond this in one turn get a tool error instead of running."""
+    max_tool_output_chars: PositiveInt = 2048
+    """Tool output longer than this is cut in the middle, keeping head and tail."""
+    system_prompt: str | None = None
+    """Replaces the built-in rStar2-style system prompt (the tool list is appended)."""
+    list_tools: bool = True
+    """Append the tool list (``<tools>`` JSON) to the system prompt.  Off for a model
+    fine-tuned on the one fixed tool, where it only lengthens every prompt."""
+    sampling: SamplingConfig = msgspec.field(default_factory=SamplingConfig)
+    """Sampling of every generation (an evaluation or a stage may pass its own)."""
+    tools: Annotated[list[str], msgspec.Meta(min_length=1)] = msgspec.field(
+        default_factory=lambda: ["rstar2_async.rollout.tools:python"]
+    )
+    """The tools the model may call, each a ``"module:name"`` import path of a
+    :class:`rstar2_async.rollout.Tool` (or of a class or function that makes one).
+    Shipped: ``rstar2_async.rollout.tools:python`` (stateless, ``code`` and ``input``)
+    and ``rstar2_async.rollout.tools:jupyter`` (rStar2's notebook-style Python: each
+    call sees the variables of the trajectory's earlier calls).  The system prompt
+    lists the tools in this order."""

@@ -1,0 +1,238 @@
+"""GRPO loss and update step, as rStar2-Agent trains with it (arXiv 2508.20722, Sec. 3).
+
+Variant implemented:
+
+- **Baseline / advantage**: group-normalised outcome reward,
+  ``A_i = (r_i - mean(r)) / (std(r) + eps)`` over the (RoC-downsampled) group,
+  the same for every token of trajectory ``i``. ``std`` is the unbiased sample std
+  (torch/verl's ``std``; the paper does not say). ``std_normalize=False`` gives
+  Dr. GRPO's mean-centred advantage.
+- **Ratio clipping**: PPO's pessimistic clipped objective with separate bounds,
+  ``clip(ratio, 1 - clip_low, 1 + clip_high)`` (0.2 / 0.28, "clip-higher").
+- **Old policy**: the *sampling* logprob the inference server returned, so the
+  ratio also absorbs the server/learner numerical gap. With ``tis_cap`` set the
+  learner recomputes the old logprobs itself before any update and weights each
+  token by ``min(pi_learner_old / pi_sampler, tis_cap)`` (truncated importance
+  sampling) instead.
+- **Normalisation**: token-mean over *all* loss tokens of the mini-batch, across
+  ranks (not per-sequence mean, which would favour short responses).
+- **KL / entropy**: none by default, like rStar2 (departing from the original GRPO,
+  which has a KL penalty). ``kl_coef > 0`` adds the k3 estimator against the frozen
+  initial policy; ``entropy_coef > 0`` subtracts an entropy bonus.
+- **Loss mask**: prompt, tool-response and template tokens get no loss.
+
+The update step: the batch is split into ``mini_batches`` parts (one optimizer step
+each), each part is dealt to ranks by tokens, packed into micro-batches under the
+token budget, and every rank runs the same number of micro-batches.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import final
+
+import msgspec
+import torch
+
+from ..types import Group
+from ._learner import Learner
+from ._packing import MicroBatch, TrainSeq, collate, plan_micro_batches, shard_by_tokens
+
+__all__ = ["GrpoStats", "group_advantages", "grpo_step", "policy_loss", "sequences_from_groups"]
+
+
+def group_advantages(rewards: Sequence[float], *, eps: float = 1e-6, std_normalize: bool = True) -> list[float]:
+    """GRPO's baseline: ``(r - mean) / (std + eps)`` within one group (unbiased std;
+    a group of one has std 0)."""
+    n = len(rewards)
+    assert n >= 1, "group_advantages: empty group"
+    mean = sum(rewards) / n
+    if not std_normalize:
+        return [r - mean for r in rewards]
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1)) if n > 1 else 0.0
+    return [(r - mean) / (std + eps) for r in rewards]
+
+
+def sequences_from_groups(
+    groups: Sequence[Group], *, eps: float = 1e-6, std_normalize: bool = True
+) -> list[TrainSeq]:
+    """One :class:`TrainSeq` per trajectory: prompt + response ids, the response's
+    loss mask and sampling logprobs, and the trajectory's group advantage."""
+    seqs: list[TrainSeq] = []
+    for g, group in enumerate(groups):
+        advs = group_advantages(group.rewards, eps=eps, std_normalize=std_normalize)
+        for t, a in zip(group.trajectories, advs):
+            p = len(t.prompt_ids)
+            seqs.append(
+                TrainSeq(
+                    ids=t.prompt_ids + t.response_ids,
+                    mask=[0] * p + t.loss_mask,
+                    logprobs=[0.0] * p + t.logprobs,
+                    advantage=a,
+                    group=g,
+                )
+            )
+    return seqs
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    is_weight: torch.Tensor | None = None,
+    ref_logp: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token clipped surrogate, *summed* over masked tokens (all inputs ``[T]``).
+
+    The caller divides by the number of loss tokens of the whole mini-batch (over all
+    ranks) to get the token-mean. Returns ``(loss_sum, stats)``; stats are detached
+    0-dim tensors on the loss's device, sums over masked tokens (``clipped``,
+    ``ratio``, ``kl``, ``entropy``), so logging adds no device sync per micro-batch.
+    """
+    ratio = torch.exp(logp - old_logp)  # [T]
+    surr = advantages * ratio  # [T]
+    surr_clipped = advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)  # [T]
+    per_token = -torch.minimum(surr, surr_clipped)  # [T] pessimistic bound
+    if is_weight is not None:
+        per_token = per_token * is_weight
+    stats = {
+        "clipped": ((surr_clipped < surr).float() * mask).sum().detach(),
+        "ratio": (ratio.detach() * mask).sum(),
+    }
+    if kl_coef > 0:
+        assert ref_logp is not None, "policy_loss: kl_coef > 0 needs ref_logp"
+        d = ref_logp - logp  # [T]
+        kl = torch.exp(d) - d - 1.0  # k3 estimator, >= 0
+        per_token = per_token + kl_coef * kl
+        stats["kl"] = (kl.detach() * mask).sum()
+    if entropy_coef > 0:
+        assert entropy is not None, "policy_loss: entropy_coef > 0 needs entropy"
+        per_token = per_token - entropy_coef * entropy
+    if entropy is not None:
+        stats["entropy"] = (entropy.detach() * mask).sum()
+    return (per_token * mask).sum(), stats
+
+
+@final
+class GrpoStats(msgspec.Struct, frozen=True):
+    """One GRPO update, reduced over ranks. Token means are over loss tokens."""
+
+    loss: float
+    clip_frac: float
+    ratio_mean: float
+    kl: float
+    entropy: float
+    grad_norm: float
+    lr: float
+    loss_tokens: int
+    tokens: int
+    sequences: int
+    micro_batches: int
+    optimizer_steps: int
+    seconds: float
+
+
+def grpo_step(learner: Learner, groups: Sequence[Group]) -> GrpoStats:
+    """One GRPO update on ``groups`` (every rank passes the same groups).
+
+    Takes ``learner.config.mini_batches`` optimizer steps. Returns stats reduced over
+    ranks; ``loss`` is the token-mean loss of the batch, each mini-batch evaluated
+    before its own optimizer step.
+    """
+    c = learner.config
+    t0 = time.perf_counter()
+    seqs = sequences_from_groups(groups, eps=c.advantage_eps, std_normalize=c.std_normalize)
+    assert len(seqs) >= c.mini_batches, f"grpo_step: {len(seqs)} sequences < learner.mini_batches={c.mini_batches}"
+
+    # Plan every micro-batch of every mini-batch first (TIS needs the pre-update policy).
+    plan: list[list[MicroBatch]] = []
+    for part in _split(seqs, c.mini_batches):
+        mine = [part[i] for i in shard_by_tokens([len(s) for s in part], learner.world_size)[learner.rank]]
+        bins = plan_micro_batches([len(s) for s in mine], c.micro_batch_tokens)
+        # Same micro-batch count on every rank: ZeRO's collectives must match.
+        n_micro = int(learner.all_reduce([len(bins)], op="max")[0])
+        bins += [[]] * (n_micro - len(bins))
+        plan.append([collate([mine[i] for i in b]) for b in bins])
+
+    is_weights: dict[tuple[int, int], torch.Tensor] = {}
+    if c.tis_cap is not None:
+        for m, mbs in enumerate(plan):
+            for k, mb in enumerate(mbs):
+                old, _ = learner.logprobs(mb, grad=False)  # [T], the learner's own old policy
+                ratio = torch.exp(old - mb.old_logprobs.to(old.device))  # [T] pi_learner / pi_sampler
+                is_weights[m, k] = torch.clamp(ratio, max=c.tis_cap) * mb.mask.to(old.device)
+                plan[m][k] = _with_old_logprobs(mb, old)
+
+    keys = ["loss", "clipped", "ratio", "kl", "entropy"]
+    sums: dict[str, torch.Tensor | float] = dict.fromkeys(keys, 0.0)  # device tensors once added to
+    grad_norm = lr = 0.0
+    loss_tokens = tokens = 0
+    for m, mbs in enumerate(plan):
+        # Token-mean over the mini-batch on all ranks; one sync point per mini-batch.
+        n_tok = learner.all_reduce([sum(mb.num_loss_tokens for mb in mbs)])[0]
+        for k, mb in enumerate(mbs):
+            logp, ent = learner.logprobs(mb, entropy=c.entropy_coef > 0)
+            ref = learner.logprobs(mb, grad=False, reference=True)[0] if c.kl_coef > 0 else None
+            loss_sum, st = policy_loss(
+                logp, mb.old_logprobs.to(logp.device), mb.advantages.to(logp.device), mb.mask.to(logp.device),
+                clip_low=c.clip_low, clip_high=c.clip_high, is_weight=is_weights.get((m, k)),
+                ref_logp=ref, kl_coef=c.kl_coef, entropy=ent, entropy_coef=c.entropy_coef,
+            )  # fmt: skip
+            # DeepSpeed averages gradients over ranks: scale by world_size so the
+            # result is the sum over all ranks' tokens divided by n_tok.
+            learner.backward(loss_sum * (learner.world_size / max(n_tok, 1.0)), last=k == len(mbs) - 1)
+            sums["loss"] = sums["loss"] + loss_sum.detach() / max(n_tok, 1.0)
+            for key, v in st.items():
+                sums[key] = sums[key] + v
+            loss_tokens += mb.num_loss_tokens
+            tokens += mb.num_tokens if mb.num_loss_tokens else 0
+        step = learner.step()
+        grad_norm += step["grad_norm"] / len(plan)
+        lr += step["lr"] / len(plan)
+
+    # One device sync for all the statistics, then one all-reduce.
+    red = learner.all_reduce([float(sums[k]) for k in keys] + [loss_tokens, tokens])
+    tot = dict(zip(keys, red[:5]))
+    n_loss = max(red[5], 1.0)
+    return GrpoStats(
+        loss=tot["loss"] / len(plan),
+        clip_frac=tot["clipped"] / n_loss,
+        ratio_mean=tot["ratio"] / n_loss,
+        kl=tot["kl"] / n_loss,
+        entropy=tot["entropy"] / n_loss,
+        grad_norm=grad_norm,
+        lr=lr,
+        loss_tokens=int(red[5]),
+        tokens=int(red[6]),
+        sequences=len(seqs),
+        micro_batches=sum(len(mbs) for mbs in plan),
+        optimizer_steps=len(plan),
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def _split(seqs: list[TrainSeq], parts: int) -> list[list[TrainSeq]]:
+    """``parts`` contiguous chunks of near-equal size (sizes differ by at most 1)."""
+    q, r = divmod(len(seqs), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + q + (i < r)
+        out.append(seqs[start:end])
+        start = end
+    return out
+
+
+def _with_old_logprobs(mb: MicroBatch, old: torch.Tensor) -> MicroBatch:
+    return MicroBatch(
+        mb.input_ids, mb.position_ids, mb.targets, mb.mask, old.detach().cpu() * mb.mask,
+        mb.advantages, mb.seq_lens,
+    )  # fmt: skip

@@ -1,0 +1,52 @@
+"""Steps 1, 7 and 8 of an RL step, and the recipe that repeats them: rStar2's stages.
+
+:class:`Trainer` (``_trainer``) is the loop, read top to bottom: a batch of problems
+(``_data``), the rollout and its reward through the run's one engine (built by
+``_stack`` with its servers, sandbox and grader), GRPO-RoC, the learner's update,
+export and weight sync, then metrics (``_metrics``), evaluation (``_evaluate``) and
+checkpoints.  ``_ahead`` runs a rollout one step ahead when staleness is allowed;
+``_state`` is what a checkpoint keeps.  Importing this package imports no torch (the
+trainer imports the learner when it runs).
+"""
+
+from ._data import batch_for_step, data_dir, load_problems, resolve
+from ._evaluate import EvalSummary, evaluate, load_finished, majority_correct, summarize
+from ._metrics import (
+    PLOTS,
+    MetricsWriter,
+    plot_metrics,
+    read_metrics,
+    rollout_metrics,
+    write_samples,
+)
+from ._progress import StepBar, show_progress
+from ._stack import RolloutStack, check_reachable, rollout_stack
+from ._state import TrainState, TrainSummary, prepare_model
+from ._trainer import Trainer
+
+__all__ = [
+    "EvalSummary",
+    "MetricsWriter",
+    "PLOTS",
+    "RolloutStack",
+    "StepBar",
+    "TrainState",
+    "TrainSummary",
+    "Trainer",
+    "batch_for_step",
+    "check_reachable",
+    "data_dir",
+    "evaluate",
+    "load_finished",
+    "load_problems",
+    "majority_correct",
+    "plot_metrics",
+    "prepare_model",
+    "read_metrics",
+    "resolve",
+    "rollout_metrics",
+    "rollout_stack",
+    "show_progress",
+    "summarize",
+    "write_samples",
+]

@@ -1,0 +1,64 @@
+"""Where the RL loop's rollouts come from: on-policy, or one step ahead of the learner.
+
+``run.max_staleness = 0`` (rStar2's): the rollout of step k+1 starts after the sync of
+step k.  ``> 0``: as soon as step k's rollout is taken, step k+1's starts in the
+background and overlaps step k's update and sync; its trajectories may come from
+weights up to ``max_staleness`` versions old (each keeps its version, and the trainer
+drops groups older than the bound).  The trainer's loop reads the same either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+
+from ._state import RolloutResult
+
+__all__ = ["Rollouts", "rollouts"]
+
+
+class _Pending:
+    """A rollout running ahead, in the block's task group."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.done = anyio.Event()
+        self.value: RolloutResult | None = None
+
+    async def run(self, rollout: Callable[[int], Awaitable[RolloutResult]]) -> None:
+        self.value = await rollout(self.step)
+        self.done.set()
+
+
+class Rollouts:
+    """Hands out each step's rollout; see :func:`rollouts`."""
+
+    def __init__(self, rollout: Callable[[int], Awaitable[RolloutResult]], end: int, ahead: bool, tg: anyio.abc.TaskGroup) -> None:
+        self._rollout, self._end, self._ahead, self._tg = rollout, end, ahead, tg
+        self._pending: _Pending | None = None
+
+    async def take(self, step: int) -> RolloutResult:
+        """Step ``step``'s rollout: the one running ahead, or a new one; then start the
+        next step's when running ahead."""
+        pending, self._pending = self._pending, None
+        if pending is not None and pending.step == step:
+            await pending.done.wait()
+            assert pending.value is not None
+            result = pending.value
+        else:
+            result = await self._rollout(step)
+        if self._ahead and step + 1 < self._end:
+            self._pending = _Pending(step + 1)
+            self._tg.start_soon(self._pending.run, self._rollout)
+        return result
+
+
+@asynccontextmanager
+async def rollouts(rollout: Callable[[int], Awaitable[RolloutResult]], *, end: int, ahead: bool) -> AsyncIterator[Rollouts]:
+    """Rollouts of steps up to ``end`` (exclusive), made by ``rollout(step)``, one step
+    ahead when ``ahead``.  Leaving the block cancels a rollout still running ahead."""
+    async with anyio.create_task_group() as tg:
+        yield Rollouts(rollout, end, ahead, tg)
+        tg.cancel_scope.cancel()

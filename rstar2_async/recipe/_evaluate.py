@@ -1,0 +1,143 @@
+"""Evaluation through the rollout engine: avg@n, pass@n, maj@n, lengths, tool use.
+
+Every sample is appended to ``samples.jsonl`` the moment it finishes, so an
+interrupted evaluation resumes without redoing a finished sample; a line cut short
+by a crash is dropped on resume.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from ..config import SamplingConfig
+from ..reward import extract_answer, normalize_answer
+from ..rollout import RolloutEngine
+from ..types import Group, Problem, Trajectory
+
+__all__ = ["EvalSummary", "evaluate", "load_finished", "majority_correct", "summarize"]
+
+
+class EvalSummary(msgspec.Struct, frozen=True):
+    """What ``rstar2 eval`` prints and writes to ``summary.json``."""
+
+    dataset: str
+    problems: int
+    n: int
+    temperature: float
+    top_p: float
+    avg_at_n: float
+    """Mean reward over all samples (avg@n, "pass@1 averaged over n samples")."""
+    pass_at_n: float
+    """Share of problems with at least one correct sample."""
+    maj_at_n: float
+    """Share of problems whose most frequent (normalised) answer is correct."""
+    mean_response_tokens: float
+    mean_turns: float
+    mean_tool_calls: float
+    mean_tool_errors: float
+    finish_reasons: dict[str, int]
+    resumed_samples: int = 0
+    wall_s: float = 0.0
+
+
+_trajectory_decoder = msgspec.json.Decoder(Trajectory)
+_encoder = msgspec.json.Encoder()
+
+
+def load_finished(path: Path, problems: Sequence[Problem]) -> dict[tuple[str, int], Trajectory]:
+    """Samples already in ``path`` for these problems.  A trailing partial line (the
+    process died mid-write) is cut off the file so that appends stay line-aligned."""
+    if not path.exists():
+        return {}
+    data = path.read_bytes()
+    complete = data[: data.rfind(b"\n") + 1]
+    if len(complete) != len(data):
+        path.write_bytes(complete)
+    wanted = {p.id for p in problems}
+    finished: dict[tuple[str, int], Trajectory] = {}
+    for line in complete.splitlines():
+        t = _trajectory_decoder.decode(line)
+        if t.problem_id in wanted:
+            finished[t.problem_id, t.sample_index] = t
+    return finished
+
+
+def majority_correct(group: Group) -> bool:
+    """Whether the most frequent normalised answer in the group is a correct one."""
+    votes: collections.Counter[str] = collections.Counter()
+    correct: dict[str, bool] = {}
+    for t in group.trajectories:
+        answer = extract_answer(t.response_text)
+        if answer is None:
+            continue
+        key = normalize_answer(answer)
+        votes[key] += 1
+        correct[key] = correct.get(key, False) or (t.reward or 0.0) > 0.5
+    if not votes:
+        return False
+    key, _ = votes.most_common(1)[0]
+    return correct[key]
+
+
+def summarize(dataset: str, groups: Sequence[Group], *, n: int, temperature: float, top_p: float) -> EvalSummary:
+    samples = [t for g in groups for t in g.trajectories]
+    return EvalSummary(
+        dataset=dataset,
+        problems=len(groups),
+        n=n,
+        temperature=temperature,
+        top_p=top_p,
+        avg_at_n=statistics.fmean((t.reward or 0.0) for t in samples),
+        pass_at_n=statistics.fmean(float(max(g.rewards) > 0.5) for g in groups),
+        maj_at_n=statistics.fmean(float(majority_correct(g)) for g in groups),
+        mean_response_tokens=statistics.fmean(sum(turn.num_generated for turn in t.turns) for t in samples),
+        mean_turns=statistics.fmean(t.num_turns for t in samples),
+        mean_tool_calls=statistics.fmean(t.num_tool_calls for t in samples),
+        mean_tool_errors=statistics.fmean(t.num_tool_errors for t in samples),
+        finish_reasons=dict(collections.Counter(t.finish_reason for t in samples)),
+    )
+
+
+async def evaluate(
+    engine: RolloutEngine,
+    dataset: str,
+    problems: Sequence[Problem],
+    *,
+    n: int,
+    out_dir: Path,
+    sampling: SamplingConfig | None = None,
+) -> EvalSummary:
+    """Run ``n`` samples per problem, resuming from ``out_dir/samples.jsonl``, and
+    write ``out_dir/summary.json``.  The engine must have a reward.
+
+    Args:
+        sampling: this evaluation's sampling (default: the engine's); written into
+            the summary either way.
+    """
+    if engine.reward is None:
+        raise ValueError("evaluation needs an engine with a reward (a reward.Grader)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    samples_path = out_dir / "samples.jsonl"
+    finished = load_finished(samples_path, problems)
+    t0 = time.monotonic()
+    with samples_path.open("ab") as f:
+
+        def append(t: Trajectory) -> None:
+            f.write(_encoder.encode(t) + b"\n")
+            f.flush()
+
+        groups = await engine.run(problems, n, sampling=sampling, finished=finished, on_trajectory=append)
+    sampling = sampling or engine.config.sampling
+    summary = msgspec.structs.replace(
+        summarize(dataset, groups, n=n, temperature=sampling.temperature, top_p=sampling.top_p),
+        resumed_samples=len(finished),
+        wall_s=time.monotonic() - t0,
+    )
+    (out_dir / "summary.json").write_bytes(msgspec.json.format(_encoder.encode(summary)) + b"\n")
+    return summary

@@ -1,0 +1,106 @@
+"""What the trainer keeps between steps and hands back: its resumable state, the run's
+summary, one rollout's result, and the base model it starts from."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..config import ModelConfig
+from ..errors import TrainError
+from ..reward import Reward
+from ..types import Group, Problem
+
+__all__ = ["RolloutResult", "TimedReward", "TrainState", "TrainSummary", "prepare_model"]
+
+
+class TrainState(msgspec.Struct, kw_only=True):
+    """What a checkpoint stores besides the learner (JSON).  With the learner's model,
+    optimizer, scheduler and RNG states it makes resume exact: batches are a pure
+    function of (seed, stage, step)."""
+
+    stage: int = 0
+    step_in_stage: int = 0
+    rl_step: int = 0
+    weight_version: int = 0
+    weights_dir: str | None = None
+    hard_problems: dict[str, list[str]] = {}
+    evals: list[dict[str, Any]] = []
+
+
+class TrainSummary(msgspec.Struct, frozen=True):
+    """What ``rstar2 train`` prints (and writes to ``summary.json``) at the end."""
+
+    run_dir: str
+    rl_steps: int
+    wall_s: float
+    evals: list[dict[str, Any]]
+    """Each evaluation: ``{"rl_step", "stage", "<set>": accuracy, "accuracy": mean}``."""
+    phase_seconds: dict[str, float]
+    """Wall seconds spent per phase over the run (rollout, reward, update, sync, eval)."""
+    plots: list[str]
+    stopped: bool = False
+    """Stopped early (SIGTERM, ``Trainer.stop``) after writing a checkpoint: ``--resume`` continues."""
+
+
+class RolloutResult:
+    """One batch's groups, what GRPO-RoC kept and dropped, and how long it took."""
+
+    def __init__(self, batch: list[Problem]) -> None:
+        self.batch = batch
+        self.groups: list[Group] = []
+        self.kept: list[Group] = []
+        self.dropped: dict[str, int] = {}
+        self.seconds = 0.0
+        self.reward_seconds = 0.0
+
+
+class TimedReward:
+    """Wraps the run's reward to measure the wall time during which any grading runs.
+
+    Grading happens inside the rollout, as each trajectory ends, so this time
+    overlaps the rollout's; summing per-call durations instead would count
+    concurrent gradings several times over."""
+
+    def __init__(self, inner: Reward) -> None:
+        self.inner = inner
+        self.seconds = 0.0
+        self._active = 0
+        self._since = 0.0
+
+    async def reward(self, response_text: str, problem: Problem) -> float:
+        if self._active == 0:
+            self._since = time.monotonic()
+        self._active += 1
+        try:
+            return await self.inner.reward(response_text, problem)
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self.seconds += time.monotonic() - self._since
+
+
+def prepare_model(model: ModelConfig, run_dir: Path) -> Path:
+    """The base model directory: ``model.path``, or a tiny model built once into the run.
+
+    Raises:
+        TrainError: ``model.path`` is not a model directory.
+    """
+    if model.path is not None:
+        path = Path(model.path)
+        if not (path / "config.json").is_file():
+            raise TrainError(f"model.path: {path} is not a model directory (no config.json)")
+        return path
+    from ..demo import build_tiny_model
+
+    assert model.tiny is not None
+    out = run_dir / "base-model"
+    if not (out / "config.json").is_file():
+        shutil.rmtree(out, ignore_errors=True)
+        t = model.tiny
+        build_tiny_model(out, hidden_size=t.hidden_size, num_layers=t.num_layers, vocab_size=t.vocab_size, seed=t.seed)
+    return out

@@ -1,0 +1,346 @@
+"""``rstar2 train``: the rStar2 recipe, read top to bottom.
+
+    for stage in stages:                      # sft, rl-8k, rl-12k, rl-hard
+        sft:  cross-entropy on assistant tokens, then export + sync
+        rl:   (hard filter: drop problems the policy solves every time)
+              for step:  1. batch of problems             (_data.batch_for_step)
+                         2-4. rollout, reward             (engine.stream -> groups)
+                         5. GRPO-RoC downsample           (selection.roc_downsample)
+                         6. GRPO update                   (driver.grpo_step)
+                         7. export + weight sync          (driver.export, stack.sync)
+                         8. metrics, samples, evaluation, checkpoint
+
+On-policy like rStar2: the rollout of step k+1 starts after the sync of step k
+(``run.max_staleness > 0`` runs it one step ahead: ``_ahead``).  The learner runs in
+a worker thread (torch releases the GIL), so the event loop keeps serving progress,
+health polls and a rollout running ahead while the update runs.
+
+State that makes resume exact (in each checkpoint): stage index, step within the
+stage, weight version, the hard-filtered problem ids, and the learner's model,
+optimizer, scheduler and RNG states.  Batches are a pure function of (seed, stage,
+step), so a resumed run draws the same next batch.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import anyio.to_thread
+import msgspec
+
+from ..config import InferenceConfig, StageConfig, TrainConfig, to_toml
+from ..errors import TrainError
+from ..selection import roc_downsample
+from ..types import Problem
+from ._ahead import rollouts
+from ._data import batch_for_step, load_problems
+from ._evaluate import evaluate
+from ._metrics import MetricsWriter, plot_metrics, rollout_metrics, write_samples
+from ._progress import StepBar, show_progress
+from ._stack import RolloutStack, rollout_stack
+from ._state import RolloutResult, TimedReward, TrainState, TrainSummary, prepare_model
+
+if TYPE_CHECKING:
+    from ..learn import LearnerDriver
+
+__all__ = ["Trainer"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class Trainer:
+    """Runs a :class:`TrainConfig` in ``run_dir``.  Construct, then ``await run()``."""
+
+    def __init__(self, config: TrainConfig, *, resume: bool) -> None:
+        self.config = config
+        self.run_dir = Path(config.run.out_dir) / config.run.name
+        self.resume = resume
+        self.phase_seconds = dict.fromkeys(["rollout", "reward", "update", "sync", "eval", "sft"], 0.0)
+        self.state = TrainState()
+        self.stopped = False
+        self._work: anyio.CancelScope | None = None
+        self._learner_lock = anyio.CapacityLimiter(1)
+
+    def stop(self) -> None:
+        """Stop at the next safe point: running rollouts and evaluations are cancelled,
+        a learner step under way finishes, a checkpoint is written, and :meth:`run`
+        returns a summary with ``stopped`` set (``--resume`` continues the run).
+        SIGTERM calls this on rank 0, so a scheduler's preemption loses at most the
+        rollout in progress."""
+        self.stopped = True
+        if self._work is not None:
+            self._work.cancel()
+
+    async def _learn(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Learner work off the event loop, one call at a time (the learner is not
+        thread-safe)."""
+        return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs), limiter=self._learner_lock)
+
+    async def run(self) -> TrainSummary | None:
+        """Run every stage; returns the summary on rank 0 and None on the other ranks
+        of a multi-rank learner (they follow rank 0's learner calls)."""
+        from ..learn import Learner, LearnerDriver, barrier, follow, init_distributed
+
+        t0 = time.monotonic()
+        rank, _ = await self._learn(init_distributed)
+        if rank == 0:
+            prepare_model(self.config.model, self.run_dir)  # one builder; the others wait
+        await self._learn(barrier)
+        base = prepare_model(self.config.model, self.run_dir)  # built by now: just the path
+        learner = await self._learn(Learner, self.config.learner, base)
+        if learner.rank != 0:
+            # torchrun passes a SIGTERM to every rank: the others keep following rank 0,
+            # which stops at a safe point and has them join its checkpoint, then ends.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            await self._learn(follow, learner)
+            return None
+        self.driver: LearnerDriver = LearnerDriver(learner)
+        try:
+            self._check_run_dir()
+            async with anyio.create_task_group() as tg:
+                await tg.start(self._stop_on_sigterm)
+                await self._lead(base)
+                tg.cancel_scope.cancel()
+        finally:
+            await self._learn(self.driver.close)
+        plots = plot_metrics(self.run_dir / "metrics.jsonl", self.run_dir / "plots")
+        summary = TrainSummary(
+            run_dir=str(self.run_dir), rl_steps=self.state.rl_step, wall_s=time.monotonic() - t0, evals=self.state.evals,
+            phase_seconds=self.phase_seconds, plots=[str(p) for p in plots], stopped=self.stopped,
+        )  # fmt: skip
+        (self.run_dir / "summary.json").write_bytes(msgspec.json.format(msgspec.json.encode(summary)) + b"\n")
+        return summary
+
+    async def _lead(self, base: Path) -> None:
+        """Rank 0: drive the learner (and the other ranks' copies) through every stage."""
+        if self.resume:
+            saved = await self._learn(self.driver.load_checkpoint, self.run_dir / "checkpoints")
+            if saved is not None:
+                self.state = msgspec.convert(saved, TrainState)
+        weights = Path(self.state.weights_dir) if self.state.weights_dir else base
+        c = self.config
+        async with rollout_stack(
+            rollout=c.rollout, inference=c.inference or InferenceConfig(model="policy"), sandbox=c.sandbox,
+            model_dir=None if c.inference else weights, tokenizer_dir=base, local_server=c.server, pool=c.pool,
+            reward=c.reward, log_dir=self.run_dir, weight_sync=c.weight_sync,
+        ) as stack:  # fmt: skip
+            if c.inference and self.state.weight_version:
+                await self._sync(stack, weights, self.state.weight_version)  # they may hold older weights
+            self.timed = stack.engine.reward = TimedReward(stack.grader)
+            with MetricsWriter(self.run_dir) as metrics, anyio.CancelScope() as self._work:
+                if self.stopped:  # asked before the work began
+                    self._work.cancel()
+                for index in range(self.state.stage, len(c.stages)):
+                    stage = c.stages[index]
+                    if stage.kind == "sft":
+                        await self._sft_stage(stack, stage, metrics)
+                    else:
+                        await self._rl_stage(stack, index, stage, metrics)
+                    self.state.stage, self.state.step_in_stage = index + 1, 0
+                if not self.state.evals or self.state.evals[-1]["rl_step"] != self.state.rl_step:
+                    await self._evaluate(stack, metrics, "final")
+            if self.stopped and self.state.stage < len(c.stages):
+                with anyio.CancelScope(shield=True):
+                    await self._checkpoint(self.state.step_in_stage)
+
+    # --- stages -------------------------------------------------------------------
+
+    async def _sft_stage(self, stack: RolloutStack, stage: StageConfig, metrics: MetricsWriter) -> None:
+        from ..learn import load_chat_jsonl
+
+        seqs = load_chat_jsonl(stage.data, self.driver.learner.model_path, max_tokens=self.config.server.max_model_len)
+        t0 = time.monotonic()
+        with StepBar(stage.name, stage.steps, self.state.step_in_stage) as bar:
+            for step in range(self.state.step_in_stage, stage.steps):
+                with anyio.CancelScope(shield=True):  # a stop comes between steps, never inside one
+                    await self._set_lr(stage, step)
+                    batch = batch_for_step(seqs, stage.batch_problems, seed=self.config.run.seed, stage=self.state.stage, step=step)
+                    stats = await self._learn(self.driver.sft_step, batch)
+                    self.state.step_in_stage = step + 1
+                metrics.write(self.driver.learner.global_step, {"sft/loss": stats.loss, "sft/grad_norm": stats.grad_norm, "sft/lr": stats.lr})
+                bar.advance(f"loss {stats.loss:.4f}")
+                await anyio.lowlevel.checkpoint()  # where a stop takes effect
+        self.phase_seconds["sft"] += time.monotonic() - t0
+        await self._export_and_sync(stack)
+        await self._evaluate(stack, metrics, stage.name)
+        await self._checkpoint(stage.steps)
+
+    async def _rl_stage(self, stack: RolloutStack, index: int, stage: StageConfig, metrics: MetricsWriter) -> None:
+        problems = load_problems(stage.data, fields=self.config.data)
+        if stage.reset_optimizer and self.state.step_in_stage == 0:
+            await self._learn(self.driver.reset_optimizer)
+        if stage.hard_filter_samples:
+            problems = await self._hard_problems(stack, stage, problems)
+
+        async def rollout(step: int) -> RolloutResult:  # steps 1-5
+            batch = batch_for_step(problems, stage.batch_problems, seed=self.config.run.seed, stage=index, step=step)
+            return await self._rollout(stack, stage, batch, step)
+
+        ahead = self.config.run.max_staleness > 0
+        async with rollouts(rollout, end=stage.steps, ahead=ahead) as source:
+            for step in range(self.state.step_in_stage, stage.steps):
+                done = await source.take(step)
+                with anyio.CancelScope(shield=True):  # an update, its sync and its record go together
+                    await self._set_lr(stage, step)
+                    values = await self._update(stack, stage, done)  # steps 6-7
+                    self.state.rl_step += 1
+                    self.state.step_in_stage = step + 1
+                    metrics.write(self.state.rl_step, {"stage": stage.name, **values})  # step 8
+                every = self.config.run.eval_every
+                if every and self.state.rl_step % every == 0:
+                    await self._evaluate(stack, metrics, stage.name)
+                if (step + 1) % self.config.run.checkpoint_every == 0 or step + 1 == stage.steps:
+                    with anyio.CancelScope(shield=True):
+                        await self._checkpoint(step + 1)
+
+    async def _rollout(self, stack: RolloutStack, stage: StageConfig, batch: list[Problem], step: int) -> RolloutResult:
+        """Roll out one batch; GRPO-RoC downsamples each group as it completes."""
+        rng = random.Random(f"{self.config.run.seed}/roc/{stage.name}/{step}")
+        done = RolloutResult(batch)
+        reward_before = self.timed.seconds
+        t0 = time.monotonic()
+        engine = stack.engine
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(show_progress, engine, len(batch) * stage.n_oversample, f"{stage.name} step {step + 1}")
+            async with engine.stream(
+                batch, stage.n_oversample, max_turns=stage.max_turns, max_response_tokens=stage.max_response_tokens
+            ) as stream:
+                async for group in stream:
+                    done.groups.append(group)
+                    decision = roc_downsample(group, stage.n_keep, rng, selection=stage.roc_selection)
+                    if decision.group is not None:
+                        done.kept.append(decision.group)
+                    for d in decision.dropped:
+                        done.dropped[d.reason] = done.dropped.get(d.reason, 0) + 1
+            tg.cancel_scope.cancel()
+        done.seconds = time.monotonic() - t0
+        done.reward_seconds = self.timed.seconds - reward_before
+        return done
+
+    async def _update(self, stack: RolloutStack, stage: StageConfig, done: RolloutResult) -> dict[str, Any]:
+        """GRPO on the kept groups, then export and sync; returns the step's metrics."""
+        if self.config.run.samples_per_step:
+            write_samples(self.run_dir / "samples.jsonl", done.groups, self.config.run.samples_per_step,
+                          rl_step=self.state.rl_step + 1, stage=stage.name)  # fmt: skip
+        oldest = self.state.weight_version - self.config.run.max_staleness
+        fresh = [g for g in done.kept if all(t.weight_version >= oldest for t in g.trajectories)]
+        values: dict[str, Any] = rollout_metrics(done.groups)
+        values.update({f"roc/dropped_{k}": v for k, v in done.dropped.items()})
+        values["roc/groups_kept"] = len(fresh)
+        values["async/stale_groups_dropped"] = len(done.kept) - len(fresh)
+        update_s = sync_s = 0.0
+        if fresh:  # a batch where every group was all-right or all-wrong teaches nothing
+            t1 = time.monotonic()
+            stats = await self._learn(self.driver.grpo_step, fresh)
+            update_s = time.monotonic() - t1
+            values.update({f"learner/{k}": v for k, v in msgspec.structs.asdict(stats).items()})
+            sync_s = await self._export_and_sync(stack)
+        timings = {"rollout": done.seconds, "reward": done.reward_seconds, "update": update_s, "sync": sync_s}
+        for phase, seconds in timings.items():
+            values[f"time/{phase}_s"] = seconds
+            self.phase_seconds[phase] += seconds
+        values["weight_version"] = self.state.weight_version
+        return values
+
+    async def _hard_problems(self, stack: RolloutStack, stage: StageConfig, problems: list[Problem]) -> list[Problem]:
+        """rStar2 stage 3: keep problems the current policy does not solve every time."""
+        if stage.name not in self.state.hard_problems:
+            groups = await stack.engine.run(
+                problems, stage.hard_filter_samples, max_turns=stage.max_turns, max_response_tokens=stage.max_response_tokens
+            )
+            solved_all = {g.problem.id for g in groups if min(g.rewards) > 0.5}
+            self.state.hard_problems[stage.name] = [p.id for p in problems if p.id not in solved_all]
+        keep = set(self.state.hard_problems[stage.name])
+        hard = [p for p in problems if p.id in keep]
+        if not hard:
+            raise TrainError(f"stages[{stage.name}]: the policy solves every problem of {stage.data}; nothing is hard")
+        return hard
+
+    # --- weights, evaluation, checkpoints --------------------------------------------
+
+    async def _export_and_sync(self, stack: RolloutStack) -> float:
+        t0 = time.monotonic()
+        version = self.state.weight_version + 1
+        out = self.run_dir / "weights" / f"v{version:06d}"
+        # On disk whatever the transport: a broadcast sends this directory's tensors,
+        # and --resume, a restarted server or one the broadcast failed on load it.
+        await self._learn(self.driver.export, out)
+        await self._sync(stack, out, version)
+        previous = self.state.weights_dir
+        self.state.weight_version, self.state.weights_dir = version, str(out)
+        if previous and Path(previous).parent == out.parent:
+            shutil.rmtree(previous, ignore_errors=True)  # the servers hold the new ones now
+        return time.monotonic() - t0
+
+    async def _sync(self, stack: RolloutStack, weights: Path, version: int) -> None:
+        if stack.sync is None:
+            raise TrainError("training needs token mode (inference.mode = \"tokens\"): chat endpoints cannot load weights")
+        await stack.sync.sync(weights, version)
+        if stack.fleet is not None:
+            stack.fleet.set_model(str(weights))  # a restarted server comes back with these
+
+    async def _evaluate(self, stack: RolloutStack, metrics: MetricsWriter, label: str) -> None:
+        section = self.config.eval
+        if not section.data:
+            return
+        t0 = time.monotonic()
+        record: dict[str, Any] = {"rl_step": self.state.rl_step, "stage": label}
+        for name in section.data:
+            problems = load_problems(name, limit=section.limit, fields=self.config.data)
+            out = self.run_dir / "eval" / f"step-{self.state.rl_step:06d}-{label}" / Path(name).stem
+            summary = await evaluate(stack.engine, Path(name).stem, problems, n=section.n, out_dir=out, sampling=section.sampling)
+            record[Path(name).stem] = summary.avg_at_n
+        scores = [v for k, v in record.items() if k not in ("rl_step", "stage")]
+        record["accuracy"] = sum(scores) / len(scores)
+        self.state.evals.append(record)
+        metrics.write(self.state.rl_step, {f"eval/{k}": v for k, v in record.items() if k not in ("rl_step", "stage")})
+        self.phase_seconds["eval"] += time.monotonic() - t0
+
+    async def _checkpoint(self, step_in_stage: int) -> None:
+        self.state.step_in_stage = step_in_stage
+        root = self.run_dir / "checkpoints"
+        try:
+            await self._learn(self.driver.save_checkpoint, root, state=msgspec.to_builtins(self.state))
+        except OSError as exc:  # e.g. a full disk: the checkpoint is atomic, so nothing older is lost
+            from ..learn import latest_checkpoint
+
+            last = latest_checkpoint(root)
+            kept = f"the last complete checkpoint, {last}, is intact" if last else "no earlier checkpoint exists"
+            raise TrainError(
+                f"writing the checkpoint at step {step_in_stage} of stage "
+                f"{self.config.stages[self.state.stage].name!r} failed ({exc}); {kept}: "
+                "free space and run again with --resume"
+            ) from exc
+
+    async def _set_lr(self, stage: StageConfig, step: int) -> None:
+        peak = stage.lr or self.config.learner.lr
+        decay = 1.0 - step / stage.steps if stage.lr_decay == "linear" else 1.0
+        await self._learn(self.driver.set_peak_lr, peak * decay)
+
+    # --- set-up ---------------------------------------------------------------------
+
+    def _check_run_dir(self) -> None:
+        has_checkpoint = (self.run_dir / "checkpoints").is_dir() and any((self.run_dir / "checkpoints").iterdir())
+        if has_checkpoint and not self.resume:
+            raise TrainError(
+                f"{self.run_dir} already holds a run: pass --resume to continue it, or set run.name to start another"
+            )
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.toml").write_text(to_toml(self.config))
+
+    async def _stop_on_sigterm(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+            task_status.started()
+            async for _ in signals:
+                self.stop()

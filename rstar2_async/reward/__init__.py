@@ -1,0 +1,33 @@
+"""Step 4 of an RL step: what a finished trajectory is worth.
+
+The default is rStar2's math reward: the last ``\\boxed{}`` of the last ``<answer>``
+block (``_answer``), right when our normaliser (``_normalise``) or math-verify (in
+killable worker processes, ``_worker``) says it equals the gold answer.  A run may
+bring its own :data:`RewardFunction` (``[reward] function = "pkg.module:fn"``) with
+the same timeout and worker guarantees (``_grader``).  The engine calls any
+:class:`Reward`; :class:`Grader` is the one shipped.
+"""
+
+from ..errors import GraderBrokenError
+from ._answer import AnswerFormat, answer_format, extract_answer
+from ._grader import Grader, GraderStatistics, Reward, RewardFunction
+from ._normalise import MAX_ANSWER_CHARS, answers_match, normalize_answer
+from ._score import GRADING_TIMEOUT_S, score
+from ._worker import WORKER_START_TIMEOUT_S
+
+__all__ = [
+    "AnswerFormat",
+    "GRADING_TIMEOUT_S",
+    "Grader",
+    "GraderBrokenError",
+    "GraderStatistics",
+    "MAX_ANSWER_CHARS",
+    "Reward",
+    "RewardFunction",
+    "WORKER_START_TIMEOUT_S",
+    "answer_format",
+    "answers_match",
+    "extract_answer",
+    "normalize_answer",
+    "score",
+]

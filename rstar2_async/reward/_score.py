@@ -1,0 +1,89 @@
+"""The math grader for plain synchronous code, and what it shares with `Grader`: the
+verdicts reached without math-verify and the worker's alarm."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import threading
+
+from ._answer import extract_answer
+from ._normalise import MAX_ANSWER_CHARS, answers_match
+from ._worker import GradeRequest, SyncWorker
+
+__all__ = ["GRADING_TIMEOUT_S", "alarm_seconds", "quick_verdict", "score"]
+
+GRADING_TIMEOUT_S = 10.0
+"""Default wall-clock limit on one math-verify grading.  Real answers grade in
+milliseconds; math-verify's own limits are 5 s per step, so anything near 10 s is a
+pathological expression (a tower of powers, a huge factorial) that is wrong anyway."""
+
+_PLAIN_INT = re.compile(r"\s*[-+]?\d{1,50}\s*")
+"""An integer literal (no separators): exact, so the normaliser's "no" is final."""
+
+
+def quick_verdict(response_text: str, gold: str) -> tuple[float | None, str]:
+    """(verdict, answer): a verdict reached without math-verify, else (None, answer)."""
+    answer = extract_answer(response_text)
+    if answer is None or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
+        return 0.0, ""
+    if answers_match(answer, gold):
+        return 1.0, answer
+    if _PLAIN_INT.fullmatch(answer) and _PLAIN_INT.fullmatch(gold):
+        return 0.0, answer  # two different integers: math-verify cannot disagree
+    return None, answer
+
+
+def alarm_seconds(timeout: float) -> int:
+    """math-verify's own per-step limit: its three alarms together stay within
+    `timeout`, so a slow comparison usually ends without losing the worker."""
+    return int(timeout // 3)
+
+
+_sync_lock = threading.Lock()
+_sync_worker: SyncWorker | None = None
+
+
+@atexit.register
+def _kill_sync_worker() -> None:
+    global _sync_worker
+    with _sync_lock:
+        if _sync_worker is not None and _sync_worker.owner_pid == os.getpid():
+            _sync_worker.kill()
+        _sync_worker = None
+
+
+def score(response_text: str, gold: str, *, timeout: float = GRADING_TIMEOUT_S) -> float:
+    """Grade one response against the gold answer: 1.0 if right, else 0.0.
+
+    Synchronous, for plain code.  Calls from several threads are safe and take turns
+    on this process's one worker; `timeout` bounds the grading itself, not the wait
+    for a turn.  Do not call it from inside an event loop (it blocks); use `Grader`.
+
+    Resource handling: the worker starts on the first call that needs math-verify,
+    is replaced after a call that overran `timeout` (that call returns 0.0), and is
+    killed at interpreter exit.  A forked child starts its own.
+
+    Raises:
+        GraderBrokenError: no worker could be started.
+        ValueError: `timeout` <= 0.
+    """
+    global _sync_worker
+    if not timeout > 0:
+        raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
+    verdict, answer = quick_verdict(response_text, gold)
+    if verdict is not None:
+        return verdict
+    request = GradeRequest(answer=answer, gold=gold, alarm_s=alarm_seconds(timeout))
+    with _sync_lock:
+        if _sync_worker is None or _sync_worker.owner_pid != os.getpid():
+            _sync_worker = SyncWorker()
+        reply = _sync_worker.grade(request, timeout)
+        if reply is None:
+            _sync_worker.kill()
+            _sync_worker = None
+            return 0.0
+    return 1.0 if reply.correct else 0.0
+
+

@@ -1,0 +1,132 @@
+"""A conversation as the agent loop grows it, token by token or message by message.
+
+:class:`TokenConversation` is the training path: token ids in and out, the loss mask
+and sampling logprobs kept beside them, nothing ever re-tokenised.
+:class:`ChatConversation` is text in and out, for evaluating chat-only endpoints.
+Both have the same surface: ``request`` a generation, ``record`` it, size and
+``append_tool_turn`` a tool turn, and the ``transcript``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Hashable
+
+import msgspec
+
+from backends import (
+    ChatBackend,
+    ChatCompletion,
+    Completion,
+    SamplingParams,
+    TokenBackend,
+)
+
+from ._chat_template import ChatTokenizer
+
+__all__ = ["ChatConversation", "Generated", "TokenConversation"]
+
+
+class Generated(msgspec.Struct):
+    text: str
+    num_tokens: int
+    finish: str
+    weight_version: int
+
+
+class TokenConversation:
+    """Token ids in and out; the training path.
+
+    ``ids`` holds prompt and response in one list that only grows, so each turn
+    sends it without copying; the backend must not keep or mutate it.  The loss
+    mask and logprobs are kept as one piece per turn and joined once at the end:
+    growing two more long lists on every turn of 10,000 trajectories costs more
+    than the rest of the turn's bookkeeping.  The transcript is kept as text pieces
+    too: decoding the whole response once more at the end cost ~15% of a turn.
+    """
+
+    def __init__(self, backend: TokenBackend, tokenizer: ChatTokenizer, prompt_ids: list[int], session: Hashable) -> None:
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.session = session
+        self.prompt = prompt_ids
+        self.ids = list(prompt_ids)
+        self.prompt_len = len(self.ids)
+        self.pieces: list[list[float] | int] = []  # a generation's logprobs, or a tool turn's length
+        self.texts: list[str] = []
+
+    @property
+    def response_ids(self) -> list[int]:
+        return self.ids[self.prompt_len:]
+
+    @property
+    def loss_mask(self) -> list[int]:
+        mask: list[int] = []
+        for piece in self.pieces:
+            mask += [0] * piece if isinstance(piece, int) else [1] * len(piece)
+        return mask
+
+    @property
+    def logprobs(self) -> list[float]:
+        logprobs: list[float] = []
+        for piece in self.pieces:
+            logprobs += [0.0] * piece if isinstance(piece, int) else piece
+        return logprobs
+
+    @property
+    def length(self) -> int:
+        return len(self.ids) - self.prompt_len
+
+    def request(self, max_tokens: int, sampling: SamplingParams) -> Awaitable[Completion]:
+        return self.backend.generate(self.ids, max_tokens=max_tokens, sampling=sampling, session=self.session)
+
+    def record(self, c: Completion) -> Generated:
+        ids = c.token_ids
+        self.ids += ids
+        self.pieces.append(c.logprobs)
+        eos = bool(ids) and ids[-1] == self.tokenizer.eos_token_id
+        text = self.tokenizer.decode(ids[:-1] if eos else ids)
+        self.texts.append(text + self.tokenizer.eos_text if eos else text)
+        return Generated(text, len(ids), c.finish_reason, c.weight_version)
+
+    def tool_turn_size(self, content: str) -> tuple[int, tuple[list[int], str]]:
+        ids = self.tokenizer.encode_tool_turn(content)
+        return len(ids), (ids, content)
+
+    def append_tool_turn(self, turn: tuple[list[int], str]) -> None:
+        ids, content = turn
+        self.ids += ids
+        self.pieces.append(len(ids))
+        self.texts.append(self.tokenizer.tool_turn_text(content))
+
+    def transcript(self) -> str:
+        return "".join(self.texts)
+
+
+class ChatConversation:
+    """Text messages in and out; evaluation of chat-only endpoints.  Lengths are
+    the server's completion-token counts plus a character estimate of tool turns."""
+
+    def __init__(self, backend: ChatBackend, messages: list[dict[str, str]]) -> None:
+        self.backend = backend
+        self.messages = list(messages)
+        self.parts: list[str] = []
+        self.length = 0
+
+    def request(self, max_tokens: int, sampling: SamplingParams) -> Awaitable[ChatCompletion]:
+        return self.backend.chat(self.messages, max_tokens=max_tokens, sampling=sampling)
+
+    def record(self, c: ChatCompletion) -> Generated:
+        self.messages.append({"role": "assistant", "content": c.text})
+        self.parts.append(c.text)
+        self.length += c.completion_tokens
+        return Generated(c.text, c.completion_tokens, c.finish_reason, 0)
+
+    def tool_turn_size(self, content: str) -> tuple[int, str]:
+        return len(content) // 4 + 8, content  # ~4 characters per token, plus the template
+
+    def append_tool_turn(self, content: str) -> None:
+        self.messages.append({"role": "user", "content": content})
+        self.parts.append(content)
+
+    def transcript(self) -> str:
+        return "\n".join(self.parts)

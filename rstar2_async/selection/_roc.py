@@ -1,0 +1,213 @@
+"""GRPO-RoC resampling: Resample-on-Correct (rStar2-Agent, arXiv 2508.20722, Sec. 3.2).
+
+Rollouts are oversampled (``n_oversample`` per problem, rStar2: 32) and each finished
+group is downsampled to ``n`` (rStar2: 16) before the GRPO update:
+
+1. A group whose rewards are all equal carries no advantage signal: dropped whole.
+2. The kept share of positives equals their share in the oversampled group, rounded,
+   with at least one positive and one negative where both exist.
+3. Positives are filtered for quality by a penalty (lower is better)::
+
+       penalty = tool_error_ratio + format_penalty
+       tool_error_ratio = errors / tool calls          (0.5 with no tool call)
+       format_penalty   = 1                             if <answer> is missing/malformed
+                        = min(1, (answers - 1) / turns) otherwise
+
+   ``selection="lowest_penalty"`` keeps the positives with the smallest penalty
+   (rStar2's released code; ties broken by a seeded shuffle);
+   ``selection="inverse_penalty"`` samples them without replacement with
+   probability proportional to ``1 / (penalty + PENALTY_FLOOR)`` (the paper's text).
+4. Negatives are sampled uniformly at random: their failures are kept diverse.
+
+Pure policy (STYLE habit 7): no I/O, no torch. Deterministic for a given
+``random.Random`` state. Every decision is reported in :class:`RocDecision`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from typing import Literal, NamedTuple, final
+
+import msgspec
+
+from ..reward import answer_format
+from ..types import Group, Trajectory
+
+PENALTY_FLOOR = 0.05
+"""Added to a penalty before inverting it for ``inverse_penalty`` sampling, so a
+clean trajectory (penalty 0) is ~11x as likely as one with penalty 0.5, not
+infinitely more likely."""
+
+Selection = Literal["lowest_penalty", "inverse_penalty"]
+
+
+class FormatVerdict(NamedTuple):
+    """What a format checker reports about a trajectory's final answer."""
+
+    ok: bool
+    """An ``<answer>`` block is present and well formed."""
+    num_blocks: int
+    """``<answer>`` blocks over the whole response."""
+
+
+def default_format_check(traj: Trajectory) -> FormatVerdict:
+    """The default checker. With the response text it asks the reward's parser
+    (:func:`rstar2_async.reward.answer_format`: complete blocks, stray tags, a boxed
+    answer in the last block); without text it trusts what the rollout recorded
+    (``Turn.num_answer_blocks``). Either way a trajectory that did not end with an
+    answer (turn limit, token budget, timeout, error) has a missing answer.
+
+    Pass a different ``check`` to :func:`format_penalty` / :func:`trajectory_penalty`
+    to change the rule.
+    """
+    if traj.response_text:
+        fmt = answer_format(traj.response_text)
+        ok = fmt.answer_blocks >= 1 and fmt.unmatched_tags == 0 and fmt.boxed_in_answer
+        return FormatVerdict(ok and traj.finish_reason == "answer", fmt.answer_blocks)
+    blocks = sum(t.num_answer_blocks for t in traj.turns)
+    return FormatVerdict(traj.finish_reason == "answer" and blocks >= 1, blocks)
+
+
+FormatCheck = Callable[[Trajectory], FormatVerdict]
+
+
+def tool_error_ratio(traj: Trajectory) -> float:
+    """Share of tool responses that are errors; 0.5 for a trajectory with no call
+    (neutral: neither rewarded nor punished for not using the tool)."""
+    calls = traj.num_tool_calls
+    return 0.5 if calls == 0 else traj.num_tool_errors / calls
+
+
+def format_penalty(traj: Trajectory, check: FormatCheck = default_format_check) -> float:
+    """1 if the answer is missing or malformed, else ``min(1, (blocks - 1) / turns)``:
+    0 for exactly one answer, growing with extra answer blocks per turn."""
+    fmt = check(traj)
+    if not fmt.ok:
+        return 1.0
+    return min(1.0, (fmt.num_blocks - 1) / max(1, traj.num_turns))
+
+
+def trajectory_penalty(traj: Trajectory, check: FormatCheck = default_format_check) -> float:
+    """RoC's quality penalty of a positive trajectory, in [0, 2]; lower is better."""
+    return tool_error_ratio(traj) + format_penalty(traj, check)
+
+
+@final
+class Dropped(msgspec.Struct, frozen=True):
+    """One trajectory left out, and why (``all_equal_rewards``, ``negative_downsampled``,
+    ``positive_penalty`` or ``positive_sampled_out``)."""
+
+    sample_index: int
+    reason: str
+    reward: float
+    penalty: float | None = None
+
+
+@final
+class RocDecision(msgspec.Struct, frozen=True):
+    """The outcome of downsampling one group.
+
+    ``group`` is None when the whole group was dropped; otherwise it holds the kept
+    trajectories in their original order. ``kept + [d.sample_index for d in dropped]``
+    is a permutation of the group's sample indices.
+    """
+
+    group: Group | None
+    kept: list[int]
+    dropped: list[Dropped]
+    num_positive: int
+    num_negative: int
+    reason: str = ""
+
+
+def split_counts(num_pos: int, num_neg: int, n: int) -> tuple[int, int]:
+    """How many positives and negatives to keep out of ``num_pos + num_neg > n``.
+
+    The positive share of the oversampled group is kept (rounded half up), clamped
+    so both classes keep at least one member where both exist and neither asks for
+    more than it has. Always sums to ``n``.
+    """
+    total = num_pos + num_neg
+    assert total > n >= 1, f"split_counts needs num_pos + num_neg > n >= 1, got {total}, {n}"
+    k_pos = math.floor(n * num_pos / total + 0.5)
+    if num_pos and num_neg and n >= 2:
+        k_pos = min(max(k_pos, 1), n - 1)
+    k_pos = min(k_pos, num_pos)
+    k_neg = min(n - k_pos, num_neg)
+    return n - k_neg, k_neg
+
+
+def roc_downsample(
+    group: Group,
+    n: int,
+    rng: random.Random,
+    *,
+    selection: Selection = "lowest_penalty",
+    positive_threshold: float = 0.5,
+    check: FormatCheck = default_format_check,
+) -> RocDecision:
+    """Downsample one finished group to at most ``n`` trajectories (GRPO-RoC).
+
+    Args:
+        group: all trajectories of one problem, with rewards (None counts as 0).
+        n: group size after downsampling; a group of ``n`` or fewer is kept whole
+            unless its rewards are all equal.
+        rng: the only source of randomness; the same state gives the same decision.
+        selection: how positives are chosen (module docstring).
+        positive_threshold: a trajectory with reward > this is a positive.
+        check: answer-format checker used by the penalty.
+
+    Returns:
+        A :class:`RocDecision` listing what was kept and what was dropped, and why.
+    """
+    assert n >= 1, f"roc_downsample: n must be >= 1, got {n}"
+    trajs = group.trajectories
+    rewards = group.rewards
+    pos = [i for i, r in enumerate(rewards) if r > positive_threshold]
+    neg = [i for i, r in enumerate(rewards) if r <= positive_threshold]
+    if len(set(rewards)) <= 1:
+        dropped = [Dropped(t.sample_index, "all_equal_rewards", r) for t, r in zip(trajs, rewards)]
+        return RocDecision(None, [], dropped, len(pos), len(neg), "all_equal_rewards")
+    if len(trajs) <= n:
+        return RocDecision(group, [t.sample_index for t in trajs], [], len(pos), len(neg))
+
+    k_pos, k_neg = split_counts(len(pos), len(neg), n)
+    penalties = {i: trajectory_penalty(trajs[i], check) for i in pos}
+    keep_pos, out_pos = _choose_positives(pos, penalties, k_pos, rng, selection)
+    keep_neg = sorted(rng.sample(neg, k_neg))
+    keep = sorted(keep_pos + keep_neg)
+    kept_neg = set(keep_neg)
+
+    pos_reason = "positive_penalty" if selection == "lowest_penalty" else "positive_sampled_out"
+    dropped = [Dropped(trajs[i].sample_index, pos_reason, rewards[i], penalties[i]) for i in out_pos]
+    dropped += [
+        Dropped(trajs[i].sample_index, "negative_downsampled", rewards[i])
+        for i in neg
+        if i not in kept_neg
+    ]
+    kept_group = Group(problem=group.problem, trajectories=[trajs[i] for i in keep])
+    return RocDecision(kept_group, [trajs[i].sample_index for i in keep], dropped, len(pos), len(neg))
+
+
+def _choose_positives(
+    pos: Sequence[int],
+    penalties: dict[int, float],
+    k: int,
+    rng: random.Random,
+    selection: Selection,
+) -> tuple[list[int], list[int]]:
+    """Split positive indices into (kept, dropped)."""
+    order = list(pos)
+    if selection == "lowest_penalty":
+        rng.shuffle(order)  # seeded tie-break; sort is stable
+        order.sort(key=lambda i: penalties[i])
+    elif selection == "inverse_penalty":
+        # Weighted sampling without replacement (Efraimidis-Spirakis): the k largest
+        # keys u ** (1 / w) with w = 1 / (penalty + floor).
+        keys = {i: rng.random() ** (penalties[i] + PENALTY_FLOOR) for i in order}
+        order.sort(key=lambda i: -keys[i])
+    else:  # pragma: no cover - Literal guards this
+        raise ValueError(f"roc selection: expected 'lowest_penalty' or 'inverse_penalty', got {selection!r}")
+    return sorted(order[:k]), sorted(order[k:])

@@ -1,0 +1,87 @@
+"""Evaluation metrics and resume, through the engine, the real grader and a
+scripted server over HTTP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from backends import TokenClient
+from rstar2_async.config import RolloutConfig
+from rstar2_async.errors import DatasetError
+from rstar2_async.recipe import evaluate, load_finished, load_problems, majority_correct
+from rstar2_async.reward import Grader
+from rstar2_async.rollout import RolloutEngine
+from rstar2_async.types import Group, Problem, Trajectory
+from tests.fakes.http import serve_http
+from tests.fakes.model import FakeByteTokenizer, FakeModelServer, FakeSandbox, arithmetic_policy
+
+
+def wrong_on_odd_problems(conversation: str) -> str:
+    text = arithmetic_policy(conversation)
+    if "<answer>" in text and "(odd)" in conversation:
+        return "<answer>\\boxed{-1}</answer>"
+    return text
+
+
+def problems() -> list[Problem]:
+    return [
+        Problem(id=f"q{i}", problem=f"What is {i + 2}*{i + 3}? ({'odd' if i % 2 else 'even'})", answer=str((i + 2) * (i + 3)))
+        for i in range(4)
+    ]
+
+
+@pytest.mark.anyio
+async def test_metrics_samples_and_resume(tmp_path: Path) -> None:
+    server = FakeModelServer(policy=wrong_on_odd_problems)
+    async with anyio.create_task_group() as tg, Grader(workers=1) as grader:
+        port = await tg.start(serve_http, server)
+        async with TokenClient(f"http://127.0.0.1:{port}/v1", model="m") as client:
+            engine = RolloutEngine(
+                backend=client, sandbox=FakeSandbox(), config=RolloutConfig(), tokenizer=FakeByteTokenizer(), reward=grader
+            )
+            summary = await evaluate(engine, "toy", problems(), n=3, out_dir=tmp_path)
+            assert summary.avg_at_n == 0.5 and summary.pass_at_n == 0.5 and summary.maj_at_n == 0.5
+            assert summary.mean_turns == 2 and summary.mean_tool_calls == 1 and summary.mean_tool_errors == 0
+            assert summary.finish_reasons == {"answer": 12} and summary.resumed_samples == 0
+            lines = (tmp_path / "samples.jsonl").read_bytes().splitlines()
+            assert len(lines) == 12
+            assert json.loads((tmp_path / "summary.json").read_text())["avg_at_n"] == 0.5
+
+            # Interrupted run: keep 7 complete lines and half of the 8th.
+            (tmp_path / "samples.jsonl").write_bytes(b"\n".join(lines[:7]) + b"\n" + lines[7][:20])
+            before = len(server.requests)
+            resumed = await evaluate(engine, "toy", problems(), n=3, out_dir=tmp_path)
+            assert resumed.resumed_samples == 7
+            assert len(server.requests) - before == 5 * 2  # only the 5 missing samples ran
+            assert (resumed.avg_at_n, resumed.pass_at_n) == (0.5, 0.5)
+            assert len((tmp_path / "samples.jsonl").read_bytes().splitlines()) == 12
+        tg.cancel_scope.cancel()
+
+
+def test_majority_vote_uses_normalised_answers() -> None:
+    def t(i: int, text: str, reward: float) -> Trajectory:
+        return Trajectory("p", i, [], [], [], [], [], "answer", 0, response_text=text, reward=reward)
+
+    votes = [t(0, "\\boxed{1/2}", 1.0), t(1, "\\boxed{\\frac{1}{2}}", 1.0), t(2, "\\boxed{3}", 0.0)]
+    assert majority_correct(Group(Problem("p", "", "1/2"), votes))
+    votes = [t(0, "\\boxed{3}", 0.0), t(1, "\\boxed{3}", 0.0), t(2, "\\boxed{1/2}", 1.0)]
+    assert not majority_correct(Group(Problem("p", "", "1/2"), votes))
+
+
+def test_load_finished_ignores_other_problems(tmp_path: Path) -> None:
+    assert load_finished(tmp_path / "none.jsonl", problems()) == {}
+
+
+def test_datasets_load_and_errors_are_clear(tmp_path: Path) -> None:
+    assert len(load_problems("aime24")) == 30
+    assert len(load_problems("math500", limit=5)) == 5
+    with pytest.raises(DatasetError, match="unknown data set 'aime2099'.*aime24"):
+        load_problems("aime2099")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"problem": "x", "answer": "1"}\n{"problem": "y"}\n')
+    with pytest.raises(DatasetError, match=r"bad.jsonl:2: Object missing required field `answer`"):
+        load_problems(bad)

@@ -1,0 +1,77 @@
+"""The public surface of the core: each package's export list, pinned (sorted, exact),
+every name resolving, and no public name left out of it."""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+import pytest
+
+EXPORTS: dict[str, list[str]] = {
+    "rstar2_async": [
+        "CheckpointWriteError", "ConfigError", "DatasetError", "FinishReason", "GraderBrokenError", "Group",
+        "PluginError", "Problem", "Rstar2Error", "ToolCall", "ToolResult", "ToolStatus", "TrainError", "Trajectory",
+        "Turn", "__version__",
+    ],
+    "rstar2_async.config": [
+        "ConfigError", "DataConfig", "EvalConfig", "EvalSection", "InferenceConfig", "LearnerConfig",
+        "LocalServerConfig", "ModelConfig", "PoolConfig", "RewardConfig", "RolloutConfig", "RunConfig",
+        "SamplingConfig", "StageConfig", "TinyModelConfig", "TrainConfig", "WeightSyncConfig", "convert", "load_toml",
+        "to_toml",
+    ],
+    "rstar2_async.rollout": [
+        "ADMISSION_BATCH", "CallError", "ChatTokenizer", "DEFAULT_SYSTEM_PROMPT", "GC_GEN0_THRESHOLD",
+        "HFChatTokenizer", "JupyterTool", "PythonTool", "RUN_OPTIONS", "RolloutEngine", "RolloutStatistics", "StreamOptions", "Tool",
+        "ToolContext", "ToolOutput", "Toolbox", "count_answer_blocks", "load_tools", "parse_tool_calls",
+        "problem_messages", "render_exec_result", "render_tool_turn", "run_trajectory", "truncate_middle", "tune_gc",
+    ],
+    "rstar2_async.rollout.tools": [
+        "JupyterTool", "PythonTool", "Tool", "ToolContext", "ToolOutput", "jupyter", "python", "render_exec_result",
+    ],
+    "rstar2_async.reward": [
+        "AnswerFormat", "GRADING_TIMEOUT_S", "Grader", "GraderBrokenError", "GraderStatistics", "MAX_ANSWER_CHARS",
+        "Reward", "RewardFunction", "WORKER_START_TIMEOUT_S", "answer_format", "answers_match", "extract_answer",
+        "normalize_answer", "score",
+    ],
+    "rstar2_async.selection": [
+        "Dropped", "FormatVerdict", "PENALTY_FLOOR", "RocDecision", "default_format_check", "format_penalty",
+        "roc_downsample", "split_counts", "tool_error_ratio", "trajectory_penalty",
+    ],
+    "rstar2_async.learn": [
+        "GrpoStats", "Learner", "LearnerDriver", "MicroBatch", "SftStats", "TOKENIZER_FILES", "TrainSeq", "barrier",
+        "collate", "encode_chat", "follow", "group_advantages", "grpo_step", "init_distributed", "iter_weight_buckets",
+        "latest_checkpoint", "load_chat_jsonl", "load_checkpoint", "plan_micro_batches", "policy_loss", "run_sft",
+        "save_checkpoint", "save_hf_checkpoint", "seed_everything", "sequences_from_groups", "sft_step",
+        "shard_by_tokens",
+    ],
+    "rstar2_async.recipe": [
+        "EvalSummary", "MetricsWriter", "PLOTS", "RolloutStack", "StepBar", "TrainState", "TrainSummary", "Trainer",
+        "batch_for_step", "check_reachable", "data_dir", "evaluate", "load_finished", "load_problems",
+        "majority_correct", "plot_metrics", "prepare_model", "read_metrics", "resolve", "rollout_metrics",
+        "rollout_stack", "show_progress", "summarize", "write_samples",
+    ],
+    "rstar2_async.demo": [
+        "CHAT_TEMPLATE", "SPECIAL_TOKENS", "SYSTEM_PROMPT", "TOOL_TOKENS", "answer_text", "build_tiny_model",
+        "cached_tiny_model", "default_corpus", "estimate", "guess_conversation", "ideal_conversation",
+        "make_problems", "tool_call_text", "write_problems", "write_sft_transcripts",
+    ],
+    "rstar2_async.cli": ["main"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPORTS))
+def test_export_list_is_pinned_sorted_and_complete(name: str) -> None:
+    module = importlib.import_module(name)
+    assert module.__all__ == EXPORTS[name]
+    assert module.__all__ == sorted(module.__all__)
+    for export in module.__all__:
+        assert hasattr(module, export), export
+    if not hasattr(module, "__path__"):
+        return  # a public module (rollout.tools) may import what it likes
+    # Nothing public in a package that it does not export: its modules are private.
+    public = {
+        n for n, v in vars(module).items()
+        if not n.startswith("_") and not isinstance(v, types.ModuleType) and n not in ("annotations",)
+    }  # fmt: skip
+    assert public <= set(module.__all__) | {"TYPE_CHECKING"}, public - set(module.__all__)

@@ -1,0 +1,131 @@
+"""The core's shape, checked from its source: one-way imports between sub-packages,
+only exported names across package lines, torch where it belongs, small modules."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE = ROOT / "rstar2_async"
+
+# Sub-package -> the sub-packages it may import (top-level modules: types, errors,
+# _plugins, _paths, which import no sub-package).  Data-flow order; nothing upward.
+ALLOWED: dict[str, set[str]] = {
+    "config": set(),
+    "reward": set(),
+    "rollout": {"config", "reward"},
+    "selection": {"reward"},
+    "learn": {"config"},
+    "demo": {"rollout"},
+    "recipe": {"config", "reward", "rollout", "selection", "learn", "demo"},
+    "cli": {"config", "reward", "rollout", "selection", "learn", "demo", "recipe"},
+}
+LEAVES = {"types", "errors", "_plugins", "_paths"}
+HEAVY = ("torch", "deepspeed", "transformers")
+# Where else the heavy libraries may be imported (inside the functions that need them).
+HEAVY_ALLOWED = {"rstar2_async/demo/_tinymodel.py", "rstar2_async/recipe/_metrics.py"}
+
+
+def modules(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def imports(path: Path) -> list[str]:
+    """Absolute names of every module ``path`` imports, at any depth."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1] if path.name != "__init__.py" else path.relative_to(ROOT).parts[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = parts[: len(parts) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            found.append(base)
+            found += [f"{base}.{a.name}" for a in node.names]  # `from pkg import _module`
+    return found
+
+
+def subpackage(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[1] if parts[0] == "rstar2_async" and len(parts) > 1 else None
+
+
+def test_subpackages_import_only_downstream_ones() -> None:
+    bad = []
+    for path in modules(CORE):
+        rel = path.relative_to(CORE).parts
+        own = rel[0] if len(rel) > 1 else None
+        for name in imports(path):
+            other = subpackage(name)
+            if other is None or other == own or other in LEAVES:
+                continue
+            if own is None:  # a top-level module imports no sub-package
+                if path.name != "__init__.py" or other not in ("errors", "types"):
+                    bad.append(f"{path.relative_to(ROOT)} -> {name}")
+            elif other not in ALLOWED[own]:
+                bad.append(f"{path.relative_to(ROOT)} -> {name}")
+    assert bad == []
+
+
+def test_the_allowed_graph_has_no_cycle() -> None:
+    seen: dict[str, int] = {}
+
+    def visit(node: str, stack: tuple[str, ...]) -> None:
+        assert node not in stack, f"cycle: {' -> '.join((*stack, node))}"
+        for dep in ALLOWED[node]:
+            visit(dep, (*stack, node))
+        seen[node] = 1
+
+    for node in ALLOWED:
+        visit(node, ())
+
+
+def test_only_exported_names_cross_package_lines() -> None:
+    """No module imports another package's private module: the core, the CLI and the
+    benchmarks use what ``backends``, ``sandbox`` and each sub-package export."""
+    bad = []
+    for path in modules(CORE) + modules(ROOT / "benchmarks") + modules(ROOT / "backends") + modules(ROOT / "sandbox"):
+        here = ".".join(path.relative_to(ROOT).parts[:2])
+        for name in imports(path):
+            parts = name.split(".")
+            private = next((i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("__")), None)
+            if private is None or private == 0:
+                continue
+            owner = ".".join(parts[:private])  # the package whose private module this is
+            if not (here == owner or here.startswith(owner + ".") or (owner + ".").startswith(here + ".")):
+                bad.append(f"{path.relative_to(ROOT)} -> {name}")
+    assert bad == []
+
+
+def test_only_the_learner_imports_torch() -> None:
+    bad = []
+    for path in modules(CORE):
+        rel = str(path.relative_to(ROOT))
+        if rel.startswith("rstar2_async/learn/") or rel in HEAVY_ALLOWED:
+            continue
+        bad += [f"{rel} -> {n}" for n in imports(path) if n.split(".")[0] in HEAVY]
+    assert bad == []
+
+
+@pytest.mark.parametrize(
+    "packages",
+    ["rstar2_async", "rstar2_async.rollout", "rstar2_async.reward, rstar2_async.selection, rstar2_async.recipe",
+     "rstar2_async.config, rstar2_async.demo, rstar2_async.cli.main"],
+)
+def test_importing_the_core_imports_no_torch(packages: str) -> None:
+    code = f"import sys, {packages}; print([m for m in {HEAVY!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert out.strip() == "[]"
+
+
+def test_no_module_of_the_core_is_over_400_lines() -> None:
+    long = {str(p.relative_to(ROOT)): n for p in modules(CORE) if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
