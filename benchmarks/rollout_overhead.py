@@ -5,7 +5,7 @@
    tool call).  The ideal wall time is 4 x 250 ms; everything above it is the
    orchestrator's overhead.  ``cpu_us_per_turn`` is the process CPU time per turn.
    Measured on each loop (``_uvloop``, ``_asyncio``, ``_trio`` keys); the unsuffixed
-   keys are uvloop's, the loop the rstar2 commands run on (``runtime.RUN_OPTIONS``).
+   keys are uvloop's, the loop the rstar2 commands run on (``rstar2_async.rollout.RUN_OPTIONS``).
 2. ``client_vs_httpx``: requests/s of our TokenClient against bare httpx posting the
    same body to the same local server (a separate process), in the same run.
 3. ``rss_kib_per_trajectory``: peak RSS growth per in-flight trajectory.
