@@ -80,12 +80,7 @@ default system prompt, so what the caller sends is exactly what is rendered."""
 
 _DATA_FILES = ("train_math.jsonl", "train_aime_1983_2023.jsonl")
 _EXTRA_TEXT = (
-    "<tool_call>",
-    "</tool_call>",
-    "<tool_response>",
-    "</tool_response>",
-    "<answer>",
-    "</answer>",
+    *TOOL_TOKENS[:6],  # <tool_call> ... </answer>
     "\\boxed{",
     '<tool_call>{"name": "python", "arguments": {"code": "print(1 + 1)"}}</tool_call>',
     "<tool_response>2\n</tool_response>",
