@@ -28,7 +28,7 @@ from ._pool import PoolServer, PoolStatistics, ServerPool, ServerSpec
 from ._protocols import ChatBackend, PauseMode, TokenBackend, WeightAdmin
 from ._retry import RetryPolicy
 from ._sglang import SGLangAdmin, SGLangTokenClient, sglang_command
-from ._token_client import TokenClient
+from ._token_client import TokenClient, TokenClientStatistics
 from ._transformers import TransformersBackend, TransformersStatistics
 from ._types import ChatCompletion, Completion, FinishReason, SamplingParams
 from ._vllm import VLLMAdmin, parse_vllm_metrics
@@ -79,6 +79,7 @@ __all__ = [
     "Ticket",
     "TokenBackend",
     "TokenClient",
+    "TokenClientStatistics",
     "TransformersBackend",
     "TransformersStatistics",
     "VLLMAdmin",

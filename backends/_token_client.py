@@ -54,6 +54,16 @@ _encoder: Final = msgspec.json.Encoder()
 _FINISH: Final[dict[str | None, FinishReason]] = {"stop": "stop", "length": "length", "abort": "abort", None: "abort"}
 
 
+class TokenClientStatistics(msgspec.Struct, frozen=True):
+    """A snapshot of a token client's counters (its whole life)."""
+
+    generations: int
+    """``generate`` calls that returned a completion."""
+    resumed: int
+    """Aborted parts that were resumed from their tokens (a paused server, most
+    often a weight sync in ``abort`` mode cutting a turn short)."""
+
+
 class State(enum.Enum):
     UNOPENED = 1
     OPEN = 2
@@ -95,6 +105,7 @@ class CompletionClient:
             transport=transport,
         )
         self._state = State.UNOPENED
+        self._generations = self._resumed = 0
 
     async def __aenter__(self) -> Self:
         if self._state is not State.UNOPENED:
@@ -146,7 +157,12 @@ class CompletionClient:
             finish = part.finish_reason
             if finish != "abort":
                 break
+            self._resumed += 1
+        self._generations += 1
         return Completion(token_ids=token_ids, logprobs=logprobs, finish_reason=finish, weight_version=min(versions))
+
+    def statistics(self) -> TokenClientStatistics:
+        return TokenClientStatistics(generations=self._generations, resumed=self._resumed)
 
     async def _send(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Completion:
         attempt = 0

@@ -43,10 +43,18 @@ class RunConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     """Write a resumable checkpoint every this many steps (the last step always)."""
     samples_per_step: Annotated[int, msgspec.Meta(ge=0)] = 4
     """Trajectories written to ``samples.jsonl`` per step, for reading what the model does."""
+    mode: Literal["on_policy", "streaming"] = "on_policy"
+    """``on_policy`` (rStar2's): each step rolls out its batch, then updates and syncs.
+    ``streaming``: rollouts never stop; each step trains the next ``batch_problems``
+    groups RoC kept, in the order they were started, and the weight sync interrupts
+    the turns in flight (they resume on the new weights).  At most
+    ``(max_staleness + 1) x batch_problems`` groups are started ahead of the learner,
+    so no group is ever too stale to train."""
     max_staleness: Annotated[int, msgspec.Meta(ge=0)] = 0
-    """0: on-policy, as rStar2 (the rollout of step k+1 starts after the sync of step k).
-    S > 0: the next rollout overlaps the current update; trajectories may be produced
-    by weights up to S versions old (each keeps its version)."""
+    """How many versions older than the learner's weights a trained group's oldest
+    token may be.  On-policy with S > 0: the next rollout overlaps the current update
+    (groups older than S are dropped after the fact).  Streaming: the bound that
+    admission keeps (0 is on-policy; 1 or 2 overlap generation with the learner)."""
 
 
 class TinyModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -161,6 +169,16 @@ class TrainConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
             )
         if self.weight_sync.transport == "broadcast":
             self._check_broadcast()
+        if self.run.mode == "streaming" and self.run.max_staleness > 0 and self.learner.tis_cap is None:
+            raise ValueError(
+                'learner.tis_cap: required with run.mode = "streaming" and run.max_staleness > 0: groups sampled by '
+                "older weights are trained with the truncated importance weight; set it (e.g. 2.0), or max_staleness = 0"
+            )
+        if self.run.mode == "streaming" and self.weight_sync.pause_mode == "wait":
+            raise ValueError(
+                'weight_sync.pause_mode = "wait" with run.mode = "streaming": the sync would wait for turns that never '
+                'stop; use "abort" (the default in streaming mode)'
+            )
 
     def _check_broadcast(self) -> None:
         """The broadcast needs the servers' token-mode admin calls and their exact

@@ -34,6 +34,7 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,13 +61,18 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return max(steps)[1] if steps else None
 
 
-def save_checkpoint(learner: Learner, root: str | Path, *, state: dict[str, Any]) -> Path:
+def save_checkpoint(
+    learner: Learner, root: str | Path, *, state: dict[str, Any], files: Mapping[str, bytes] | None = None
+) -> Path:
     """Write a complete checkpoint of ``learner`` at its current step; returns its path.
 
     Args:
         root: the checkpoint root (created if needed).
         state: the caller's JSON-serialisable state to restore with it (data-loader
             position, curriculum stage, ...).
+        files: more of the caller's state, ``name -> bytes`` (rank 0 writes them into
+            the checkpoint directory, atomically with the rest; read them back from
+            ``latest_checkpoint(root) / name``).
 
     Raises:
         CheckpointWriteError: a file could not be written (a full disk, ...); the
@@ -94,7 +100,9 @@ def save_checkpoint(learner: Learner, root: str | Path, *, state: dict[str, Any]
     barrier()
     if learner.rank == 0:
         body = {"step": step, "world_size": learner.world_size, "state": state}
-        _write_synced(tmp / "state.json", json.dumps(body, indent=2, sort_keys=True))
+        for name, data in (files or {}).items():
+            _write_synced(tmp / name, data)
+        _write_synced(tmp / "state.json", json.dumps(body, indent=2, sort_keys=True).encode())
         if final.exists():  # re-saving the same step replaces it
             _remove(final)
         _publish(tmp, final)
@@ -155,9 +163,9 @@ def _remove(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def _write_synced(path: Path, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
 

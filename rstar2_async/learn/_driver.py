@@ -13,7 +13,7 @@ pickled groups and their broadcast are small next to the step itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -35,7 +35,7 @@ _OPERATIONS: Final[dict[str, Callable[..., Any]]] = {
     "grpo_step": grpo_step,
     "sft_step": sft_step,
     "export": lambda learner, out_dir: save_hf_checkpoint(learner, out_dir),
-    "save_checkpoint": lambda learner, root, state: save_checkpoint(learner, root, state=state),
+    "save_checkpoint": lambda learner, root, state, files=None: save_checkpoint(learner, root, state=state, files=files),
     "load_checkpoint": load_checkpoint,
     "set_peak_lr": Learner.set_peak_lr,
     "reset_optimizer": Learner.reset_optimizer,
@@ -68,9 +68,12 @@ class LearnerDriver:
         """Write the weights as a Hugging Face directory that vLLM and transformers load."""
         return self._run("export", out_dir)
 
-    def save_checkpoint(self, root: Path, *, state: dict[str, Any]) -> Path:
-        """A complete, atomic checkpoint with the trainer's ``state`` beside it."""
-        return self._run("save_checkpoint", root, state)
+    def save_checkpoint(self, root: Path, *, state: dict[str, Any], files: Mapping[str, bytes] | None = None) -> Path:
+        """A complete, atomic checkpoint with the trainer's ``state`` (and ``files``,
+        written by rank 0 only: they are not sent to the other ranks) beside it."""
+        if self.learner.world_size > 1:
+            dist.broadcast_object_list([("save_checkpoint", (root, state))], src=0)
+        return _OPERATIONS["save_checkpoint"](self.learner, root, state, files)
 
     def load_checkpoint(self, root: Path) -> dict[str, Any] | None:
         """Restore the newest checkpoint under ``root``; the trainer's state, or None."""

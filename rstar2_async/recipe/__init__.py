@@ -21,7 +21,7 @@ from ._metrics import (
 )
 from ._progress import StepBar, show_progress
 from ._stack import RolloutStack, check_reachable, rollout_stack
-from ._state import TrainState, TrainSummary, prepare_model
+from ._state import StreamState, TrainState, TrainSummary, prepare_model
 from ._trainer import Trainer
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "PLOTS",
     "RolloutStack",
     "StepBar",
+    "StreamState",
     "TrainState",
     "TrainSummary",
     "Trainer",

@@ -147,7 +147,8 @@ async def rollout_stack(
                 tokenizer = HFChatTokenizer.from_pretrained(tokenizer_dir)
                 server_pool = await stack.enter_async_context(_server_pool(inference, pool_config, local, model_dir))
                 backend = server_pool
-                sync = WeightSync(server_pool, _transport(weight_sync, local), pause_mode=weight_sync.pause_mode)
+                pause = weight_sync.pause_mode or "wait"  # the trainer resolves it for streaming
+                sync = WeightSync(server_pool, _transport(weight_sync, local), pause_mode=pause)
             else:
                 backend = await stack.enter_async_context(
                     ChatClient.from_url(

@@ -13,15 +13,36 @@ import msgspec
 from ..config import ModelConfig
 from ..errors import TrainError
 from ..reward import Reward
+from ..selection import RocDecision
 from ..types import Group, Problem
 
-__all__ = ["RolloutResult", "TimedReward", "TrainState", "TrainSummary", "prepare_model"]
+__all__ = ["RolloutResult", "StreamState", "TimedReward", "TrainState", "TrainSummary", "prepare_model"]
+
+
+class StreamState(msgspec.Struct, kw_only=True):
+    """Where a streaming stage's stream of groups stands (``run.mode = "streaming"``).
+
+    Every problem started gets the next stream position (its batch and place are a
+    pure function of the position, as on-policy batches are of the step).  A position
+    is in exactly one of: ``in_flight`` (started, unfinished: regenerated on resume),
+    ``queued`` (finished, kept by RoC, not yet trained: the groups themselves are in
+    the checkpoint's ``stream-queue.msgpack``), ``trained``, ``dropped`` (finished,
+    all rewards equal), or the positions from ``next_seq`` on (not started yet).
+    Groups are trained in stream order, ``head`` being the first not yet trained or dropped.
+    """
+
+    next_seq: int = 0
+    head: int = 0
+    in_flight: list[int] = []
+    queued: list[int] = []
+    trained: list[int] = []
+    dropped: list[int] = []
 
 
 class TrainState(msgspec.Struct, kw_only=True):
     """What a checkpoint stores besides the learner (JSON).  With the learner's model,
     optimizer, scheduler and RNG states it makes resume exact: batches are a pure
-    function of (seed, stage, step)."""
+    function of (seed, stage, step), or of the stream position in streaming mode."""
 
     stage: int = 0
     step_in_stage: int = 0
@@ -30,6 +51,8 @@ class TrainState(msgspec.Struct, kw_only=True):
     weights_dir: str | None = None
     hard_problems: dict[str, list[str]] = {}
     evals: list[dict[str, Any]] = []
+    stream: StreamState | None = None
+    """The current stage's stream, in streaming mode."""
 
 
 class TrainSummary(msgspec.Struct, frozen=True):
@@ -48,7 +71,8 @@ class TrainSummary(msgspec.Struct, frozen=True):
 
 
 class RolloutResult:
-    """One batch's groups, what GRPO-RoC kept and dropped, and how long it took."""
+    """One batch's groups, what GRPO-RoC kept and dropped, and how long it took (in
+    streaming mode: how long the learner waited for them)."""
 
     def __init__(self, batch: list[Problem]) -> None:
         self.batch = batch
@@ -57,6 +81,16 @@ class RolloutResult:
         self.dropped: dict[str, int] = {}
         self.seconds = 0.0
         self.reward_seconds = 0.0
+        self.trained: list[Group] = []
+        """Of ``kept``, those the update trained (the others were staler than the bound)."""
+
+    def add(self, group: Group, decision: RocDecision) -> None:
+        """A finished group and what GRPO-RoC made of it."""
+        self.groups.append(group)
+        if decision.group is not None:
+            self.kept.append(decision.group)
+        for d in decision.dropped:
+            self.dropped[d.reason] = self.dropped.get(d.reason, 0) + 1
 
 
 class TimedReward:

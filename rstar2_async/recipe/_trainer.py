@@ -11,7 +11,9 @@
                          8. metrics, samples, evaluation, checkpoint
 
 On-policy like rStar2: the rollout of step k+1 starts after the sync of step k
-(``run.max_staleness > 0`` runs it one step ahead: ``_ahead``).  The learner runs in
+(``run.max_staleness > 0`` runs it one step ahead: ``_ahead``).  ``run.mode =
+"streaming"`` never stops rolling out (``_streaming``): the same steps 6-8
+(``learn_step``, ``after_step``) on the next groups of a stream.  The learner runs in
 a worker thread (torch releases the GIL), so the event loop keeps serving progress,
 health polls and a rollout running ahead while the update runs.
 
@@ -41,7 +43,7 @@ import msgspec
 from ..config import InferenceConfig, StageConfig, TrainConfig, to_toml
 from ..errors import TrainError
 from ..selection import roc_downsample
-from ..types import Problem
+from ..types import Group, Problem
 from ._ahead import rollouts
 from ._data import batch_for_step, load_problems
 from ._evaluate import evaluate
@@ -49,6 +51,7 @@ from ._metrics import MetricsWriter, plot_metrics, rollout_metrics, write_sample
 from ._progress import StepBar, show_progress
 from ._stack import RolloutStack, rollout_stack
 from ._state import RolloutResult, TimedReward, TrainState, TrainSummary, prepare_model
+from ._streaming import QUEUE_FILE, oldest_version, read_queue, run_streaming_stage
 
 if TYPE_CHECKING:
     from ..learn import LearnerDriver
@@ -71,6 +74,8 @@ class Trainer:
         self.stopped = False
         self._work: anyio.CancelScope | None = None
         self._learner_lock = anyio.CapacityLimiter(1)
+        self.checkpoint_files: Callable[[], dict[str, bytes]] | None = None
+        """More state for each checkpoint (a streaming stage's queued groups)."""
 
     def stop(self) -> None:
         """Stop at the next safe point: running rollouts and evaluations are cancelled,
@@ -124,19 +129,26 @@ class Trainer:
 
     async def _lead(self, base: Path) -> None:
         """Rank 0: drive the learner (and the other ranks' copies) through every stage."""
+        self.queued: dict[int, Group] = {}  # a streaming stage's, from the checkpoint
         if self.resume:
             saved = await self._learn(self.driver.load_checkpoint, self.run_dir / "checkpoints")
             if saved is not None:
                 self.state = msgspec.convert(saved, TrainState)
+                if self.state.stream is not None:
+                    from ..learn import latest_checkpoint
+
+                    self.queued = read_queue((latest_checkpoint(self.run_dir / "checkpoints") / QUEUE_FILE).read_bytes())  # type: ignore[operator]
         weights = Path(self.state.weights_dir) if self.state.weights_dir else base
         c = self.config
+        streaming = c.run.mode == "streaming"
+        weight_sync = msgspec.structs.replace(c.weight_sync, pause_mode=c.weight_sync.pause_mode or ("abort" if streaming else "wait"))
         async with rollout_stack(
             rollout=c.rollout, inference=c.inference or InferenceConfig(model="policy"), sandbox=c.sandbox,
             model_dir=None if c.inference else weights, tokenizer_dir=base, local_server=c.server, pool=c.pool,
-            reward=c.reward, log_dir=self.run_dir, weight_sync=c.weight_sync,
+            reward=c.reward, log_dir=self.run_dir, weight_sync=weight_sync,
         ) as stack:  # fmt: skip
-            if c.inference and self.state.weight_version:
-                await self._sync(stack, weights, self.state.weight_version)  # they may hold older weights
+            if self.state.weight_version:  # resumed: servers we started hold these weights but not their
+                await self._sync(stack, weights, self.state.weight_version)  # version; others may hold older ones
             self.timed = stack.engine.reward = TimedReward(stack.grader)
             with MetricsWriter(self.run_dir) as metrics, anyio.CancelScope() as self._work:
                 if self.stopped:  # asked before the work began
@@ -183,6 +195,11 @@ class Trainer:
         if stage.hard_filter_samples:
             problems = await self._hard_problems(stack, stage, problems)
 
+        if self.config.run.mode == "streaming":
+            queued, self.queued = self.queued, {}
+            await run_streaming_stage(self, stack, index, stage, problems, metrics, queued=queued)
+            return
+
         async def rollout(step: int) -> RolloutResult:  # steps 1-5
             batch = batch_for_step(problems, stage.batch_problems, seed=self.config.run.seed, stage=index, step=step)
             return await self._rollout(stack, stage, batch, step)
@@ -191,18 +208,36 @@ class Trainer:
         async with rollouts(rollout, end=stage.steps, ahead=ahead) as source:
             for step in range(self.state.step_in_stage, stage.steps):
                 done = await source.take(step)
-                with anyio.CancelScope(shield=True):  # an update, its sync and its record go together
-                    await self._set_lr(stage, step)
-                    values = await self._update(stack, stage, done)  # steps 6-7
-                    self.state.rl_step += 1
-                    self.state.step_in_stage = step + 1
-                    metrics.write(self.state.rl_step, {"stage": stage.name, **values})  # step 8
-                every = self.config.run.eval_every
-                if every and self.state.rl_step % every == 0:
-                    await self._evaluate(stack, metrics, stage.name)
-                if (step + 1) % self.config.run.checkpoint_every == 0 or step + 1 == stage.steps:
-                    with anyio.CancelScope(shield=True):
-                        await self._checkpoint(step + 1)
+                await self.learn_step(stack, stage, step, done, metrics)  # steps 6-8
+                await self.after_step(stack, stage, step, metrics)
+
+    async def learn_step(
+        self,
+        stack: RolloutStack,
+        stage: StageConfig,
+        step: int,
+        done: RolloutResult,
+        metrics: MetricsWriter,
+        *,
+        extra: Callable[[], dict[str, float]] | None = None,
+    ) -> None:
+        """Steps 6-8 on a rollout's groups: update, export, sync, and the step's record
+        (shielded: an update, its sync and its record go together)."""
+        with anyio.CancelScope(shield=True):
+            await self._set_lr(stage, step)
+            values = await self._update(stack, stage, done)
+            self.state.rl_step += 1
+            self.state.step_in_stage = step + 1
+            metrics.write(self.state.rl_step, {"stage": stage.name, **values, **(extra() if extra else {})})
+
+    async def after_step(self, stack: RolloutStack, stage: StageConfig, step: int, metrics: MetricsWriter) -> None:
+        """The evaluation and the checkpoint a step may be due."""
+        every = self.config.run.eval_every
+        if every and self.state.rl_step % every == 0:
+            await self._evaluate(stack, metrics, stage.name)
+        if (step + 1) % self.config.run.checkpoint_every == 0 or step + 1 == stage.steps:
+            with anyio.CancelScope(shield=True):
+                await self._checkpoint(step + 1)
 
     async def _rollout(self, stack: RolloutStack, stage: StageConfig, batch: list[Problem], step: int) -> RolloutResult:
         """Roll out one batch; GRPO-RoC downsamples each group as it completes."""
@@ -217,12 +252,7 @@ class Trainer:
                 batch, stage.n_oversample, max_turns=stage.max_turns, max_response_tokens=stage.max_response_tokens
             ) as stream:
                 async for group in stream:
-                    done.groups.append(group)
-                    decision = roc_downsample(group, stage.n_keep, rng, selection=stage.roc_selection)
-                    if decision.group is not None:
-                        done.kept.append(decision.group)
-                    for d in decision.dropped:
-                        done.dropped[d.reason] = done.dropped.get(d.reason, 0) + 1
+                    done.add(group, roc_downsample(group, stage.n_keep, rng, selection=stage.roc_selection))
             tg.cancel_scope.cancel()
         done.seconds = time.monotonic() - t0
         done.reward_seconds = self.timed.seconds - reward_before
@@ -234,7 +264,7 @@ class Trainer:
             write_samples(self.run_dir / "samples.jsonl", done.groups, self.config.run.samples_per_step,
                           rl_step=self.state.rl_step + 1, stage=stage.name)  # fmt: skip
         oldest = self.state.weight_version - self.config.run.max_staleness
-        fresh = [g for g in done.kept if all(t.weight_version >= oldest for t in g.trajectories)]
+        fresh = done.trained = [g for g in done.kept if oldest_version(g, oldest) >= oldest]
         values: dict[str, Any] = rollout_metrics(done.groups)
         values.update({f"roc/dropped_{k}": v for k, v in done.dropped.items()})
         values["roc/groups_kept"] = len(fresh)
@@ -310,8 +340,9 @@ class Trainer:
     async def _checkpoint(self, step_in_stage: int) -> None:
         self.state.step_in_stage = step_in_stage
         root = self.run_dir / "checkpoints"
+        files = self.checkpoint_files() if self.checkpoint_files else None  # it updates the state: first
         try:
-            await self._learn(self.driver.save_checkpoint, root, state=msgspec.to_builtins(self.state))
+            await self._learn(self.driver.save_checkpoint, root, state=msgspec.to_builtins(self.state), files=files)
         except OSError as exc:  # e.g. a full disk: the checkpoint is atomic, so nothing older is lost
             from ..learn import latest_checkpoint
 

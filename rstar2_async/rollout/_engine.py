@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Final, TypedDict, Unpack, final
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import msgspec
 from anyio.abc import ObjectSendStream
@@ -149,7 +150,7 @@ class RolloutEngine:
     @asynccontextmanager
     async def stream(
         self,
-        problems: Sequence[Problem],
+        problems: Sequence[Problem] | AsyncIterable[Problem],
         n: int,
         *,
         sampling: SamplingConfig | None = None,
@@ -161,7 +162,11 @@ class RolloutEngine:
         """Start ``n`` trajectories for each problem; yield a stream of finished groups.
 
         Groups arrive in completion order.  The stream ends after the last group.
-        Trajectories of the same problem get sample indices ``0..n-1``.  Admission is
+        Trajectories of the same problem get sample indices ``0..n-1``.  ``problems``
+        may be an async iterable (a memory object stream): each problem is taken
+        once the previous one's trajectories have all been admitted, so whoever feeds
+        it decides how far ahead work starts (streaming training); a group's
+        ``problem`` is the very object that was fed.  Admission is
         shared with every other call on this engine (``rollout.max_in_flight`` in all).
 
         Args:
@@ -219,38 +224,51 @@ class RolloutEngine:
 
     async def _produce(
         self,
-        problems: Sequence[Problem],
+        problems: Sequence[Problem] | AsyncIterable[Problem],
         n: int,
         config: RolloutConfig,
         finished: Mapping[tuple[str, int], Trajectory],
         on_trajectory: Callable[[Trajectory], None] | None,
         send: ObjectSendStream[Group],
     ) -> None:
-        sampling = config.sampling
         async with send, anyio.create_task_group() as tg:
-            for p_index, problem in enumerate(problems):
-                pending = _PendingGroup(problem, n, config, on_trajectory)
-                for i in range(n):
-                    if (problem.id, i) in finished:
-                        self._complete(pending, i, finished[problem.id, i], send)
-                        continue
-                    seed = None if sampling.seed is None else sampling.seed + p_index * n + i
-                    params = SamplingParams(
-                        temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, seed=seed
-                    )
-                    if pending.prompt_ids is None and self.tokenizer is not None:
-                        pending.prompt_ids = self.tokenizer.encode_prompt(problem_messages(problem, config, self.toolbox))
-                    borrower = object()
-                    # Awaiting a free token costs a trip through the loop; most are free.
-                    # (Checked, not caught: anyio < 4.14 leaks trio.WouldBlock on trio.)
-                    if self._limiter.available_tokens >= 1:
-                        self._limiter.acquire_on_behalf_of_nowait(borrower)
-                    else:
-                        await self._limiter.acquire_on_behalf_of(borrower)
-                    self._started += 1
-                    if self._started % ADMISSION_BATCH == 0:
-                        await anyio.lowlevel.checkpoint()
-                    tg.start_soon(self._one, pending, i, params, borrower, send)
+            if isinstance(problems, Sequence):
+                for p_index, problem in enumerate(problems):
+                    await self._start_group(tg, p_index, _PendingGroup(problem, n, config, on_trajectory), finished, send)
+            else:  # a stream: each problem is taken when the previous group has all started
+                p_index = 0
+                async for problem in problems:
+                    await self._start_group(tg, p_index, _PendingGroup(problem, n, config, on_trajectory), finished, send)
+                    p_index += 1
+
+    async def _start_group(
+        self,
+        tg: anyio.abc.TaskGroup,
+        p_index: int,
+        pending: _PendingGroup,
+        finished: Mapping[tuple[str, int], Trajectory],
+        send: ObjectSendStream[Group],
+    ) -> None:
+        problem, n, sampling = pending.problem, len(pending.slots), pending.config.sampling
+        for i in range(n):
+            if (problem.id, i) in finished:
+                self._complete(pending, i, finished[problem.id, i], send)
+                continue
+            seed = None if sampling.seed is None else sampling.seed + p_index * n + i
+            params = SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, seed=seed)
+            if pending.prompt_ids is None and self.tokenizer is not None:
+                pending.prompt_ids = self.tokenizer.encode_prompt(problem_messages(problem, pending.config, self.toolbox))
+            borrower = object()
+            # Awaiting a free token costs a trip through the loop; most are free.
+            # (Checked, not caught: anyio < 4.14 leaks trio.WouldBlock on trio.)
+            if self._limiter.available_tokens >= 1:
+                self._limiter.acquire_on_behalf_of_nowait(borrower)
+            else:
+                await self._limiter.acquire_on_behalf_of(borrower)
+            self._started += 1
+            if self._started % ADMISSION_BATCH == 0:
+                await anyio.lowlevel.checkpoint()
+            tg.start_soon(self._one, pending, i, params, borrower, send)
 
     async def _one(
         self, pending: _PendingGroup, i: int, params: SamplingParams, borrower: object, send: ObjectSendStream[Group]

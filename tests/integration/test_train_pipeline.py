@@ -29,7 +29,8 @@ steps left it at 0.0, and sampled RL groups were then often all wrong: no update
 
 
 def config(
-    tmp_path: Path, *, rl_steps: int, max_staleness: int = 0, hard_stage: bool = False, checkpoint_every: int = 1
+    tmp_path: Path, *, rl_steps: int, max_staleness: int = 0, hard_stage: bool = False, checkpoint_every: int = 1,
+    mode: str = "on_policy",
 ) -> TrainConfig:
     data = tmp_path / "data"
     # One-digit products: copying the tool's output is learnt in SFT_STEPS steps, and
@@ -44,7 +45,7 @@ def config(
     return convert(
         {
             "run": {"name": "pipeline", "out_dir": str(tmp_path / "runs"), "checkpoint_every": checkpoint_every, "samples_per_step": 2,
-                    "max_staleness": max_staleness},
+                    "max_staleness": max_staleness, "mode": mode},
             "model": {"tiny": {"hidden_size": 128, "num_layers": 2}},
             "server": {"max_model_len": 512, "kv_cache_gib": 0.25},
             "rollout": {
@@ -52,7 +53,8 @@ def config(
                 "sampling": {"temperature": 1.0},
             },
             "sandbox": {"workers": 1},
-            "learner": {"zero_stage": 0, "precision": "fp32", "gradient_checkpointing": False, "lr": 1e-3, "warmup_steps": 0},
+            "learner": {"zero_stage": 0, "precision": "fp32", "gradient_checkpointing": False, "lr": 1e-3, "warmup_steps": 0,
+                        **({"tis_cap": 2.0} if mode == "streaming" else {})},
             "eval": {"data": [str(data / "heldout.jsonl")], "n": 1, "sampling": {"temperature": 0.0}},
             "stages": [
                 {"name": "sft", "kind": "sft", "data": str(data / "sft.jsonl"), "steps": SFT_STEPS, "batch_problems": 16, "lr": 3e-3,
@@ -144,3 +146,52 @@ def test_sigterm_checkpoints_and_resume_continues(tmp_path: Path) -> None:
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert sum("sft/loss" in r for r in records) == SFT_STEPS  # SFT was not redone
     assert [r["step"] for r in records if r.get("stage") == "rl"] == [1, 2, 3]  # no RL step redone
+    # The servers the resumed run started got the version of the weights they load:
+    # its groups are not mistaken for stale ones (they were, and every one was dropped).
+    assert all(r["async/stale_groups_dropped"] == 0 for r in records if r.get("stage") == "rl")
+
+
+def test_streaming_killed_mid_stage_resumes_without_losing_or_repeating_a_group(tmp_path: Path) -> None:
+    """A streaming stage (staleness 1) SIGKILLed, its whole process tree, right after a
+    checkpoint that holds finished-but-untrained groups: the resumed run trains every
+    group of the stream exactly once, none staler than the bound."""
+    cfg = config(tmp_path, rl_steps=4, max_staleness=1, mode="streaming")
+    toml = tmp_path / "run.toml"
+    toml.write_text(to_toml(cfg))
+    run = Path(cfg.run.out_dir) / cfg.run.name
+    rstar2 = Path(sys.executable).with_name("rstar2")
+    launcher = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+    env = {k: v for k, v in os.environ.items() if k not in launcher}
+    with (tmp_path / "out").open("w+") as out_file, (tmp_path / "err").open("w+") as err_file:
+        proc = subprocess.Popen([str(rstar2), "train", str(toml)], stdout=out_file, stderr=err_file, env=env, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 900
+            while True:  # a checkpoint of the RL stage whose queue is not empty
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "err").read_text()[-3000:]
+                last = latest_checkpoint(run / "checkpoints")
+                try:
+                    stream = json.loads((last / "state.json").read_text())["state"].get("stream") if last else None
+                    killed_at = json.loads((last / "state.json").read_text())["state"] if last else None
+                except FileNotFoundError:  # retention removed it as we read
+                    continue
+                if stream and stream["queued"]:
+                    break
+                time.sleep(0.2)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)  # the learner, its vLLM server, sandbox and graders: a crash
+            proc.wait()
+    assert killed_at is not None
+    summary = train(cfg, resume=True)
+    assert summary.rl_steps == 4 and not summary.stopped
+    state = json.loads((latest_checkpoint(run / "checkpoints") / "state.json").read_text())["state"]
+    stream = state["stream"]  # the stage's last checkpoint: its whole stream
+    trained, dropped = stream["trained"], stream["dropped"]
+    assert len(trained) == 4 * 4 and len(set(trained)) == len(trained)  # 4 steps x 4 groups, none twice
+    assert trained == sorted(trained) and not set(trained) & set(dropped)
+    assert set(killed_at["stream"]["queued"]) <= set(trained)  # what the crash left queued was trained
+    assert set(range(stream["next_seq"])) == set(trained) | set(dropped) | set(stream["in_flight"]) | set(stream["queued"])
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in records if r.get("stage") == "rl"]
+    assert rl and all(r["async/staleness_max"] <= 1 for r in rl)  # no trained group staler than the bound
+    assert all(r["async/stale_groups_dropped"] == 0 for r in rl)  # and none paid for and dropped
+    assert all("async/turns_interrupted" in r for r in rl)

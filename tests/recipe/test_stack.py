@@ -25,7 +25,7 @@ def train_config(**sections: Any) -> TrainConfig:
 
 def test_default_is_todays_disk_sync() -> None:
     ws = train_config().weight_sync
-    assert (ws.transport, ws.pause_mode, ws.sender) == ("disk", "wait", "nccl")
+    assert (ws.transport, ws.pause_mode, ws.sender) == ("disk", None, "nccl")  # None: wait on-policy, abort streaming
 
 
 @pytest.mark.parametrize(

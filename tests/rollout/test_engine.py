@@ -313,3 +313,18 @@ async def test_one_limiter_bounds_a_rollout_ahead_and_an_evaluation_at_once() ->
     # Each call's own limits reached its generations.
     assert sorted(set(backend.seen)) == [(300, 1.0), (500, 0.0)]
     assert backend.seen.count((300, 1.0)) == 6 and backend.seen.count((500, 0.0)) == 4
+
+
+async def test_problems_from_a_stream_are_taken_as_the_feeder_offers_them() -> None:
+    server = FakeModelServer()
+    async with running(server) as (engine, _):
+        send, feed = anyio.create_memory_object_stream[Problem](0)
+        fed = problems(3)
+        async with engine.stream(feed, n=2) as groups:
+            async with send:
+                for p in fed:
+                    await send.send(p)  # returns once the engine took it
+            got = [g async for g in groups]  # the stream ends with the feed
+    assert sorted(g.problem.id for g in got) == ["p0", "p1", "p2"]
+    assert all(any(g.problem is p for p in fed) for g in got)  # the very objects fed
+    assert all(t.reward == 1.0 for g in got for t in g.trajectories)

@@ -1,0 +1,255 @@
+"""Streaming RL (``run.mode = "streaming"``): rollouts never stop between steps.
+
+One stage is three tasks around the run's one engine:
+
+    admit    feeds problems to ``engine.stream`` while the staleness rule allows
+    collect  takes each finished group, downsamples it (GRPO-RoC), resolves its position
+    train    the trainer's loop: the next ``batch_problems`` kept groups in stream
+             order -> GRPO update -> export -> weight sync (abort: the turns in
+             flight stop and resume from their tokens on the new weights)
+
+The staleness rule (AReaL's, counted in groups): at most ``(S + 1) x B`` groups are
+started ahead of the learner (in flight, finished but untrained, or in the update
+under way), where S is ``run.max_staleness`` and B the stage's ``batch_problems``;
+the room an update frees is given back once its sync is done.  Groups are trained
+in the order they were started (RoC-dropped ones skipped), so a group started when
+the weights were at version v waits behind fewer than (S + 1) x B others and is
+trained before version v + S + 1 exists: no trained group is more than S versions
+stale, and none is ever generated only to be dropped.  The price of the order: the
+learner waits for the oldest unfinished group even when newer ones are done (while
+the fleet works on up to S x B groups more).
+
+State (``StreamState`` in every checkpoint; the queued groups themselves in
+``stream-queue.msgpack``): on resume the queued groups are trained as they are, the
+groups that were in flight are started again (same positions, new samples), and the
+stream goes on from where it stood; a position is never trained twice or lost.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Final
+
+import anyio
+import anyio.abc
+import msgspec
+from anyio.abc import ObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from ..config import StageConfig
+from ..errors import TrainError
+from ..selection import RocDecision, roc_downsample
+from ..types import Group, Problem
+from ._data import batch_for_step
+from ._stack import RolloutStack
+from ._state import RolloutResult, StreamState
+
+if TYPE_CHECKING:
+    from ._metrics import MetricsWriter
+    from ._trainer import Trainer
+
+__all__ = ["QUEUE_FILE", "oldest_version", "read_queue", "run_streaming_stage"]
+
+QUEUE_FILE: Final = "stream-queue.msgpack"
+"""Where a checkpoint keeps the finished, kept, untrained groups of a streaming stage."""
+
+_queue_decoder = msgspec.msgpack.Decoder(dict[int, Group])
+
+
+def read_queue(data: bytes) -> dict[int, Group]:
+    """The queued groups a checkpoint's :data:`QUEUE_FILE` holds, by stream position."""
+    return _queue_decoder.decode(data)
+
+
+class _Stream:
+    """The bookkeeping of one stage's stream: positions, the rule, the order."""
+
+    def __init__(self, trainer: Trainer, index: int, stage: StageConfig, problems: list[Problem], state: StreamState) -> None:
+        self.trainer, self.index, self.stage, self.problems, self.state = trainer, index, stage, problems, state
+        self.limit = (trainer.config.run.max_staleness + 1) * stage.batch_problems
+        self.kept: dict[int, Group] = {}  # finished and kept, position >= head
+        self.dropped: set[int] = {p for p in state.dropped if p >= state.head}
+        self.resolved: dict[int, tuple[Group, RocDecision]] = {}  # this step's, for its metrics
+        self.in_flight: dict[int, int] = {}  # id(fed problem) -> position
+        self.restart = sorted(state.in_flight)  # started before a resume: start again first
+        self.updating = 0  # groups in the update under way: their room comes back after its sync
+        self._positions: dict[int, int] = {}  # id(kept group) -> position, for the update under way
+        self._changed = anyio.Event()
+        self._batches: dict[int, list[Problem]] = {}
+
+    # -- what a checkpoint keeps ---------------------------------------------------
+
+    def snapshot(self) -> dict[str, bytes]:
+        s = self.state
+        s.in_flight = sorted(set(self.in_flight.values()) | set(self.restart))
+        s.queued = sorted(self.kept)
+        return {QUEUE_FILE: msgspec.msgpack.encode(self.kept)}
+
+    def restore(self, queued: dict[int, Group]) -> None:
+        """Take back the queued groups of the checkpoint the state comes from.
+
+        Raises:
+            TrainError: some are missing (training on would lose them).
+        """
+        missing = set(self.state.queued) - set(queued)
+        if missing:
+            raise TrainError(f"the checkpoint's {QUEUE_FILE} lacks queued stream positions {sorted(missing)}: resuming would lose them")
+        self.kept = {p: queued[p] for p in self.state.queued}
+
+    # -- the staleness rule ------------------------------------------------------------
+
+    def outstanding(self) -> int:
+        return len(self.in_flight) + len(self.kept) + self.updating
+
+    def may_start(self) -> bool:
+        needed = self.stage.steps * self.stage.batch_problems - len(self.state.trained)
+        return self.outstanding() < min(self.limit, needed)
+
+    def notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def changed(self) -> None:
+        await self._changed.wait()
+
+    def problem_at(self, position: int) -> Problem:
+        """A fresh copy (its identity names the position) of the position's problem."""
+        b = self.stage.batch_problems
+        step = position // b
+        if step not in self._batches:
+            cfg = self.trainer.config.run
+            self._batches = {step: batch_for_step(self.problems, b, seed=cfg.seed, stage=self.index, step=step)}
+        return msgspec.structs.replace(self._batches[step][position % b])
+
+    def step_metrics(self, staleness: list[int], interrupted: Callable[[], int]) -> dict[str, float]:
+        """A step's ``async/`` figures, read once its sync is done."""
+        return {
+            "async/staleness_mean": sum(staleness) / len(staleness),
+            "async/staleness_max": max(staleness),
+            "async/turns_interrupted": interrupted(),  # by this step's sync, mostly
+            "async/groups_in_flight": len(self.in_flight),
+            "async/groups_queued": len(self.kept),
+        }
+
+    # -- the three tasks -----------------------------------------------------------------
+
+    async def admit(self, send: ObjectSendStream[Problem]) -> None:
+        async with send:
+            while True:
+                while not self.may_start():
+                    await self.changed()
+                if self.restart:
+                    position = self.restart.pop(0)
+                else:
+                    position = self.state.next_seq
+                    self.state.next_seq += 1
+                problem = self.problem_at(position)
+                self.in_flight[id(problem)] = position
+                await send.send(problem)  # taken when the engine has started the previous group
+
+    async def collect(self, groups: MemoryObjectReceiveStream[Group]) -> None:
+        seed, name = self.trainer.config.run.seed, self.stage.name
+        async for group in groups:
+            position = self.in_flight.pop(id(group.problem))
+            decision = roc_downsample(
+                group, self.stage.n_keep, random.Random(f"{seed}/roc/{name}/{position}"), selection=self.stage.roc_selection
+            )
+            self.resolved[position] = (group, decision)
+            if decision.group is None:
+                self.dropped.add(position)
+                self.state.dropped.append(position)
+            else:
+                self.kept[position] = decision.group
+            self.notify()
+
+    async def next_batch(self) -> RolloutResult:
+        """The next B kept groups in stream order; waits for the oldest unfinished.
+        Takes nothing until all B are there (a stop while waiting loses none)."""
+        b = self.stage.batch_problems
+        while True:
+            take, position = [], self.state.head
+            while len(take) < b and (position in self.kept or position in self.dropped):
+                if position in self.kept:
+                    take.append(position)
+                position += 1
+            if len(take) == b:
+                break
+            await self.changed()
+        done = RolloutResult([self.kept[p].problem for p in take])
+        for p in range(self.state.head, position):
+            if p in self.resolved:  # resolved before a resume: counted in that run's metrics
+                done.add(*self.resolved.pop(p))
+            self.dropped.discard(p)
+        done.kept = [self.kept.pop(p) for p in take]
+        self._positions = {id(g): p for g, p in zip(done.kept, take)}
+        self.state.head = position
+        self.state.trained += take
+        self.updating = len(take)
+        return done
+
+    def trained(self, done: RolloutResult) -> None:
+        """After the update: give its room back; a group it left out as too stale
+        (the rule prevents it; a version the servers lost would not) counts as dropped."""
+        trained = {id(g) for g in done.trained}
+        for g in done.kept:
+            if id(g) not in trained:
+                position = self.state.trained.pop(self.state.trained.index(self._positions[id(g)]))
+                self.state.dropped.append(position)
+        self._positions.clear()
+        self.updating = 0
+        self.notify()
+
+
+async def run_streaming_stage(
+    trainer: Trainer,
+    stack: RolloutStack,
+    index: int,
+    stage: StageConfig,
+    problems: list[Problem],
+    metrics: MetricsWriter,
+    *,
+    queued: dict[int, Group],
+) -> None:
+    """Steps ``trainer.state.step_in_stage..stage.steps`` of a streaming RL stage.
+
+    ``queued``: the groups a resumed checkpoint kept (empty for a fresh stage)."""
+    state = trainer.state.stream = trainer.state.stream or StreamState()
+    stream = _Stream(trainer, index, stage, problems, state)
+    stream.restore(queued)
+    engine, interrupted = stack.engine, _interruptions(stack)
+    feed_send, feed = anyio.create_memory_object_stream[Problem](0)
+    # Left set if the stage is stopped: the stop's checkpoint keeps the stream too.
+    trainer.checkpoint_files = stream.snapshot
+    async with anyio.create_task_group() as tg, engine.stream(
+        feed, stage.n_oversample, max_turns=stage.max_turns, max_response_tokens=stage.max_response_tokens
+    ) as groups:
+        tg.start_soon(stream.admit, feed_send)
+        tg.start_soon(stream.collect, groups)
+        for step in range(trainer.state.step_in_stage, stage.steps):
+            t0, reward0, interrupted0 = time.monotonic(), trainer.timed.seconds, interrupted()
+            done = await stream.next_batch()
+            done.seconds, done.reward_seconds = time.monotonic() - t0, trainer.timed.seconds - reward0
+            version = trainer.state.weight_version
+            staleness = [version - oldest_version(g, version) for g in done.kept]
+            extra = partial(stream.step_metrics, staleness, lambda since=interrupted0: interrupted() - since)
+            await trainer.learn_step(stack, stage, step, done, metrics, extra=extra)
+            stream.trained(done)  # the sync is done: its room goes back to admission
+            await trainer.after_step(stack, stage, step, metrics)
+        tg.cancel_scope.cancel()  # what is still in flight is not needed
+    trainer.checkpoint_files = None
+    trainer.state.stream = None
+
+
+def oldest_version(group: Group, default: int) -> int:
+    """The oldest weight version among a group's generated tokens (a trajectory
+    that never generated, e.g. its server failed for good, has none)."""
+    return min((t.weight_version for t in group.trajectories if t.turns), default=default)
+
+
+def _interruptions(stack: RolloutStack) -> Callable[[], int]:
+    """Generations a pause cut short and resumed, over the pool's servers so far."""
+    pool = stack.pool
+    return lambda: 0 if pool is None else sum(s.client.statistics().resumed for s in pool.servers)
