@@ -9,15 +9,25 @@ from this process, on loopback).  The model is float32 tensors of 16 MB.
 
 What is timed: a sync is the whole :meth:`WeightSync.sync` (pause, load, flush,
 version, resume over HTTP).  The disk sync starts from weights the learner has
-already saved (``save_file``, timed apart as ``learner_save_s``, once per size);
-the broadcast sync starts from tensors in the learner's memory.  The baseline,
-in the same run, is ``cp -r`` of the saved directory then reading the copy back:
-it writes and reads the bytes once each (both through the page cache, as the
-sync's reads are), so it is a floor for "put the bytes somewhere and read them",
+already exported; the export is timed apart as ``learner_save_s`` (median over
+the repeats, one export per repeat, each replacing the last).  It is the learner's
+real export, ``save_hf_checkpoint`` (its buckets of ``learner.export_bucket_mb``,
+safetensors shards of ``learner.export_shard_mb`` written by
+``_export.write_safetensors_dir``, config.json, every file and the directory
+fsynced, the directory renamed into place), called on a stand-in for a ZeRO-0
+learner on CPU in float32: a module whose parameters are the benchmark's tensors
+(a DeepSpeed learner of 1 GB on CPU takes longer to build than the benchmark runs;
+ZeRO 0-2 gather nothing, and with the export dtype the training one nothing is
+cast, so the stand-in runs the same code on the same bytes; ZeRO-3's gathers and a
+GPU's device-to-host copies are not timed).  The broadcast sync starts from
+tensors in the learner's memory.  The baseline, in the same run, is ``cp -r`` of
+the exported directory then reading the copy back: it writes and reads the bytes
+once each (both through the page cache, as the sync's reads are; without the
+export's fsyncs), so it is a floor for "put the bytes somewhere and read them",
 not for "make a process hold them".  Medians over ``--repeats``;
-``disk_sync_vs_copy`` is the disk sync's median over the copy's (the largest
-over the sizes at top level), ``save_and_disk_sync_vs_copy`` adds the learner's
-save to the sync.
+``disk_sync_vs_copy`` is the disk sync's median over the copy's (the largest over
+the sizes at top level), ``save_and_disk_sync_vs_copy`` is (export + disk sync)
+over the copy.
 
 Usage: ``python benchmarks/weight_sync.py [--sizes-mb 100 1000] [--repeats 3]``
 """
@@ -39,9 +49,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import anyio  # noqa: E402
+import anyio
 
-from backends import BroadcastTransport, DiskTransport, ServerPool, WeightSync  # noqa: E402
+from backends import BroadcastTransport, DiskTransport, ServerPool, WeightSync
+from rstar2_async.config import LearnerConfig
 
 
 def free_port() -> int:
@@ -64,6 +75,33 @@ def make_weights(size_mb: int):
     return tensors
 
 
+class ExportingLearner:
+    """What ``save_hf_checkpoint`` reads of a :class:`Learner`: rank 0 of a ZeRO-0
+    learner on CPU in float32 whose parameters are ``weights`` (shared, not copied)."""
+
+    def __init__(self, weights: dict, model_path: Path) -> None:
+        import torch
+        from transformers import PretrainedConfig
+
+        class Module(torch.nn.Module):
+            def named_parameters(self, *args, **kwargs):
+                return iter(self.params.items())
+
+        self.rank, self.dtype, self.model_path = 0, torch.float32, model_path
+        self.config = LearnerConfig(zero_stage=0, precision="fp32")
+        self.module = Module()
+        self.module.params = {n: torch.nn.Parameter(t, requires_grad=False) for n, t in weights.items()}
+        self.module.config = PretrainedConfig()
+
+
+def export(learner: ExportingLearner, out: Path) -> float:
+    from rstar2_async.learn import save_hf_checkpoint
+
+    t0 = time.perf_counter()
+    save_hf_checkpoint(learner, out)
+    return time.perf_counter() - t0
+
+
 def copy_and_read(src: Path, dst: Path) -> float:
     shutil.rmtree(dst, ignore_errors=True)
     t0 = time.perf_counter()
@@ -80,7 +118,7 @@ async def run(sizes: list[int], repeats: int) -> dict:
     proc = await anyio.open_process(
         [sys.executable, str(ROOT / "tests/backends/_weight_receiver.py"), str(port)], stdout=subprocess.PIPE, stderr=None
     )
-    results: dict = {"benchmark": "weight_sync", "repeats": repeats}
+    results: dict = {"benchmark": "weight_sync", "repeats": repeats, "export": "learn.save_hf_checkpoint"}
     try:
         assert proc.stdout is not None and b"ready" in await proc.stdout.receive()
         async with ServerPool([f"http://127.0.0.1:{port}"], model="m", poll_interval_s=1.0) as pool:
@@ -88,17 +126,13 @@ async def run(sizes: list[int], repeats: int) -> dict:
             disk = WeightSync(pool, DiskTransport())
             version = 0
             for size in sizes:
-                from safetensors.torch import save_file
-
                 weights = make_weights(size)
                 with tempfile.TemporaryDirectory() as tmp:
                     src = Path(tmp) / "weights"
-                    src.mkdir()
-                    t0 = time.perf_counter()
-                    save_file(weights, str(src / "model.safetensors"))
-                    save_s = time.perf_counter() - t0
-                    copies, disks, casts, phases = [], [], [], []
+                    learner = ExportingLearner(weights, Path(tmp))
+                    saves, copies, disks, casts, phases = [], [], [], [], []
                     for _ in range(repeats):
+                        saves.append(await anyio.to_thread.run_sync(export, learner, src))
                         copies.append(await anyio.to_thread.run_sync(copy_and_read, src, Path(tmp) / "copy"))
                         version += 1
                         report = await disk.sync(src, version)
@@ -107,6 +141,7 @@ async def run(sizes: list[int], repeats: int) -> dict:
                         version += 1
                         casts.append((await broadcast.sync(weights, version)).total_s)
                 m = statistics.median
+                save_s = m(saves)
                 results[f"{size}mb"] = {
                     "copy_and_read_s": round(m(copies), 3),
                     "disk_sync_s": round(m(disks), 3),
@@ -117,8 +152,9 @@ async def run(sizes: list[int], repeats: int) -> dict:
                     "learner_save_s": round(save_s, 3),
                     "save_and_disk_sync_vs_copy": round((save_s + m(disks)) / m(copies), 3),
                     "broadcast_s_per_gb": round(m(casts) / (size / 1024), 3),
+                    "learner_save_s_per_gb": round(save_s / (size / 1024), 3),
                 }
-                del weights
+                del weights, learner
     finally:
         proc.kill()
         await proc.wait()
