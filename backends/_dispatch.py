@@ -151,10 +151,13 @@ class DispatchStatistics(msgspec.Struct, frozen=True):
 
 class _Server:
     __slots__ = (
-        "up", "capacity", "reserved", "observed", "pending", "epoch", "in_flight", "dispatched", "headroom", "held", "holds"
+        "busy", "capacity", "dispatched", "epoch", "free", "frees", "headroom", "held", "holds", "in_flight", "index",
+        "observed", "pending", "reserved", "up", "usable",
     )
 
-    def __init__(self, capacity: int, headroom: float) -> None:
+    def __init__(self, index: int, capacity: int, headroom: float, frees: list[int], busy: list[int]) -> None:
+        self.index = index
+        self.frees, self.busy = frees, busy  # the dispatcher's: every server's free budget, and -in_flight
         self.up = True
         self.capacity = capacity
         self.headroom = headroom
@@ -166,14 +169,15 @@ class _Server:
         self.dispatched = 0
         self.held = 0
         self.holds: OrderedDict[Hashable, tuple[int, int]] = OrderedDict()  # session -> (tokens, epoch), oldest first
+        self.refresh()
 
-    @property
-    def usable(self) -> int:
-        return self.capacity - int(self.headroom * self.capacity)
-
-    @property
-    def free(self) -> int:
-        return self.usable - max(self.reserved, self.observed + self.pending) - self.held
+    def refresh(self) -> None:
+        """Recompute ``usable`` and ``free`` (and the dispatcher's lists of them):
+        called after every change of the figures they are made of."""
+        self.usable = self.capacity - int(self.headroom * self.capacity)
+        self.free = self.usable - max(self.reserved, self.observed + self.pending) - self.held
+        self.frees[self.index] = self.free
+        self.busy[self.index] = -self.in_flight
 
 
 @final
@@ -215,9 +219,11 @@ class Dispatcher:
             never.
 
     Not thread-safe; one event loop drives it.  Every method is O(servers); a
-    request without a hold at least as large as one that found no room fails in
-    O(1) until a release, report, hold's end or server change (the pool retries
-    every waiting turn on each of those).
+    request without a hold or a server to avoid, at least as large as one that
+    found no room, fails in O(1) until a release, report, hold's end or server
+    change.  It records which servers' room may have grown and (for a
+    :class:`backends._waitqueue.WaitQueue`) which sessions' holds began or ended,
+    so that the pool retries only the waiting turns that can fit.
     """
 
     def __init__(
@@ -257,7 +263,13 @@ class Dispatcher:
         self.hold_reports = hold_reports
         self.hold_headroom = hold_headroom
         self._expected = float(expected_new_tokens)
-        self._servers = [_Server(c, headroom) for c in capacities]
+        # Each server's free budget and -in_flight, kept by the servers: the best
+        # server is one max() over them, in C (requests read it on every try).
+        self._frees, self._busy = [0] * len(capacities), [0] * len(capacities)
+        self._order = [-i for i in range(len(capacities))]  # ties: the first server
+        self._servers = [_Server(i, c, headroom, self._frees, self._busy) for i, c in enumerate(capacities)]
+        self._up = list(range(len(capacities)))  # the servers up, in order: every request reads it
+        self._idle = len(capacities)  # servers up with nothing in flight
         # session -> the server of its latest turn, which also holds its context
         # between turns if its ``holds`` has the session: the one record of a hold.
         self._sessions: OrderedDict[Hashable, int] = OrderedDict()
@@ -268,8 +280,16 @@ class Dispatcher:
         # Requests without a hold of at least ``_floor`` tokens (and at most
         # ``_floor_cap``, past which one may go alone to an idle server) fit nowhere
         # until room grows: a waiting queue's retries fail in O(1), not O(servers).
+        # Not for requests that avoid a server: their cap is over fewer servers, so
+        # one above it may go alone to an idle server although the floor says no
+        # (an answer that then hung on which requests were tried before it).
         self._floor: float = math.inf
         self._floor_cap = 0
+        # What a WaitQueue reads to retry only the waiting requests that can fit:
+        # servers whose room may have grown, and sessions whose hold began or ended
+        # (recorded once a queue asks for it), since it last looked.
+        self._grown: set[int] = set()
+        self._hold_log: list[Hashable] | None = None
 
     # -- observations --------------------------------------------------------------
 
@@ -281,7 +301,9 @@ class Dispatcher:
             s.capacity = load.capacity_tokens
         s.observed = max(0, load.used_tokens)
         s.pending = 0
+        s.refresh()
         self._floor = math.inf
+        self._grown.add(server)
         s.epoch += 1
         while s.holds and next(iter(s.holds.values()))[1] <= s.epoch - self.hold_reports:
             self._drop_hold(s, next(iter(s.holds)))
@@ -291,14 +313,25 @@ class Dispatcher:
         until released: its requests are still being given up by the driver.
         Its holds go: a restarted server's cache is empty."""
         s = self._servers[server]
+        if s.up != up and s.in_flight == 0:
+            self._idle += 1 if up else -1
         s.up = up
+        self._up = [i for i, t in enumerate(self._servers) if t.up]
         self._floor = math.inf
+        # Room elsewhere is as it was, but what fits there is not: a request that
+        # avoids the last other server up may now use it, and the cap past which a
+        # request goes alone to an idle server moved.  Rare: every server is looked at.
+        self._grown.update(range(len(self._servers)))
         if not up:
             for session in list(s.holds):
                 self._drop_hold(s, session)
 
     def is_up(self, server: int) -> bool:
         return self._servers[server].up
+
+    def servers_up(self) -> int:
+        """How many servers are up (O(1))."""
+        return len(self._up)
 
     def forget(self, session: Hashable) -> None:
         """Drop a finished session's affinity and hold.  Optional, as old sessions
@@ -347,15 +380,15 @@ class Dispatcher:
             tokens += min(new_tokens, math.ceil(self._expected))
         previous = self._sessions.get(session) if session is not None else None
         held = previous if previous is not None and session in self._servers[previous].holds else None
-        if held is None and self._floor <= tokens <= self._floor_cap:
+        if held is None and avoid is None and self._floor <= tokens <= self._floor_cap:
             self._blocked += 1
             raise anyio.WouldBlock
-        up = [i for i, s in enumerate(self._servers) if s.up]
+        up = self._up  # read, never changed, by the choices below
         if not up:
             self._blocked += 1
             raise NoServerUp("no server is up")
         if avoid is not None and len(up) > 1 and avoid in up:
-            up.remove(avoid)
+            up = [i for i in up if i != avoid]
         if self.policy == "round_robin":
             server = self._choose_static(up, previous)
         else:
@@ -373,9 +406,12 @@ class Dispatcher:
             if len(self._sessions) > MAX_SESSIONS:
                 self.forget(next(iter(self._sessions)))
         s = self._servers[server]
+        if s.in_flight == 0:
+            self._idle -= 1
         s.reserved += tokens
         s.pending += tokens
         s.in_flight += 1
+        s.refresh()
         s.dispatched += 1
         self._dispatched += 1
         ticket = Ticket(next(self._ids), server, tokens, session)
@@ -402,11 +438,15 @@ class Dispatcher:
             self._expected += (generated - self._expected) / MEAN_WINDOW
         _, epoch, prompt = live
         self._floor = math.inf
+        self._grown.add(ticket.server)
         s = self._servers[ticket.server]
         s.reserved -= ticket.tokens
         if epoch == s.epoch:  # admitted after the last report: not in ``observed``
             s.pending -= ticket.tokens
         s.in_flight -= 1
+        s.refresh()
+        if s.in_flight == 0 and s.up:
+            self._idle += 1
         session = ticket.session
         if session is None or prompt is None or generated is None or not s.up:
             return
@@ -416,12 +456,26 @@ class Dispatcher:
         if self.policy == "budget" and self.hold_reports and latest and session not in s.holds:
             s.holds[session] = (prompt + generated, s.epoch)
             s.held += prompt + generated
+            s.refresh()
+            if self._hold_log is not None:
+                self._hold_log.append(session)
 
     def _drop_hold(self, s: _Server, session: Hashable) -> None:
         hold = s.holds.pop(session, None)
         if hold is not None:
             s.held -= hold[0]
+            s.refresh()
             self._floor = math.inf
+            self._grown.add(s.index)
+            if self._hold_log is not None:
+                self._hold_log.append(session)
+
+    def _hold(self, session: Hashable) -> tuple[int, int] | None:
+        """The server holding ``session``'s context and its size, if one does
+        (then its next turn is admitted only there: see ``_choose_budget``)."""
+        server = self._sessions.get(session) if session is not None else None
+        hold = None if server is None else self._servers[server].holds.get(session)
+        return None if hold is None else (server, hold[0])
 
     def _choose_static(self, up: list[int], previous: int | None) -> int:
         if previous is not None and previous in up:
@@ -446,7 +500,10 @@ class Dispatcher:
                 return held
             self._blocked += 1  # wait for room there rather than recompute its context elsewhere
             raise anyio.WouldBlock
-        best = max(up, key=lambda i: (servers[i].free, -servers[i].in_flight))
+        if len(up) == len(servers):  # the most free budget, then the fewest in flight, then the first
+            best = -max(zip(self._frees, self._busy, self._order))[2]
+        else:
+            best = max(up, key=lambda i: (servers[i].free, -servers[i].in_flight))
         if previous is not None and previous in up:
             p = servers[previous]
             if p.free >= tokens and servers[best].free - p.free <= self.affinity_slack * p.capacity:
@@ -467,7 +524,7 @@ class Dispatcher:
             idle = [i for i in up if servers[i].in_flight == 0]
             if idle:
                 return max(idle, key=lambda i: servers[i].capacity)
-        elif len(up) == sum(s.up for s in servers) and tokens < self._floor:
+        elif len(up) == len(self._up) and tokens < self._floor:
             self._floor, self._floor_cap = tokens, cap  # all servers were tried: none has this much room
         self._blocked += 1
         raise anyio.WouldBlock

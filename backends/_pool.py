@@ -24,7 +24,6 @@ behind the pool's back (their KV usage is only seen through polling).
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import enum
 import itertools
@@ -45,6 +44,7 @@ from ._sglang import SGLangAdmin, SGLangTokenClient
 from ._token_client import TokenClient
 from ._types import Completion, FinishReason, SamplingParams
 from ._vllm import VLLMAdmin
+from ._waitqueue import Waiting, WaitQueue
 
 __all__ = ["PoolServer", "PoolStatistics", "ServerPool", "ServerSpec"]
 
@@ -96,6 +96,8 @@ class PoolStatistics(msgspec.Struct, frozen=True):
     servers_back: int
     """Times a server came back into rotation."""
     weight_version: int
+    waiting: int = 0
+    """Turns waiting for room (or for a server to come up) now."""
 
 
 class _State(enum.Enum):
@@ -104,17 +106,13 @@ class _State(enum.Enum):
     CLOSED = 3
 
 
-class _Waiter:
+class _Waiter(Waiting):
     """A turn waiting for room: the admission pass hands it its ticket."""
 
-    __slots__ = ("avoid", "deadline", "event", "new_tokens", "session", "ticket", "tokens")
+    __slots__ = ("deadline", "event")
 
     def __init__(self, tokens: int, session: Hashable, avoid: int | None, new_tokens: int | None) -> None:
-        self.tokens = tokens
-        self.session = session
-        self.avoid = avoid
-        self.new_tokens = new_tokens
-        self.ticket: Ticket | None = None
+        super().__init__(tokens, session, avoid, new_tokens)
         self.event = anyio.Event()  # set when it gets a ticket, a deadline, or the pool closes
         self.deadline: float | None = None  # set when it first found no server up
 
@@ -219,9 +217,10 @@ class ServerPool:
             hold_headroom=hold_headroom,
         )
         self._changed = anyio.Event()
-        # (-remaining budget, arrival, waiter), sorted: the order of admission.
-        self._waiting: list[tuple[int, int, _Waiter]] = []
+        # The turns waiting, keyed (-remaining budget, arrival): the order of admission.
+        self._queue: WaitQueue[_Waiter] = WaitQueue(self._dispatcher)
         self._arrivals = itertools.count()
+        self._deadlines = False  # a waiting turn may have a deadline (it found no server up)
         self._held = 0
         self._weight_version = 0
         self._turns = self._failovers = self._lost = self._back = 0
@@ -251,7 +250,7 @@ class ServerPool:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._state = _State.CLOSED
-        for _, _, waiter in self._waiting:
+        for waiter in self._queue:
             waiter.event.set()  # to raise BackendClosed
         self._notify()
         # Not shielded as a whole: the task group must exit in its own scope.  The
@@ -341,10 +340,11 @@ class ServerPool:
             raise BackendClosed(f"ServerPool is {self._state.name}")
         # Nothing changed since the last admission pass, so the turns waiting still
         # do not fit: trying this one alone is the pass.
-        if not self._held and (ticket := self._try(waiter)) is not None:
+        tried = not self._held
+        if tried and (ticket := self._try(waiter)) is not None:
             return ticket
-        entry = (-remaining, next(self._arrivals), waiter)
-        bisect.insort(self._waiting, entry)
+        waiter.key = (-remaining, next(self._arrivals))
+        self._queue.add(waiter, tried=tried)
         try:
             while (ticket := waiter.ticket) is None:
                 if self._state is not _State.OPEN:
@@ -357,7 +357,7 @@ class ServerPool:
                     await waiter.event.wait()
         except BaseException:
             if waiter.ticket is None:
-                self._waiting.remove(entry)
+                self._queue.remove(waiter)
             else:  # admitted as it was cancelled
                 self._release(waiter.ticket)
             raise
@@ -373,6 +373,7 @@ class ServerPool:
             if waiter.deadline is None:
                 waiter.deadline = time.monotonic() + self.unavailable_timeout_s
                 waiter.event.set()  # wakes it to time its wait
+                self._deadlines = True
         except anyio.WouldBlock:
             waiter.deadline = None  # a server is up: the turn only waits for room
         return waiter.ticket
@@ -390,16 +391,28 @@ class ServerPool:
         the dispatch benchmark this cuts the makespan by 2% against oldest
         first (8 seeds: 1.30x static against 1.27x); later turns first
         lengthen it by 3%.
+
+        The :class:`WaitQueue` admits as that loop over every waiting turn would,
+        but tries only the turns that can fit after what changed: a release costs
+        what it opens, not O(waiting turns).  A turn's wait while no server is up
+        is timed from the first pass that found none (``unavailable_timeout_s``);
+        the first pass with a server up again ends every such deadline.
         """
-        if self._held or self._state is not _State.OPEN or not self._waiting:
+        if self._held or self._state is not _State.OPEN:
             return
-        kept = []
-        for entry in self._waiting:
-            if self._try(entry[2]) is not None:
-                entry[2].event.set()
-            else:
-                kept.append(entry)
-        self._waiting = kept
+        for waiter in self._queue.admit():
+            waiter.event.set()
+        if not self._dispatcher.servers_up():
+            deadline = time.monotonic() + self.unavailable_timeout_s
+            for waiter in self._queue:
+                if waiter.deadline is None:
+                    waiter.deadline = deadline
+                    waiter.event.set()  # wakes it to time its wait
+                    self._deadlines = True
+        elif self._deadlines:
+            for waiter in self._queue:
+                waiter.deadline = None  # a server is up: the turn only waits for room
+            self._deadlines = False
 
     def _release(self, ticket: Ticket, generated: int | None = None) -> None:
         self._dispatcher.release(ticket, generated=generated)
@@ -502,4 +515,5 @@ class ServerPool:
             servers_lost=self._lost,
             servers_back=self._back,
             weight_version=self._weight_version,
+            waiting=len(self._queue),
         )
