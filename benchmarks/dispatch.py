@@ -384,6 +384,12 @@ class Sim:
     # -- a vLLM-like server ----------------------------------------------------------------
 
     def schedule(self, s: Server) -> None:
+        self.admit_waiting(s)
+        self.evict(s)
+        if s.running and not s.busy:
+            self.start_step(s)
+
+    def admit_waiting(self, s: Server) -> None:
         p = self.p
         # vLLM admits waiting requests in order, none in a step that preempted, each only
         # if its whole context (prefix-cache hit included) plus one token fits the blocks
@@ -412,13 +418,15 @@ class Sim:
             s.running[seq.order] = seq
             s.base += seq.context - prompt - s.step
             heapq.heappush(s.finish, (s.step + seq.target, seq.order))
-        self.evict(s)
-        if s.running and not s.busy:
-            s.busy = True
-            dt = max(p.t_weights, (len(s.running) + s.prefill) * p.t_compute) + (s.used() + s.dup) * p.t_kv
-            self.prefilled += s.prefill
-            s.prefill = 0
-            self.push(self.now + dt, "step", s)
+
+    def start_step(self, s: Server) -> None:
+        """The next step of the running requests, charged all prefill admitted since the last."""
+        p = self.p
+        s.busy = True
+        dt = max(p.t_weights, (len(s.running) + s.prefill) * p.t_compute) + (s.used() + s.dup) * p.t_kv
+        self.prefilled += s.prefill
+        s.prefill = 0
+        self.push(self.now + dt, "step", s)
 
     def evict(self, s: Server) -> None:
         """Free blocks hold the prefix cache: drop the least recently freed tokens
