@@ -52,6 +52,12 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     policy: Literal["budget", "round_robin"] = "budget"
     """``budget``: the server with the most free KV budget, a trajectory's later turns
     on its server (prefix-cache hits); ``round_robin``: the static baseline."""
+    order: Literal["budget", "session"] | None = None
+    """Which waiting turns get room first.  ``budget``: the largest remaining token
+    budget (longest work first: the shortest on-policy step); ``session``: the oldest
+    trajectory's (streaming: the group the learner waits for finishes first, and new
+    groups do not overtake it; ``benchmarks/streaming.py`` measured the difference).
+    Omit for ``session`` in streaming mode and ``budget`` otherwise."""
     request_timeout_s: PositiveFloat | None = 900.0
     """Budget of one request on one server: past it the server counts as hung (not
     only dead), is taken out of rotation, and the turn moves to another server from

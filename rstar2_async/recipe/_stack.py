@@ -197,6 +197,7 @@ def _server_pool(inference: InferenceConfig, pool: PoolConfig, local: LocalServe
         [ServerSpec(url=url, engine=engine) for url in inference.base_urls],  # type: ignore[arg-type]
         model=inference.model,
         policy=pool.policy,
+        order=pool.order or "budget",
         affinity_slack=pool.affinity_slack,
         affinity_queue_slack=pool.affinity_queue_slack,
         expected_new_tokens=pool.expected_new_tokens,

@@ -92,6 +92,32 @@ async def test_waiting_turns_go_largest_remaining_budget_first() -> None:
     assert order == ["running", "much", "little"]
 
 
+@pytest.mark.parametrize(("order", "expected"), [("budget", ["new", "old"]), ("session", ["old", "new"])])
+async def test_session_order_lets_the_oldest_trajectory_go_first(order: str, expected: list[str]) -> None:
+    """A streaming trainer waits for its oldest group: with ``order="session"`` a new
+    trajectory's first turn (the larger remaining budget) does not overtake the later
+    turn of an older one."""
+    fake = FakeVLLM(FakeModelServer(delay_s=0.1), capacity_tokens=400)
+    done: list[str] = []
+
+    async def turn(name: str, max_tokens: int) -> None:
+        session = None if name == "running" else name
+        await pool.generate(prompt(f"What is {len(name)}*2?"), max_tokens=max_tokens, sampling=GREEDY, session=session)
+        done.append(name)
+
+    async with fleet(fake, order=order, hold_reports=0) as pool:
+        await turn("old", 100)  # the old trajectory's first turn
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(turn, "running", 300)  # leaves no room for another turn
+            await anyio.sleep(0.02)
+            tg.start_soon(turn, "new", 300)  # a new trajectory's first turn waits
+            await anyio.sleep(0.02)
+            tg.start_soon(turn, "old", 100)  # then the old one's next turn
+            await anyio.sleep(0.02)
+            assert pool.statistics().dispatch.in_flight == 1
+    assert done == ["old", "running", *expected]
+
+
 async def test_a_cancelled_waiting_turn_leaves_no_trace() -> None:
     fake = FakeVLLM(FakeModelServer(delay_s=0.1), capacity_tokens=400)
     async with fleet(fake) as pool:
