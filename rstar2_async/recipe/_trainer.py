@@ -139,12 +139,17 @@ class Trainer:
 
                     self.queued = read_queue((latest_checkpoint(self.run_dir / "checkpoints") / QUEUE_FILE).read_bytes())  # type: ignore[operator]
         weights = Path(self.state.weights_dir) if self.state.weights_dir else base
+        if self.state.weights_dir and not weights.is_dir():
+            # A later step's sync replaced this export before the run was killed (only
+            # the newest is kept); the learner holds its weights again: write them back.
+            await self._learn(self.driver.export, weights)
         c = self.config
         streaming = c.run.mode == "streaming"
         weight_sync = msgspec.structs.replace(c.weight_sync, pause_mode=c.weight_sync.pause_mode or ("abort" if streaming else "wait"))
+        pool = msgspec.structs.replace(c.pool, order=c.pool.order or ("session" if streaming else "budget"))
         async with rollout_stack(
             rollout=c.rollout, inference=c.inference or InferenceConfig(model="policy"), sandbox=c.sandbox,
-            model_dir=None if c.inference else weights, tokenizer_dir=base, local_server=c.server, pool=c.pool,
+            model_dir=None if c.inference else weights, tokenizer_dir=base, local_server=c.server, pool=pool,
             reward=c.reward, log_dir=self.run_dir, weight_sync=weight_sync,
         ) as stack:  # fmt: skip
             if self.state.weight_version:  # resumed: servers we started hold these weights but not their

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -136,7 +137,7 @@ def test_sigterm_checkpoints_and_resume_continues(tmp_path: Path) -> None:
         out, err = (tmp_path / "out").read_text(), (tmp_path / "err").read_text()
     assert proc.returncode == 143, err[-3000:]
     assert "--resume" in err and json.loads(out.strip().splitlines()[-1])["stopped"] is True
-    assert subprocess.run(["pgrep", "-f", str(run)], capture_output=True).stdout == b""  # no server or worker left
+    assert subprocess.run(["pgrep", "-f", str(run)], check=False, capture_output=True).stdout == b""  # no server or worker left
     state = json.loads((latest_checkpoint(run / "checkpoints") / "state.json").read_text())["state"]
     assert state["stage"] == 1 and state["step_in_stage"] == state["rl_step"] >= 1
     with pytest.raises(TrainError, match="--resume"):  # the run exists: never overwrite it silently
@@ -181,6 +182,9 @@ def test_streaming_killed_mid_stage_resumes_without_losing_or_repeating_a_group(
             os.killpg(proc.pid, signal.SIGKILL)  # the learner, its vLLM server, sandbox and graders: a crash
             proc.wait()
     assert killed_at is not None
+    # Had a later step's sync replaced the checkpoint's export (only the newest is
+    # kept) before the kill, the resumed run would find it gone: it writes it back.
+    shutil.rmtree(killed_at["weights_dir"], ignore_errors=True)
     summary = train(cfg, resume=True)
     assert summary.rl_steps == 4 and not summary.stopped
     state = json.loads((latest_checkpoint(run / "checkpoints") / "state.json").read_text())["state"]
