@@ -92,7 +92,7 @@ class _Blocks:
     in C of each block it enters.
     """
 
-    __slots__ = ("blocks", "firsts", "hi_p", "hi_pn", "lo_p", "lo_pn", "pns", "ps", "qid")
+    __slots__ = ("_highs", "_lows", "blocks", "firsts", "hi_p", "hi_pn", "lo_p", "lo_pn", "pns", "ps", "qid")
 
     def __init__(self, qid: int) -> None:
         self.qid = qid  # which queue of a WaitQueue this is (see _FRESH)
@@ -104,6 +104,10 @@ class _Blocks:
         self.lo_pn: list[int] = []  # ... and least p + n
         self.hi_p: list[int] = []  # each block's most p
         self.hi_pn: list[int] = []  # ... and most p + n
+        # The least p and p + n of all (and the most), or None once a request that
+        # had one of them left: a search that nothing can satisfy ends in O(1).
+        self._lows: tuple[int, int] | None = (_ANY, _ANY)
+        self._highs: tuple[int, int] | None = (_NONE, _NONE)
 
     def __bool__(self) -> bool:
         return bool(self.blocks)
@@ -112,10 +116,26 @@ class _Blocks:
         return itertools.chain.from_iterable([list(block) for block in self.blocks])
 
     def least_p(self) -> int:
-        return min(self.lo_p, default=_ANY)
+        return self.lows()[0]
+
+    def lows(self) -> tuple[int, int]:
+        """The least p and p + n of the requests here (``_ANY`` when none)."""
+        if self._lows is None:
+            self._lows = (min(self.lo_p, default=_ANY), min(self.lo_pn, default=_ANY))
+        return self._lows
+
+    def highs(self) -> tuple[int, int]:
+        """The most p and p + n of the requests here (``_NONE`` when none)."""
+        if self._highs is None:
+            self._highs = (max(self.hi_p, default=_NONE), max(self.hi_pn, default=_NONE))
+        return self._highs
 
     def add(self, w: Waiting, p: int, pn: int) -> None:
         w._queue = self
+        if self._lows is not None:
+            self._lows = (min(self._lows[0], p), min(self._lows[1], pn))
+        if self._highs is not None:
+            self._highs = (max(self._highs[0], p), max(self._highs[1], pn))
         b = bisect_right(self.firsts, w.key) - 1
         if b < 0 and not self.blocks:
             self.blocks.append([w])
@@ -160,6 +180,10 @@ class _Blocks:
         assert block[j] is w, "a waiting request's key changed while it waited"
         del block[j]
         p, pn = self.ps[b].pop(j), self.pns[b].pop(j)
+        if self._lows is not None and (p == self._lows[0] or pn == self._lows[1]):
+            self._lows = None
+        if self._highs is not None and (p == self._highs[0] or pn == self._highs[1]):
+            self._highs = None
         if not block:
             for parts in (self.blocks, self.firsts, self.ps, self.pns, self.lo_p, self.lo_pn, self.hi_p, self.hi_pn):
                 del parts[b]
@@ -179,6 +203,9 @@ class _Blocks:
         """The first request after ``after`` whose reservation ``min(p + n, p + c)``
         is at most ``room``."""
         rc = room - c
+        lo_p, lo_pn = self.lows()
+        if lo_p > rc and lo_pn > room:
+            return None
         b = max(0, bisect_right(self.firsts, after) - 1)
         while True:
             b = min(_first(self.lo_p, b, rc), _first(self.lo_pn, b, room))
@@ -195,6 +222,9 @@ class _Blocks:
         """The first request after ``after`` whose reservation is more than ``cap``
         (asked while a server is idle: such a request goes alone to it)."""
         cc = cap - c
+        hi_p, hi_pn = self.highs()
+        if hi_p <= cc or hi_pn <= cap:
+            return None
         b = max(0, bisect_right(self.firsts, after) - 1)
         while True:
             b = _first_above(self.hi_pn, b, cap)
