@@ -28,11 +28,12 @@ from __future__ import annotations
 import random
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 import anyio
 import anyio.abc
@@ -60,6 +61,13 @@ __all__ = ["Trainer"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+SWITCH_INTERVAL_S: Final = 1e-4
+"""The GIL's switch interval while a run trains.  The learner runs in a worker thread
+beside the rollouts' event loop; at Python's default (5 ms) each of its many small
+ops may wait that long for a GIL that a busy loop holds (benchmarks/learner_beside_loop.py,
+quiet 2-core machine: a tiny model's step 0.056 s alone, 6.0 s beside a busy loop
+at 5 ms, 0.16 s at 0.1 ms, for 4% of the loop's throughput)."""
 
 
 class Trainer:
@@ -95,6 +103,14 @@ class Trainer:
     async def run(self) -> TrainSummary | None:
         """Run every stage; returns the summary on rank 0 and None on the other ranks
         of a multi-rank learner (they follow rank 0's learner calls)."""
+        previous = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        try:
+            return await self._run()
+        finally:
+            sys.setswitchinterval(previous)
+
+    async def _run(self) -> TrainSummary | None:
         from ..learn import Learner, LearnerDriver, barrier, follow, init_distributed
 
         t0 = time.monotonic()
