@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointWriteError
+from ._export import _fsync
 from ._learner import barrier
 
 if TYPE_CHECKING:
@@ -148,7 +149,7 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 def _publish(tmp: Path, final: Path) -> None:
     """The commit point: one rename, then the parent directory is fsynced."""
     tmp.rename(final)
-    _fsync_dir(final.parent)
+    _fsync(final.parent)
 
 
 def _retain(root: Path, keep: int) -> None:
@@ -173,17 +174,5 @@ def _write_synced(path: Path, data: bytes) -> None:
 def _fsync_tree(root: Path) -> None:
     for dirpath, _, names in os.walk(root):
         for name in names:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(dirpath))
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+            _fsync(Path(dirpath, name))
+        _fsync(Path(dirpath))
