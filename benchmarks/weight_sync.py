@@ -13,7 +13,7 @@ already exported; the export is timed apart as ``learner_save_s`` (median over
 the repeats, one export per repeat, each replacing the last).  It is the learner's
 real export, ``save_hf_checkpoint`` (its buckets of ``learner.export_bucket_mb``,
 safetensors shards of ``learner.export_shard_mb`` written by
-``_export.write_safetensors_dir``, config.json, every file and the directory
+``_export_writer.write_safetensors_dir``, config.json, every file and the directory
 fsynced, the directory renamed into place), called on a stand-in for a ZeRO-0
 learner on CPU in float32: a module whose parameters are the benchmark's tensors
 (a DeepSpeed learner of 1 GB on CPU takes longer to build than the benchmark runs;

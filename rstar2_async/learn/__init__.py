@@ -6,14 +6,14 @@ optimizer step.  On them: :func:`grpo_step` (GRPO's group-normalised advantages 
 the token-mean clipped loss, ``_grpo``), :func:`sft_step` (the cold start, ``_sft``),
 both over micro-batches packed under a token budget (``_packing``).  The learner's
 state leaves through :func:`save_hf_checkpoint` (weights vLLM and transformers load,
-``_export``) and :func:`save_checkpoint` / :func:`load_checkpoint` (exact resume,
+``_export``; or :func:`gather_export` to write them while a broadcast sends them) and :func:`save_checkpoint` / :func:`load_checkpoint` (exact resume,
 ``_checkpoint``).  :class:`LearnerDriver` makes every rank run the same call
 (``_driver``).  Those modules import ``_learner``; it imports none of them.
 """
 
 from ._checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ._driver import LearnerDriver, follow
-from ._export import TOKENIZER_FILES, iter_weight_buckets, save_hf_checkpoint
+from ._export import TOKENIZER_FILES, PendingExport, gather_export, iter_weight_buckets, save_hf_checkpoint
 from ._grpo import (
     GrpoStats,
     group_advantages,
@@ -30,6 +30,7 @@ __all__ = [
     "Learner",
     "LearnerDriver",
     "MicroBatch",
+    "PendingExport",
     "SftStats",
     "TOKENIZER_FILES",
     "TrainSeq",
@@ -37,6 +38,7 @@ __all__ = [
     "collate",
     "encode_chat",
     "follow",
+    "gather_export",
     "group_advantages",
     "grpo_step",
     "init_distributed",
