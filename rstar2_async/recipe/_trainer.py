@@ -7,7 +7,7 @@
                          2-4. rollout, reward             (engine.stream -> groups)
                          5. GRPO-RoC downsample           (selection.roc_downsample)
                          6. GRPO update                   (driver.grpo_step)
-                         7. export + weight sync          (driver.export, stack.sync)
+                         7. export + weight sync          (_publish.publish)
                          8. metrics, samples, evaluation, checkpoint
 
 On-policy like rStar2: the rollout of step k+1 starts after the sync of step k
@@ -50,6 +50,7 @@ from ._data import batch_for_step, load_problems
 from ._evaluate import evaluate
 from ._metrics import MetricsWriter, plot_metrics, rollout_metrics, write_samples
 from ._progress import StepBar, show_progress
+from ._publish import load_servers, publish
 from ._stack import RolloutStack, rollout_stack
 from ._state import RolloutResult, TimedReward, TrainState, TrainSummary, prepare_model
 from ._streaming import QUEUE_FILE, oldest_version, read_queue, run_streaming_stage
@@ -169,7 +170,7 @@ class Trainer:
             reward=c.reward, log_dir=self.run_dir, weight_sync=weight_sync,
         ) as stack:  # fmt: skip
             if self.state.weight_version:  # resumed: servers we started hold these weights but not their
-                await self._sync(stack, weights, self.state.weight_version)  # version; others may hold older ones
+                await load_servers(stack, weights, self.state.weight_version)  # version; others may hold older ones
             self.timed = stack.engine.reward = TimedReward(stack.grader)
             with MetricsWriter(self.run_dir) as metrics, anyio.CancelScope() as self._work:
                 if self.stopped:  # asked before the work began
@@ -324,22 +325,12 @@ class Trainer:
         t0 = time.monotonic()
         version = self.state.weight_version + 1
         out = self.run_dir / "weights" / f"v{version:06d}"
-        # On disk whatever the transport: a broadcast sends this directory's tensors,
-        # and --resume, a restarted server or one the broadcast failed on load it.
-        await self._learn(self.driver.export, out)
-        await self._sync(stack, out, version)
+        await publish(stack, self._learn, self.driver, out, version)
         previous = self.state.weights_dir
         self.state.weight_version, self.state.weights_dir = version, str(out)
         if previous and Path(previous).parent == out.parent:
             shutil.rmtree(previous, ignore_errors=True)  # the servers hold the new ones now
         return time.monotonic() - t0
-
-    async def _sync(self, stack: RolloutStack, weights: Path, version: int) -> None:
-        if stack.sync is None:
-            raise TrainError("training needs token mode (inference.mode = \"tokens\"): chat endpoints cannot load weights")
-        await stack.sync.sync(weights, version)
-        if stack.fleet is not None:
-            stack.fleet.set_model(str(weights))  # a restarted server comes back with these
 
     async def _evaluate(self, stack: RolloutStack, metrics: MetricsWriter, label: str) -> None:
         section = self.config.eval
