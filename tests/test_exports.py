@@ -46,7 +46,7 @@ EXPORTS: dict[str, list[str]] = {
         "shard_by_tokens",
     ],
     "rstar2_async.recipe": [
-        "EvalSummary", "MetricsWriter", "PLOTS", "RolloutStack", "StepBar", "StreamState", "TrainState", "TrainSummary", "Trainer",
+        "EvalSummary", "MetricsWriter", "PLOTS", "Publisher", "RolloutStack", "StepBar", "StreamState", "TrainState", "TrainSummary", "Trainer",
         "batch_for_step", "check_reachable", "data_dir", "evaluate", "load_finished", "load_problems",
         "majority_correct", "plot_metrics", "prepare_model", "read_metrics", "resolve", "rollout_metrics",
         "rollout_stack", "show_progress", "summarize", "write_samples",

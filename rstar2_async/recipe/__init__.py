@@ -20,6 +20,7 @@ from ._metrics import (
     write_samples,
 )
 from ._progress import StepBar, show_progress
+from ._publish import Publisher
 from ._stack import RolloutStack, check_reachable, rollout_stack
 from ._state import StreamState, TrainState, TrainSummary, prepare_model
 from ._trainer import Trainer
@@ -28,6 +29,7 @@ __all__ = [
     "EvalSummary",
     "MetricsWriter",
     "PLOTS",
+    "Publisher",
     "RolloutStack",
     "StepBar",
     "StreamState",

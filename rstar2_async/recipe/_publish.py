@@ -1,26 +1,34 @@
 """Step 7 of an RL step: the learner's new weights onto every server.
 
-:func:`publish` exports the weights to the run's ``weights/vNNNNNN`` directory
-(``--resume``, a restarted server and a server a broadcast failed on load it) and has
-the weight sync move every server to them:
+:meth:`Publisher.publish` exports the weights to the run's ``weights/vNNNNNN``
+directory (``--resume``, a restarted server and a server a broadcast failed on load
+it) and has the weight sync move every server to them:
 
 - **disk** transport: rank 0 writes the export (gathered bucket by bucket and
   written as it comes), then every server reads it.
-- **broadcast** transport: the weights are gathered into rank 0's memory once; the
-  broadcast sends them *while* the same tensors are written to the directory, and
-  only a server that must load from disk waits for it.  The servers' pause then
-  covers the broadcast alone, and the learner waits for the longer of the write
-  and the broadcast instead of their sum.  Cost: one CPU copy of the weights on
-  rank 0 until both end (28 GB for a 14B model in bf16).
+- **broadcast** transport: the weights are gathered into rank 0's memory once and
+  broadcast from there, while a background task writes the same tensors to the
+  directory; ``publish`` returns once the servers hold the weights, so the next
+  rollout and update do not wait for the disk.  Only what needs the directory waits
+  for it: a server that must load from disk, the next export (one at a time: the
+  in-memory copy is rank 0's memory, 28 GB for a 14B model in bf16), a checkpoint
+  (:meth:`Publisher.written`: the checkpoint names the directory) and the end of
+  the run.
+
+A failed write is fatal (the run stops, like a failed export): it surfaces from
+the publisher's task group.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self, final
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 
 from backends import BroadcastTransport, PendingWeights, SyncReport, WeightSync
@@ -31,35 +39,93 @@ from ._stack import RolloutStack
 if TYPE_CHECKING:
     from ..learn import LearnerDriver, PendingExport
 
-__all__ = ["load_servers", "publish"]
+__all__ = ["Publisher", "load_servers"]
 
 Learn = Callable[..., Awaitable[Any]]
 """``learn(fn, *args)``: the trainer's way to run learner work off the event loop,
 one call at a time."""
 
 
-async def publish(stack: RolloutStack, learn: Learn, driver: LearnerDriver, out: Path, version: int) -> SyncReport:
-    """Export the learner's current weights to ``out`` and move every server in
-    rotation to them as ``version``; returns the sync's report.
+@final
+class Publisher:
+    """Step 7 for one run.  Use as ``async with Publisher(...)``: the context owns the
+    background writes and waits for the last one on exit.
 
-    Raises:
-        TrainError: the stack cannot load weights (chat endpoints).
-        WeightSyncError: no server took the weights.
-        OSError: the export could not be written (nothing is published at ``out``).
+    Args:
+        stack: the rollout stack whose weight sync (and fleet) get the weights.
+        learn: the trainer's serialised learner call.
+        driver: the learner (every rank's, through the driver).
+        current: the directory the servers hold now; an export that replaces one
+            under the same parent deletes it once the new one is on disk.
     """
-    sync = _weight_sync(stack)
-    if isinstance(sync.transport, BroadcastTransport):
-        pending = await learn(driver.gather_export)
+
+    def __init__(self, stack: RolloutStack, learn: Learn, driver: LearnerDriver, current: Path | None = None) -> None:
+        self.sync = _weight_sync(stack)
+        self.stack = stack
+        self.learn = learn
+        self.driver = driver
+        self.current = current
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._written = anyio.Event()
+        self._written.set()  # nothing being written
+
+    async def __aenter__(self) -> Self:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        assert self._tg is not None
+        return await self._tg.__aexit__(exc_type, exc, tb)
+
+    async def publish(self, out: Path, version: int) -> SyncReport:
+        """Export the learner's current weights to ``out`` and move every server in
+        rotation to them as ``version``; returns once the servers hold them (with the
+        broadcast transport, possibly before ``out`` is written: see the module doc).
+
+        Raises:
+            WeightSyncError: no server took the weights.
+            OSError: the export could not be written (disk transport; with broadcast
+                the error surfaces from the context instead).
+        """
+        assert self._tg is not None, "use Publisher as an async context manager"
+        await self.written()
+        if not isinstance(self.sync.transport, BroadcastTransport):
+            await self.learn(self.driver.export, out)
+            report = await self.sync.sync(out, version)
+            self._published(out)
+            return report
+        pending = await self.learn(self.driver.gather_export)
         weights = PendingWeights(pending.tensors, out)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_write, pending, out, weights)
-            report = await sync.sync(weights, version)
-    else:
-        await learn(driver.export, out)
-        report = await sync.sync(out, version)
-    if stack.fleet is not None:
-        stack.fleet.set_model(str(out))  # a restarted server comes back with these
-    return report
+        self._written = anyio.Event()
+        self._tg.start_soon(self._write, pending, out, weights, self._written)
+        return await self.sync.sync(weights, version)
+
+    async def written(self) -> None:
+        """Wait until the last export is on disk (a checkpoint names it)."""
+        await self._written.wait()
+
+    async def _write(self, pending: PendingExport, out: Path, weights: PendingWeights, done: anyio.Event) -> None:
+        error: BaseException | None = None
+        try:
+            # Plain file I/O on copies the learner no longer touches: no learner lock.
+            await anyio.to_thread.run_sync(pending.write, out)
+            self._published(out)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            weights.written(error)  # wakes the servers that wait to load from disk
+            done.set()
+
+    def _published(self, out: Path) -> None:
+        if self.stack.fleet is not None:
+            self.stack.fleet.set_model(str(out))  # a restarted server comes back with these
+        previous, self.current = self.current, out
+        if previous is not None and previous != out and previous.parent == out.parent:
+            shutil.rmtree(previous, ignore_errors=True)  # the servers hold the new ones now
 
 
 async def load_servers(stack: RolloutStack, weights: Path, version: int) -> None:
@@ -67,18 +133,6 @@ async def load_servers(stack: RolloutStack, weights: Path, version: int) -> None
     await _weight_sync(stack).sync(weights, version)
     if stack.fleet is not None:
         stack.fleet.set_model(str(weights))
-
-
-async def _write(pending: PendingExport, out: Path, weights: PendingWeights) -> None:
-    # Plain file I/O on copies the learner no longer touches: no learner lock.
-    error: BaseException | None = None
-    try:
-        await anyio.to_thread.run_sync(pending.write, out)
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        weights.written(error)  # wakes the servers that wait to load from disk
 
 
 def _weight_sync(stack: RolloutStack) -> WeightSync:

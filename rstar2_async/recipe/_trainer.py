@@ -26,7 +26,6 @@ step), so a resumed run draws the same next batch.
 from __future__ import annotations
 
 import random
-import shutil
 import signal
 import sys
 import time
@@ -50,7 +49,7 @@ from ._data import batch_for_step, load_problems
 from ._evaluate import evaluate
 from ._metrics import MetricsWriter, plot_metrics, rollout_metrics, write_samples
 from ._progress import StepBar, show_progress
-from ._publish import load_servers, publish
+from ._publish import Publisher, load_servers
 from ._stack import RolloutStack, rollout_stack
 from ._state import RolloutResult, TimedReward, TrainState, TrainSummary, prepare_model
 from ._streaming import QUEUE_FILE, oldest_version, read_queue, run_streaming_stage
@@ -172,21 +171,22 @@ class Trainer:
             if self.state.weight_version:  # resumed: servers we started hold these weights but not their
                 await load_servers(stack, weights, self.state.weight_version)  # version; others may hold older ones
             self.timed = stack.engine.reward = TimedReward(stack.grader)
-            with MetricsWriter(self.run_dir) as metrics, anyio.CancelScope() as self._work:
-                if self.stopped:  # asked before the work began
-                    self._work.cancel()
-                for index in range(self.state.stage, len(c.stages)):
-                    stage = c.stages[index]
-                    if stage.kind == "sft":
-                        await self._sft_stage(stack, stage, metrics)
-                    else:
-                        await self._rl_stage(stack, index, stage, metrics)
-                    self.state.stage, self.state.step_in_stage = index + 1, 0
-                if not self.state.evals or self.state.evals[-1]["rl_step"] != self.state.rl_step:
-                    await self._evaluate(stack, metrics, "final")
-            if self.stopped and self.state.stage < len(c.stages):
-                with anyio.CancelScope(shield=True):
-                    await self._checkpoint(self.state.step_in_stage)
+            async with Publisher(stack, self._learn, self.driver, current=weights) as self.publisher:
+                with MetricsWriter(self.run_dir) as metrics, anyio.CancelScope() as self._work:
+                    if self.stopped:  # asked before the work began
+                        self._work.cancel()
+                    for index in range(self.state.stage, len(c.stages)):
+                        stage = c.stages[index]
+                        if stage.kind == "sft":
+                            await self._sft_stage(stack, stage, metrics)
+                        else:
+                            await self._rl_stage(stack, index, stage, metrics)
+                        self.state.stage, self.state.step_in_stage = index + 1, 0
+                    if not self.state.evals or self.state.evals[-1]["rl_step"] != self.state.rl_step:
+                        await self._evaluate(stack, metrics, "final")
+                if self.stopped and self.state.stage < len(c.stages):
+                    with anyio.CancelScope(shield=True):
+                        await self._checkpoint(self.state.step_in_stage)
 
     # --- stages -------------------------------------------------------------------
 
@@ -206,7 +206,7 @@ class Trainer:
                 bar.advance(f"loss {stats.loss:.4f}")
                 await anyio.lowlevel.checkpoint()  # where a stop takes effect
         self.phase_seconds["sft"] += time.monotonic() - t0
-        await self._export_and_sync(stack)
+        await self._export_and_sync()
         await self._evaluate(stack, metrics, stage.name)
         await self._checkpoint(stage.steps)
 
@@ -297,7 +297,7 @@ class Trainer:
             stats = await self._learn(self.driver.grpo_step, fresh)
             update_s = time.monotonic() - t1
             values.update({f"learner/{k}": v for k, v in msgspec.structs.asdict(stats).items()})
-            sync_s = await self._export_and_sync(stack)
+            sync_s = await self._export_and_sync()
         timings = {"rollout": done.seconds, "reward": done.reward_seconds, "update": update_s, "sync": sync_s}
         for phase, seconds in timings.items():
             values[f"time/{phase}_s"] = seconds
@@ -321,15 +321,12 @@ class Trainer:
 
     # --- weights, evaluation, checkpoints --------------------------------------------
 
-    async def _export_and_sync(self, stack: RolloutStack) -> float:
+    async def _export_and_sync(self) -> float:
         t0 = time.monotonic()
         version = self.state.weight_version + 1
         out = self.run_dir / "weights" / f"v{version:06d}"
-        await publish(stack, self._learn, self.driver, out, version)
-        previous = self.state.weights_dir
+        await self.publisher.publish(out, version)
         self.state.weight_version, self.state.weights_dir = version, str(out)
-        if previous and Path(previous).parent == out.parent:
-            shutil.rmtree(previous, ignore_errors=True)  # the servers hold the new ones now
         return time.monotonic() - t0
 
     async def _evaluate(self, stack: RolloutStack, metrics: MetricsWriter, label: str) -> None:
@@ -350,6 +347,7 @@ class Trainer:
         self.phase_seconds["eval"] += time.monotonic() - t0
 
     async def _checkpoint(self, step_in_stage: int) -> None:
+        await self.publisher.written()  # the checkpoint names the export: on disk first
         self.state.step_in_stage = step_in_stage
         root = self.run_dir / "checkpoints"
         files = self.checkpoint_files() if self.checkpoint_files else None  # it updates the state: first

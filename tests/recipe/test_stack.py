@@ -116,15 +116,16 @@ async def test_publish_broadcasts_the_learners_weights_while_it_writes_them(
     export: tuple[Path, Path], tmp_path: Path
 ) -> None:
     # What the trainer does after each update with the broadcast transport: one
-    # gather into memory, the broadcast from it, the export written beside it.  The
-    # servers end with exactly the bytes of that export, none through the disk path.
+    # gather into memory, the broadcast from it, the export written in the
+    # background.  The servers end with exactly the bytes of that export, none
+    # through the disk path.
     from functools import partial
 
     from safetensors.torch import load_file
 
     from rstar2_async.config import LearnerConfig
     from rstar2_async.learn import Learner, LearnerDriver
-    from rstar2_async.recipe._publish import publish
+    from rstar2_async.recipe import Publisher
 
     base, _ = export
     out = tmp_path / "weights" / "v000002"
@@ -152,8 +153,11 @@ async def test_publish_broadcasts_the_learners_weights_while_it_writes_them(
                     return await anyio.to_thread.run_sync(partial(fn, *args))
 
                 with anyio.fail_after(120):
-                    report = await publish(stack, learn, LearnerDriver(learner), out, 2)
-                assert stack.pool.weight_version == 2
+                    async with Publisher(stack, learn, LearnerDriver(learner)) as publisher:
+                        report = await publisher.publish(out, 2)
+                        assert stack.pool.weight_version == 2
+                        await publisher.written()
+                        assert (out / "config.json").is_file()
         finally:
             learner.close()
         assert report.transport == "broadcast" and report.servers == [0, 1] and report.retried == []
