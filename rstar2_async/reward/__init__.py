@@ -11,7 +11,8 @@ the same timeout and worker guarantees (``_grader``).  The engine calls any
 from ..errors import GraderBrokenError
 from ._answer import AnswerFormat, answer_format, extract_answer
 from ._grader import Grader, GraderStatistics, Reward, RewardFunction
-from ._normalise import MAX_ANSWER_CHARS, answers_match, normalize_answer
+from ._compare import answers_match
+from ._normalise import MAX_ANSWER_CHARS, normalize_answer
 from ._score import GRADING_TIMEOUT_S, score
 from ._worker import WORKER_START_TIMEOUT_S
 

@@ -9,7 +9,8 @@ import re
 import threading
 
 from ._answer import extract_answer
-from ._normalise import MAX_ANSWER_CHARS, answers_match
+from ._compare import answers_match
+from ._normalise import MAX_ANSWER_CHARS
 from ._worker import GradeRequest, SyncWorker
 
 __all__ = ["GRADING_TIMEOUT_S", "alarm_seconds", "quick_verdict", "score"]
