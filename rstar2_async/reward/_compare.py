@@ -15,7 +15,7 @@ from fractions import Fraction
 
 from ._normalise import MAX_ANSWER_CHARS, normalize_answer
 
-__all__ = ["answers_match"]
+__all__ = ["answers_match", "list_items"]
 
 _MAX_DIGITS = 200
 """Digit strings longer than this are compared as text, never converted to numbers
@@ -89,7 +89,7 @@ def _split_top_level(s: str, sep: str) -> list[str]:
 def _compound(s: str) -> tuple[str, list[str], bool] | None:
     """Split a matrix, tuple, interval, set, union or list into (kind, items, ordered)."""
     if m := _MATRIX.fullmatch(s):
-        rows = [r for r in _split_top_level(m[1], "\\\\")]
+        rows = _split_top_level(m[1], "\\\\")
         if rows and rows[-1] == "":  # a trailing `\\` before `\end`
             rows.pop()
         cells = [_split_top_level(r, "&") for r in rows]
@@ -100,10 +100,9 @@ def _compound(s: str) -> tuple[str, list[str], bool] | None:
         return "cup", union, False
     if s.startswith("\\{") and s.endswith("\\}"):
         return "list", _split_top_level(s[2:-2], ","), False  # a set is compared as a list
-    if s[:1] in "([" and s[-1:] in ")]" and len(_split_top_level(s[1:-1], ",")) > 1:
-        # Only if the outer pair encloses everything: `(1,2)+(3,4)` is no tuple.
-        if len(_split_top_level(s, ",")) == 1 and _encloses(s):
-            return s[0] + s[-1], _split_top_level(s[1:-1], ","), True
+    # A tuple or interval only if the outer pair encloses everything: `(1,2)+(3,4)` is none.
+    if s[:1] in "([" and s[-1:] in ")]" and len(_split_top_level(s[1:-1], ",")) > 1 and _encloses(s):
+        return s[0] + s[-1], _split_top_level(s[1:-1], ","), True
     if len(items := _split_top_level(s, ",")) > 1:
         return "list", items, False
     return None
@@ -213,3 +212,12 @@ def answers_match(pred: str, gold: str) -> bool:
     if (ip is None) != (ig is None):
         return _same(ip or p, ig or g)
     return False
+
+
+def list_items(answer: str) -> list[str]:
+    """The parts of an answer that is an unordered list or set (``3, 5, 7``,
+    ``\\{1, 2\\}``), canonical; ``[answer]`` for any other answer."""
+    s = normalize_answer(answer) if len(answer) <= MAX_ANSWER_CHARS else answer
+    if (c := _compound(s)) is not None and c[0] == "list":
+        return c[1]
+    return [s]

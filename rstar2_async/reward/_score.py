@@ -1,5 +1,9 @@
 """The math grader for plain synchronous code, and what it shares with `Grader`: the
-verdicts reached without math-verify and the worker's alarm."""
+verdicts reached without math-verify and the worker's alarm.
+
+Both grade in one of two modes (`GradingMode`, see ``_lenient``): ``"strict"``, the
+default and what training uses, reads rStar2's boxed answer only; ``"lenient"`` also
+reads a response's final answer from free text, for evaluating outside models."""
 
 from __future__ import annotations
 
@@ -8,8 +12,8 @@ import os
 import re
 import threading
 
-from ._answer import extract_answer
 from ._compare import answers_match
+from ._lenient import GradingMode, final_answer
 from ._normalise import MAX_ANSWER_CHARS
 from ._worker import GradeRequest, SyncWorker
 
@@ -24,9 +28,9 @@ _PLAIN_INT = re.compile(r"\s*[-+]?\d{1,50}\s*")
 """An integer literal (no separators): exact, so the normaliser's "no" is final."""
 
 
-def quick_verdict(response_text: str, gold: str) -> tuple[float | None, str]:
+def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -> tuple[float | None, str]:
     """(verdict, answer): a verdict reached without math-verify, else (None, answer)."""
-    answer = extract_answer(response_text)
+    answer = final_answer(response_text, gold, mode=mode)
     if answer is None or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0, ""
     if answers_match(answer, gold):
@@ -55,8 +59,13 @@ def _kill_sync_worker() -> None:
         _sync_worker = None
 
 
-def score(response_text: str, gold: str, *, timeout: float = GRADING_TIMEOUT_S) -> float:
+def score(
+    response_text: str, gold: str, *, timeout: float = GRADING_TIMEOUT_S, mode: GradingMode = "strict"
+) -> float:
     """Grade one response against the gold answer: 1.0 if right, else 0.0.
+
+    ``mode="strict"`` (the default, rStar2's format) grades the boxed answer only;
+    ``mode="lenient"`` also reads an answer written without a box (see `final_answer`).
 
     Synchronous, for plain code.  Calls from several threads are safe and take turns
     on this process's one worker; `timeout` bounds the grading itself, not the wait
@@ -68,12 +77,12 @@ def score(response_text: str, gold: str, *, timeout: float = GRADING_TIMEOUT_S) 
 
     Raises:
         GraderBrokenError: no worker could be started.
-        ValueError: `timeout` <= 0.
+        ValueError: `timeout` <= 0, or an unknown `mode`.
     """
     global _sync_worker
     if not timeout > 0:
         raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
-    verdict, answer = quick_verdict(response_text, gold)
+    verdict, answer = quick_verdict(response_text, gold, mode)
     if verdict is not None:
         return verdict
     request = GradeRequest(answer=answer, gold=gold, alarm_s=alarm_seconds(timeout))
