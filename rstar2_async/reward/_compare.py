@@ -30,6 +30,7 @@ _DECIMAL = re.compile(_DEC)
 _SLASH = re.compile(rf"({_INT})/({_INT})")
 _FRAC = re.compile(rf"([-+]?)\\frac\{{({_DEC})\}}\{{({_DEC})\}}")
 _MIXED = re.compile(r"([-+]?)(\d+)\\frac\{(\d+)\}\{(\d+)\}")
+_REPEATING = re.compile(r"([-+]?)(\d*)\.(\d*)\\overline\{(\d{1,50})\}")  # 0.1\overline{6} = 1/6
 _MATRIX = re.compile(r"\\begin\{pmatrix\}(.*)\\end\{pmatrix\}")
 
 
@@ -44,6 +45,11 @@ def _to_number(s: str) -> Fraction | None:
             return Fraction(int(m[1]), int(m[2]))
         if m := _FRAC.fullmatch(s):
             value = Fraction(m[2]) / Fraction(m[3])
+            return -value if m[1] == "-" else value
+        if m := _REPEATING.fullmatch(s):
+            fixed, repeating = m[3], m[4]
+            value = int(m[2] or 0) + Fraction(int(fixed or 0), 10 ** len(fixed))
+            value += Fraction(int(repeating), (10 ** len(repeating) - 1) * 10 ** len(fixed))
             return -value if m[1] == "-" else value
         if m := _MIXED.fullmatch(s):
             numerator, denominator = int(m[3]), int(m[4])
@@ -99,13 +105,24 @@ def _compound(s: str) -> tuple[str, list[str], bool] | None:
     if len(union := _split_top_level(s, "\\cup")) > 1:
         return "cup", union, False
     if s.startswith("\\{") and s.endswith("\\}"):
-        return "list", _split_top_level(s[2:-2], ","), False  # a set is compared as a list
+        return "list", _plus_minus(_split_top_level(s[2:-2], ",")), False  # a set is compared as a list
     # A tuple or interval only if the outer pair encloses everything: `(1,2)+(3,4)` is none.
     if s[:1] in "([" and s[-1:] in ")]" and len(_split_top_level(s[1:-1], ",")) > 1 and _encloses(s):
         return s[0] + s[-1], _split_top_level(s[1:-1], ","), True
-    if len(items := _split_top_level(s, ",")) > 1:
-        return "list", items, False
+    if len(items := _split_top_level(s, ",")) > 1 or len(_split_top_level(s, "\\pm")) == 2:
+        return "list", _plus_minus(items), False
     return None
+
+
+def _plus_minus(items: list[str]) -> list[str]:
+    """List items with one top-level ``\\pm`` spelt out: ``1\\pm\\sqrt{5}`` is two."""
+    out = []
+    for item in items:
+        if len(parts := _split_top_level(item, "\\pm")) == 2:
+            out += [parts[0] + "+" + parts[1], parts[0] + "-" + parts[1]]
+        else:
+            out.append(item)
+    return out
 
 
 def _encloses(s: str) -> bool:

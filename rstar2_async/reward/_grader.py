@@ -56,6 +56,7 @@ __all__ = ["Grader", "GraderStatistics"]
 
 _log = logging.getLogger(__name__)
 
+
 class GraderStatistics(msgspec.Struct, frozen=True):
     """A snapshot of a `Grader`.  Counters cover its whole life."""
 
@@ -230,7 +231,9 @@ class Grader:
             kind = reply.error.partition(":")[0]
             if kind not in self._logged:  # once per kind: a broken function fails every call
                 self._logged.add(kind)
-                _log.warning("reward function %s: %s (rewarded 0.0; later ones counted, not logged)", self._function, reply.error)
+                _log.warning(
+                    "reward function %s: %s (rewarded 0.0; later ones counted, not logged)", self._function, reply.error
+                )
         return self._count(reply.value)
 
     async def score(self, response_text: str, gold: str) -> float:

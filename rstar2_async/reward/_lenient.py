@@ -23,6 +23,7 @@ extracted answer then goes to the same two checks as a boxed one.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Literal
 
@@ -60,15 +61,24 @@ _PROSE = re.compile(r"(?<![\\a-zA-Z{])[a-zA-Z]{3,}(?![a-zA-Z]*\})")
 # Where the answer after an anchor ends: a line break, a full stop (not a decimal
 # point), a semicolon, a comma before a word, or a word that starts an explanation.
 _ANSWER_END = re.compile(
-    r"\n|\.(?!\d)|;|,\s*(?=[a-zA-Z]{2})|\s(?:because|since|which|as|so|for|when|where|but|if|and\s+(?:so|thus|hence))\b",
+    r"\n|\.(?!\d)|;|\?|(?<=\S)\s+\(|,\s*(?=[a-zA-Z]{2})|\s(?:because|since|which|as|so|for|when|where|but|if|and\s+(?:so|thus|hence))\b",
     re.IGNORECASE,
 )
 _LAST_EQUALS = re.compile(r"(?<![<>!\\])=")
+_TEXT = re.compile(r"\\(?:text\w*|mbox|mathrm|operatorname)\s*\{[^{}]*\}")
+_COMMAND = re.compile(r"\\[a-zA-Z]+")
+_LETTER = re.compile(r"[a-zA-Z]")
 # Between two boxes of one multi-part answer: punctuation, "and", labels such as
 # "(b)" or `\text{and}`, never a digit or another sentence.
 _BOX_GAP = re.compile(
-    r"(?:[\s$,;.&]|\\[,;! ]|\\quad|\\text\{\s*(?:and|,)?\s*\}|\band\b|\bor\b|\(\s*[a-z]\s*\)|\b[a-z]\s*=|\*\*)*"
+    r"(?:[\s$,;.&]|\\[,;! ]|\\quad|\\text\{\s*(?:and|,)?\s*\}|\band\b|\bor\b|\(\s*[a-z]\s*\)"
+    r"|\b[a-zA-Z](?:_\{?\w+\}?)?\s*=|\*\*)*"
 )
+# Between two math spans read as one answer (math-verify's joining).
+_JOIN = re.compile(r"\s*(?:,\s*and|,\s*or|and|or|,)\s*")
+_MAX_JOINED = 5
+"""Most spans read as one answer (math-verify's limit too)."""
+_LEADING_VAR = re.compile(r"^\s*[a-zA-Z](?:_\{?\w+\}?)?\s*=(?!=)\s*")
 _MAX_BOX_GAP = 40
 """Longest text (characters) between two boxes read as parts of one answer."""
 _TAIL_CHARS = 8000
@@ -100,17 +110,21 @@ def final_answer(text: str, gold: str | None = None, *, mode: GradingMode = "str
 
 
 def _several_boxes(text: str, boxes: list[tuple[str, int, int]], gold: str | None) -> str | None:
-    """The last ``k`` boxes as one list when the gold answer has ``k`` > 1 parts and
-    nothing but separators stands between them; else None."""
+    """The boxes ending the response as one list, when exactly ``k`` of them stand in
+    a row (nothing but separators between them) and the gold answer has ``k`` > 1
+    parts; else None.  ``\\boxed{2}, \\boxed{3}, \\boxed{5}`` is no answer ``3, 5``."""
     k = len(list_items(gold)) if gold is not None else 0
-    if k < 2 or len(boxes) < k:
+    if k < 2:
         return None
-    last = boxes[-k:]
-    for (_, _, end), (_, start, _) in zip(last, last[1:]):
-        gap = text[end:start]
+    run = 1
+    for (_, later, _), (_, _, earlier) in itertools.pairwise(reversed(boxes)):
+        gap = text[earlier:later]
         if len(gap) > _MAX_BOX_GAP or not _BOX_GAP.fullmatch(gap):
-            return None
-    return ", ".join(content for content, _, _ in last)
+            break
+        run += 1
+    if run != k:
+        return None
+    return ", ".join(content for content, _, _ in boxes[-k:])
 
 
 def free_text_answer(text: str) -> str | None:
@@ -130,34 +144,69 @@ def free_text_answer(text: str) -> str | None:
 
 
 def _after_anchor(text: str, at: int) -> str | None:
-    """The answer that starts at `at`: a math span right there, or the rest of the
-    sentence."""
-    if (m := _SPANS.match(text, at)) and (answer := _span_answer(m)):
-        return answer
+    """The answer that starts at `at`: math spans right there (several joined by
+    "and", "or" or commas), or the rest of the sentence.  None after "not", or when
+    the sentence is a question ("Is the answer 5?")."""
+    if m := _SPANS.match(text, at):
+        group = [m]
+        while (
+            len(group) < _MAX_JOINED
+            and (j := _JOIN.match(text, group[-1].end()))
+            and (m := _SPANS.match(text, j.end()))
+        ):
+            group.append(m)
+        if answer := _joined(group):
+            return answer
     rest = text[at : at + 200]
     if _NOT.match(rest):  # "the answer is not 5"
         return None
     cut = _ANSWER_END.search(rest)
+    if cut and cut[0] == "?":
+        return None
     answer = (rest[: cut.start()] if cut else rest).strip().strip("*").strip()
     return answer or None
 
 
+def _joined(group: list[re.Match[str]]) -> str | None:
+    """One answer from spans joined by "and"/"or"/commas (math-verify reads them as
+    one set): ``$x = -2$ and $x = 1$`` is ``-2, 1``."""
+    answers = [_span_answer(m) for m in group]
+    if len(answers) == 1 or None in answers:
+        return answers[0]
+    return ", ".join(_LEADING_VAR.sub("", a) for a in answers if a)
+
+
 def _span_answer(m: re.Match[str]) -> str | None:
-    """The contents of a math span, after its last ``=`` (``x = 5`` reads 5, as
-    math-verify reads the last equation); None for prose between two dollar signs."""
+    """The contents of a math span; None for prose between two dollar signs.
+
+    A chain ``a = b = c`` reads ``c`` (math-verify's last equation), and so does a
+    computation ``3 + 4 = 7`` (no letter left of ``=``); an equation such as
+    ``5x - 7y + 4 = 0`` stays whole (``x = 5`` loses its ``x =`` in the comparer)."""
     content = next(g for g in m.groups() if g is not None).strip()
-    if m["i"] is not None and _PROSE.search(re.sub(r"\\text\{[^}]*\}", "", content)):
+    if m["i"] is not None and _PROSE.search(_TEXT.sub("", content)):
         return None
-    if "," not in content:
-        content = _LAST_EQUALS.split(content)[-1].strip()
+    sides = _LAST_EQUALS.split(content)
+    if "," not in content and (len(sides) > 2 or (len(sides) == 2 and not _LETTER.search(_COMMAND.sub("", sides[0])))):
+        content = sides[-1].strip()
     return content or None
 
 
 def _last_span(text: str) -> tuple[str, int] | None:
-    """(answer, end) of the rightmost math span that holds math."""
-    for m in reversed(list(_SPANS.finditer(text))):
-        if not _NEGATED.search(text[max(0, m.start() - 12) : m.start()]) and (answer := _span_answer(m)):
-            return answer, m.end()
+    """(answer, end) of the rightmost math span that holds math, with the spans
+    joined to it by "and", "or" or commas."""
+    spans = list(_SPANS.finditer(text))
+    for i in reversed(range(len(spans))):
+        m = spans[i]
+        if _NEGATED.search(text[max(0, m.start() - 12) : m.start()]) or _span_answer(m) is None:
+            continue
+        first = i
+        while (
+            first > 0
+            and i - first + 1 < _MAX_JOINED
+            and _JOIN.fullmatch(text, spans[first - 1].end(), spans[first].start())
+        ):
+            first -= 1
+        return _joined(spans[first : i + 1]), m.end()
     return None
 
 

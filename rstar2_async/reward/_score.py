@@ -26,6 +26,18 @@ pathological expression (a tower of powers, a huge factorial) that is wrong anyw
 
 _PLAIN_INT = re.compile(r"\s*[-+]?\d{1,50}\s*")
 """An integer literal (no separators): exact, so the normaliser's "no" is final."""
+_EQUALS = re.compile(r"(?<![<>!\\])=")
+_SUBSCRIPT = re.compile(r"_\{?\w+\}?|\\[a-zA-Z]+")
+_UNKNOWN_EXPRESSION = re.compile(r"(?=.*[a-zA-Z])(?=.*[\d+\-*/^])")
+"""A letter beside a digit or an operator: ``3x + 2``, not ``x``, ``a_1`` or ``\\text{Area}``."""
+
+
+def _unsolved(answer: str, gold: str) -> bool:
+    """An equation whose left side is an expression in an unknown (``3x + 2 = 11``)
+    does not answer a gold answer with no ``=``; math-verify would compare its right
+    side (11) and accept it."""
+    sides = _EQUALS.split(answer)
+    return len(sides) == 2 and "=" not in gold and bool(_UNKNOWN_EXPRESSION.match(_SUBSCRIPT.sub("", sides[0])))
 
 
 def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -> tuple[float | None, str]:
@@ -35,6 +47,8 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
         return 0.0, ""
     if answers_match(answer, gold):
         return 1.0, answer
+    if _unsolved(answer, gold):
+        return 0.0, answer
     if _PLAIN_INT.fullmatch(answer) and _PLAIN_INT.fullmatch(gold):
         return 0.0, answer  # two different integers: math-verify cannot disagree
     return None, answer
@@ -59,9 +73,7 @@ def _kill_sync_worker() -> None:
         _sync_worker = None
 
 
-def score(
-    response_text: str, gold: str, *, timeout: float = GRADING_TIMEOUT_S, mode: GradingMode = "strict"
-) -> float:
+def score(response_text: str, gold: str, *, timeout: float = GRADING_TIMEOUT_S, mode: GradingMode = "strict") -> float:
     """Grade one response against the gold answer: 1.0 if right, else 0.0.
 
     ``mode="strict"`` (the default, rStar2's format) grades the boxed answer only;
@@ -95,5 +107,3 @@ def score(
             _sync_worker = None
             return 0.0
     return 1.0 if reply.correct else 0.0
-
-
