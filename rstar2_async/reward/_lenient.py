@@ -29,8 +29,9 @@ from typing import Literal
 
 from ._answer import answer_region, boxed_answers, extract_answer
 from ._compare import list_items
+from ._normalise import TEXT_CMD
 
-__all__ = ["GradingMode", "final_answer"]
+__all__ = ["EQUALS", "GradingMode", "final_answer", "free_text_answer"]
 
 GradingMode = Literal["strict", "lenient"]
 """``"strict"``: rStar2's format (training).  ``"lenient"``: a box if there is one,
@@ -64,8 +65,9 @@ _ANSWER_END = re.compile(
     r"\n|\.(?!\d)|;|\?|(?<=\S)\s+\(|,\s*(?=[a-zA-Z]{2})|\s(?:because|since|which|as|so|for|when|where|but|if|and\s+(?:so|thus|hence))\b",
     re.IGNORECASE,
 )
-_LAST_EQUALS = re.compile(r"(?<![<>!\\])=")
-_TEXT = re.compile(r"\\(?:text\w*|mbox|mathrm|operatorname)\s*\{[^{}]*\}")
+EQUALS = re.compile(r"(?<![<>!\\])=")
+"""An ``=`` that is not part of ``<=``, ``>=``, ``!=`` or ``\\=``."""
+_TEXT = re.compile(TEXT_CMD + r"\s*\{[^{}]*\}")
 _COMMAND = re.compile(r"\\[a-zA-Z]+")
 _LETTER = re.compile(r"[a-zA-Z]")
 # Between two boxes of one multi-part answer: punctuation, "and", labels such as
@@ -185,7 +187,7 @@ def _span_answer(m: re.Match[str]) -> str | None:
     content = next(g for g in m.groups() if g is not None).strip()
     if m["i"] is not None and _PROSE.search(_TEXT.sub("", content)):
         return None
-    sides = _LAST_EQUALS.split(content)
+    sides = EQUALS.split(content)
     if "," not in content and (len(sides) > 2 or (len(sides) == 2 and not _LETTER.search(_COMMAND.sub("", sides[0])))):
         content = sides[-1].strip()
     return content or None

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_ANSWER_CHARS", "normalize_answer"]
+__all__ = ["MAX_ANSWER_CHARS", "TEXT_CMD", "normalize_answer"]
 
 MAX_ANSWER_CHARS = 2048
 """Longest answer (in characters) either check looks at.  Real final answers are a
@@ -46,9 +46,9 @@ pipe buffer, so writing it never blocks)."""
 
 # --- normalisation ----------------------------------------------------------------
 
-_TEXT_CMD = r"\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm|mathbf|operatorname)"
+TEXT_CMD = r"\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm|mathbf|operatorname)"
 
-_TEXT_OPEN = re.compile(_TEXT_CMD + r"\s*\{")
+_TEXT_OPEN = re.compile(TEXT_CMD + r"\s*\{")
 _UNICODE = str.maketrans(
     {"−": "-", "–": "-", "∞": "\\infty ", "π": "\\pi ", "×": "\\times ", "∪": "\\cup ",
      "≠": "!=", "≤": "<=", "≥": ">=", "∅": "\\emptyset ", "ℝ": "\\mathbb{R}"}
@@ -97,7 +97,7 @@ _FRAC_ALIASES = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 # keep their words.
 _UNIT_TAIL_TEXT = re.compile(
     r"^(?P<head>(?:[^a-zA-Z\\]|\\(?:frac|sqrt|pi|cdot|times)(?![a-zA-Z]))*?)"
-    rf"\s*{_TEXT_CMD}\{{\s*[a-zA-Z][a-zA-Z./\s]*\}}"
+    rf"\s*{TEXT_CMD}\{{\s*[a-zA-Z][a-zA-Z./\s]*\}}"
     r"(?:\s*\^\s*\{?\d\}?)?\s*$"
 )
 _UNIT_TAIL_WORDS = re.compile(

@@ -13,7 +13,7 @@ import re
 import threading
 
 from ._compare import answers_match
-from ._lenient import GradingMode, final_answer
+from ._lenient import EQUALS, GradingMode, final_answer
 from ._normalise import MAX_ANSWER_CHARS
 from ._worker import GradeRequest, SyncWorker
 
@@ -26,7 +26,6 @@ pathological expression (a tower of powers, a huge factorial) that is wrong anyw
 
 _PLAIN_INT = re.compile(r"\s*[-+]?\d{1,50}\s*")
 """An integer literal (no separators): exact, so the normaliser's "no" is final."""
-_EQUALS = re.compile(r"(?<![<>!\\])=")
 _SUBSCRIPT = re.compile(r"_\{?\w+\}?|\\[a-zA-Z]+")
 _UNKNOWN_EXPRESSION = re.compile(r"(?=.*[a-zA-Z])(?=.*[\d+\-*/^])")
 """A letter beside a digit or an operator: ``3x + 2``, not ``x``, ``a_1`` or ``\\text{Area}``."""
@@ -36,7 +35,7 @@ def _unsolved(answer: str, gold: str) -> bool:
     """An equation whose left side is an expression in an unknown (``3x + 2 = 11``)
     does not answer a gold answer with no ``=``; math-verify would compare its right
     side (11) and accept it."""
-    sides = _EQUALS.split(answer)
+    sides = EQUALS.split(answer)
     return len(sides) == 2 and "=" not in gold and bool(_UNKNOWN_EXPRESSION.match(_SUBSCRIPT.sub("", sides[0])))
 
 
