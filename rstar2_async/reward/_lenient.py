@@ -15,10 +15,12 @@ grade leniently (`final_answer` with ``mode="lenient"``):
    ``\\[...\\]``) or bare number, whichever ends last.
 
 It departs from math-verify's extraction where that would accept a wrong answer:
-the text after an anchor ends at the sentence ("The answer is 7, not 5" reads 7),
-a number right after "not" is never taken, and a ``$...$`` span holding prose ("$5
-and gets $") is currency, not math.  Pure functions, linear-time regexes; the
-extracted answer then goes to the same two checks as a boxed one.
+the text after an anchor ends at the sentence ("The answer is 7, not 5" reads 7), an
+anchored sentence that is a question ("Is the answer 5?") or starts with "not" is
+skipped, a span or number right after "not" is never taken, and a ``$...$`` span
+holding prose ("$5 and gets $") is currency, not math.  Pure functions whose cost is
+bounded (free text is read in its last `_TAIL_CHARS` characters); the extracted
+answer then goes to the same two checks as a boxed one.
 """
 
 from __future__ import annotations
