@@ -30,9 +30,9 @@ EXPORTS: dict[str, list[str]] = {
         "JupyterTool", "PythonTool", "Tool", "ToolContext", "ToolOutput", "jupyter", "python", "render_exec_result",
     ],
     "rstar2_async.reward": [
-        "AnswerFormat", "GRADING_TIMEOUT_S", "Grader", "GraderBrokenError", "GraderStatistics", "MAX_ANSWER_CHARS",
-        "Reward", "RewardFunction", "WORKER_START_TIMEOUT_S", "answer_format", "answers_match", "extract_answer",
-        "normalize_answer", "score",
+        "AnswerFormat", "GRADING_TIMEOUT_S", "Grader", "GraderBrokenError", "GraderStatistics", "GradingMode",
+        "MAX_ANSWER_CHARS", "Reward", "RewardFunction", "WORKER_START_TIMEOUT_S", "answer_format", "answers_match",
+        "extract_answer", "final_answer", "normalize_answer", "score",
     ],
     "rstar2_async.selection": [
         "Dropped", "FormatVerdict", "PENALTY_FLOOR", "RocDecision", "default_format_check", "format_penalty",
