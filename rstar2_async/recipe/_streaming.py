@@ -155,7 +155,8 @@ class _Stream:
         async for group in groups:
             position = self.in_flight.pop(id(group.problem))
             decision = roc_downsample(
-                group, self.stage.n_keep, random.Random(f"{seed}/roc/{name}/{position}"), selection=self.stage.roc_selection
+                group, self.stage.n_keep, random.Random(f"{seed}/roc/{name}/{position}"),
+                selection=self.stage.roc_selection, min_per_class=self.stage.roc_min_per_class, rounding=self.stage.roc_rounding,
             )
             self.resolved[position] = (group, decision)
             if decision.group is None:

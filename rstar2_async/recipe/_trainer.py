@@ -273,7 +273,8 @@ class Trainer:
                 batch, stage.n_oversample, max_turns=stage.max_turns, max_response_tokens=stage.max_response_tokens
             ) as stream:
                 async for group in stream:
-                    done.add(group, roc_downsample(group, stage.n_keep, rng, selection=stage.roc_selection))
+                    done.add(group, roc_downsample(group, stage.n_keep, rng, selection=stage.roc_selection,
+                                                      min_per_class=stage.roc_min_per_class, rounding=stage.roc_rounding))
             tg.cancel_scope.cancel()
         done.seconds = time.monotonic() - t0
         done.reward_seconds = self.timed.seconds - reward_before
