@@ -138,13 +138,16 @@ def split_counts(
        ``(num_pos, num_neg)`` is returned (this needs ``n < 2 * min_per_class``);
     3. negatives get ``n`` minus the positives' count (the two roundings already sum
        to ``n`` except at a tie: always with half up, with half to even when ``n`` is
-       odd; the positives' rounding decides there);
+       odd; the positives' rounding decides there, where rStar2's code fails its assert);
     4. negatives below ``min(min_per_class, num_neg)`` are raised to it, positives
        taking the rest; then positives below ``min(min_per_class, num_pos)`` likewise.
 
     Otherwise always sums to ``n``.  For 32 kept to 16 with half to even and 2 per
     class, 5 positives keep 2 and 2 positives keep both; half up with 1 per class
     (this project's rule before) keeps 3 and 1.
+
+    Raises:
+        ValueError: ``rounding`` is neither ``"half_even"`` nor ``"half_up"``.
     """
     total = num_pos + num_neg
     assert total > n >= 1, f"split_counts needs num_pos + num_neg > n >= 1, got {total}, {n}"
