@@ -18,6 +18,7 @@ from ._grpo import (
     GrpoStats,
     group_advantages,
     grpo_step,
+    logprob_diff,
     policy_loss,
     sequences_from_groups,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "latest_checkpoint",
     "load_chat_jsonl",
     "load_checkpoint",
+    "logprob_diff",
     "plan_micro_batches",
     "policy_loss",
     "run_sft",

@@ -42,16 +42,16 @@ import msgspec
 
 from ..config import InferenceConfig, StageConfig, TrainConfig, to_toml
 from ..errors import TrainError
-from ..selection import roc_downsample
 from ..types import Group, Problem
 from ._ahead import rollouts
 from ._data import batch_for_step, load_problems
 from ._evaluate import evaluate
-from ._metrics import MetricsWriter, plot_metrics, rollout_metrics, write_samples
+from ._health import HealthWatch, update_metrics
+from ._metrics import MetricsWriter, plot_metrics, read_metrics, write_samples
 from ._progress import StepBar, show_progress
 from ._publish import Publisher, load_servers
 from ._stack import RolloutStack, rollout_stack
-from ._state import RolloutResult, TimedReward, TrainState, TrainSummary, prepare_model
+from ._state import RolloutResult, TimedReward, TrainState, TrainSummary, downsample, prepare_model
 from ._streaming import QUEUE_FILE, oldest_version, read_queue, run_streaming_stage
 
 if TYPE_CHECKING:
@@ -171,6 +171,7 @@ class Trainer:
             if self.state.weight_version:  # resumed: servers we started hold these weights but not their
                 await load_servers(stack, weights, self.state.weight_version)  # version; others may hold older ones
             self.timed = stack.engine.reward = TimedReward(stack.grader)
+            self.health = HealthWatch(read_metrics(self.run_dir / "metrics.jsonl"))  # resumed: its medians too
             async with Publisher(stack, self._learn, self.driver, current=weights) as self.publisher:
                 with MetricsWriter(self.run_dir) as metrics, anyio.CancelScope() as self._work:
                     if self.stopped:  # asked before the work began
@@ -250,7 +251,9 @@ class Trainer:
             values = await self._update(stack, stage, done)
             self.state.rl_step += 1
             self.state.step_in_stage = step + 1
-            metrics.write(self.state.rl_step, {"stage": stage.name, **values, **(extra() if extra else {})})
+            values.update(extra() if extra else {})
+            self.health.check(self.state.rl_step, values)  # warns when the mismatch or the ratio jumps
+            metrics.write(self.state.rl_step, {"stage": stage.name, **values})
 
     async def after_step(self, stack: RolloutStack, stage: StageConfig, step: int, metrics: MetricsWriter) -> None:
         """The evaluation and the checkpoint a step may be due."""
@@ -274,7 +277,7 @@ class Trainer:
                 batch, stage.n_oversample, max_turns=stage.max_turns, max_response_tokens=stage.max_response_tokens
             ) as stream:
                 async for group in stream:
-                    done.add(group, roc_downsample(group, stage.n_keep, rng, selection=stage.roc_selection))
+                    done.add(group, downsample(group, stage, rng))
             tg.cancel_scope.cancel()
         done.seconds = time.monotonic() - t0
         done.reward_seconds = self.timed.seconds - reward_before
@@ -287,10 +290,7 @@ class Trainer:
                           rl_step=self.state.rl_step + 1, stage=stage.name)  # fmt: skip
         oldest = self.state.weight_version - self.config.run.max_staleness
         fresh = done.trained = [g for g in done.kept if oldest_version(g, oldest) >= oldest]
-        values: dict[str, Any] = rollout_metrics(done.groups)
-        values.update({f"roc/dropped_{k}": v for k, v in done.dropped.items()})
-        values["roc/groups_kept"] = len(fresh)
-        values["async/stale_groups_dropped"] = len(done.kept) - len(fresh)
+        values = update_metrics(done, fresh, self.state.weight_version)
         update_s = sync_s = 0.0
         if fresh:  # a batch where every group was all-right or all-wrong teaches nothing
             t1 = time.monotonic()

@@ -97,6 +97,14 @@ def test_sft_then_rl_through_the_real_stack(tmp_path: Path, monkeypatch: pytest.
     assert (run / "weights").is_dir() and any((run / "weights").iterdir())
     assert summary.evals[0]["stage"] == "sft" and summary.evals[-1]["stage"] == "final"
     assert (run / "plots" / "reward.png").stat().st_size > 1000
+    # The training-health signals of every trained step (recipe/_health.py).
+    trained = [r for r in rl if "learner/loss" in r]
+    health = ["learner/logprob_diff_mean", "learner/logprob_diff_max", "learner/entropy", "learner/clip_frac_low",
+              "learner/clip_frac_high", "learner/clip_frac_dual", "learner/ratio_max", "rollout/response_tokens_max",
+              "rollout/finish_token_budget", "rollout/tool_error_rate", "roc/all_equal_share", "async/staleness_max"]  # fmt: skip
+    assert trained and all(k in r for r in trained for k in health)
+    assert all(r["learner/entropy"] > 0 and 0 <= r["learner/logprob_diff_mean"] <= r["learner/logprob_diff_max"] for r in trained)
+    assert (run / "plots" / "mismatch.png").stat().st_size > 1000
     assert (run / "tensorboard").is_dir()
     assert {"rollout", "sft", "eval"} <= {k for k, v in summary.phase_seconds.items() if v > 0}
     # The hard stage sampled every problem, kept those not solved every time (stored
