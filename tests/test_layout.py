@@ -23,7 +23,8 @@ ALLOWED: dict[str, set[str]] = {
     "learn": {"config"},
     "demo": {"rollout"},
     "recipe": {"config", "reward", "rollout", "selection", "learn", "demo"},
-    "cli": {"config", "reward", "rollout", "selection", "learn", "demo", "recipe"},
+    "view": {"config", "reward", "rollout", "selection", "recipe"},
+    "cli": {"config", "reward", "rollout", "selection", "learn", "demo", "recipe", "view"},
 }
 LEAVES = {"types", "errors", "_plugins", "_paths"}
 HEAVY = ("torch", "deepspeed", "transformers")

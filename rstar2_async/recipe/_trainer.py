@@ -53,6 +53,7 @@ from ._publish import Publisher, load_servers
 from ._stack import RolloutStack, rollout_stack
 from ._state import RolloutResult, TimedReward, TrainState, TrainSummary, prepare_model
 from ._streaming import QUEUE_FILE, oldest_version, read_queue, run_streaming_stage
+from ._trajectories import record_step
 
 if TYPE_CHECKING:
     from ..learn import LearnerDriver
@@ -251,6 +252,8 @@ class Trainer:
             self.state.rl_step += 1
             self.state.step_in_stage = step + 1
             metrics.write(self.state.rl_step, {"stage": stage.name, **values, **(extra() if extra else {})})
+            record = partial(record_step, self.run_dir / "trajectories", self.state.rl_step, stage.name, done.decisions)
+            await anyio.to_thread.run_sync(record, stack.engine.tokenizer)  # every trajectory, for `rstar2 view`
 
     async def after_step(self, stack: RolloutStack, stage: StageConfig, step: int, metrics: MetricsWriter) -> None:
         """The evaluation and the checkpoint a step may be due."""

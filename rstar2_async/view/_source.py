@@ -1,0 +1,241 @@
+"""Reading a run directory while it is written: metrics, trajectory tables, records.
+
+Read-only: nothing here opens a file for writing.  Every file is append-only on the
+writer's side, so each is read up to its last whole line (a line being written is
+left for the next read) and a table only reads what was appended since the last call.
+
+Sources of trajectories (each a table of :class:`~rstar2_async.recipe.IndexRow`):
+
+    train             ``trajectories/index.jsonl`` over ``trajectories/records.jsonl``
+                      (``rstar2 train``'s recorder)
+    <dir>             a ``<dir>/samples.jsonl`` of ``Trajectory`` lines under the run
+                      (``eval/step-*/<set>/`` of a training run, ``<set>/`` of ``rstar2 eval``);
+                      indexed in memory when first read
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import re
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from ..errors import Rstar2Error
+from ..recipe import IndexRow, TrajectoryRecord, to_record
+from ..types import Trajectory
+
+__all__ = ["Query", "RunDirError", "RunReader", "Table"]
+
+SORTABLE: Final = (
+    "step", "problem_id", "sample_index", "reward", "turns", "tool_calls", "tool_errors",
+    "response_tokens", "finish_reason", "weight_version", "roc", "penalty",
+)  # fmt: skip
+
+
+class RunDirError(Rstar2Error):
+    """The run directory is missing or holds nothing to show."""
+
+
+class Query(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of a table: filters (all optional), sort and page (from the URL)."""
+
+    source: str = "train"
+    step: int | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+    finish: str = ""
+    roc: str = ""
+    """``kept``, ``dropped`` (any reason) or one reason."""
+    problem: str = ""
+    """Problem ids containing this."""
+    q: str = ""
+    """Text search (case-insensitive) in the trajectory's text: turns and tool output."""
+    sort: str = "step"
+    desc: bool = False
+    page: int = 0
+    size: int = 50
+
+
+_trajectory = msgspec.json.Decoder(Trajectory)
+_record = msgspec.json.Decoder(TrajectoryRecord)
+_rows = msgspec.json.Decoder(list[IndexRow])
+
+
+def whole_lines(path: Path, start: int = 0) -> tuple[bytes, int]:
+    """The bytes of ``path`` from ``start`` up to its last newline, and where they end."""
+    try:
+        with path.open("rb") as f:
+            f.seek(start)
+            data = f.read()
+    except FileNotFoundError:
+        return b"", start
+    end = data.rfind(b"\n") + 1
+    return data[:end], start + end
+
+
+class Table:
+    """One source's rows, grown by what was appended since the last :meth:`refresh`."""
+
+    def __init__(self, index: Path | None, data: Path) -> None:
+        self.index, self.data = index, data
+        self.rows: list[IndexRow] = []
+        self.offsets: list[int] = []  # rows' record offsets, ascending (the files are append-only)
+        self._read = 0
+        self._steps: dict[int, int] = {}
+
+    def refresh(self) -> None:
+        if self.index is not None:
+            chunk, self._read = whole_lines(self.index, self._read)
+            new = _rows.decode(b"[" + chunk.replace(b"\n", b",").rstrip(b",") + b"]") if chunk else []
+        else:  # a samples.jsonl: index it ourselves
+            chunk, start = whole_lines(self.data, self._read)
+            new, offset = [], self._read
+            for line in chunk.split(b"\n")[:-1]:
+                t = _trajectory.decode(line)
+                r = to_record(t, None, step=-1, stage="eval")
+                tools = [x for turn in r.turns for x in turn.tools]
+                new.append(IndexRow(
+                    offset, len(line), -1, r.problem_id, r.sample_index, r.reward, len(r.turns), len(tools),
+                    sum(x.status != "ok" for x in tools), r.response_tokens, r.finish_reason, r.weight_version, "", r.penalty,
+                ))  # fmt: skip
+                offset += len(line) + 1
+            self._read = start
+        for row in new:
+            self._steps[row.step] = self._steps.get(row.step, 0) + 1
+        self.rows += new
+        self.offsets += [r.offset for r in new]
+
+    def steps(self) -> dict[int, int]:
+        """Trajectories per step."""
+        return dict(self._steps)
+
+    def record(self, i: int) -> TrajectoryRecord:
+        """The full record of row ``i``.
+
+        Raises:
+            IndexError: no such row."""
+        row = self.rows[i]
+        with self.data.open("rb") as f:
+            f.seek(row.offset)
+            line = f.read(row.length)
+        if self.index is not None:
+            return _record.decode(line)
+        return to_record(_trajectory.decode(line), None, step=-1, stage="eval")
+
+    def search(self, text: str, candidates: list[int]) -> list[int]:
+        """Of ``candidates`` (row numbers), those whose record contains ``text``: one
+        regex pass over the data file, each hit mapped to its row by offset."""
+        if not candidates or self.data.stat().st_size == 0:
+            return []
+        needle = re.escape(msgspec.json.encode(text)[1:-1])  # as it is written in JSON
+        pattern = re.compile(needle, re.IGNORECASE)
+        hits: set[int] = set()
+        with self.data.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            for match in pattern.finditer(m):
+                i = bisect.bisect_right(self.offsets, match.start()) - 1
+                if i >= 0 and match.start() < self.offsets[i] + self.rows[i].length:
+                    hits.add(i)
+        return [i for i in candidates if i in hits]
+
+    def page(self, query: Query) -> dict[str, Any]:
+        """Filter, sort and cut one page; rows come back as dicts with their row number ``i``."""
+        rows = self.rows
+        keep = range(len(rows))
+        if query.step is not None:
+            keep = [i for i in keep if rows[i].step == query.step]
+        if query.reward_min is not None:
+            keep = [i for i in keep if rows[i].reward >= query.reward_min]
+        if query.reward_max is not None:
+            keep = [i for i in keep if rows[i].reward <= query.reward_max]
+        if query.finish:
+            keep = [i for i in keep if rows[i].finish_reason == query.finish]
+        if query.roc == "dropped":
+            keep = [i for i in keep if rows[i].roc not in ("kept", "")]
+        elif query.roc:
+            keep = [i for i in keep if rows[i].roc == query.roc]
+        if query.problem:
+            keep = [i for i in keep if query.problem in rows[i].problem_id]
+        keep = list(keep)
+        if query.q:
+            keep = self.search(query.q, keep)
+        if query.sort not in SORTABLE:
+            raise ValueError(f"sort: expected one of {', '.join(SORTABLE)}, got {query.sort!r}")
+        if query.sort != "step" or query.desc:
+            field = query.sort
+            keep.sort(key=lambda i: (getattr(rows[i], field), i), reverse=query.desc)
+        start = query.page * query.size
+        page = [{"i": i, **msgspec.structs.asdict(rows[i])} for i in keep[start:start + query.size]]
+        for p in page:
+            del p["offset"], p["length"]
+        return {"total": len(keep), "page": query.page, "size": query.size, "rows": page}
+
+
+class RunReader:
+    """A run directory of ``rstar2 train`` or ``rstar2 eval``, read as it grows.
+
+    Raises:
+        RunDirError: ``run_dir`` is not a directory, or holds none of the files
+            either command writes.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        if not run_dir.is_dir():
+            raise RunDirError(f"{run_dir} is not a directory: give the run directory of `rstar2 train` or `rstar2 eval`")
+        if not self.has_content():
+            raise RunDirError(
+                f"{run_dir} holds no metrics.jsonl, trajectories/ or */samples.jsonl: "
+                "is it a run directory of `rstar2 train` or `rstar2 eval`?"
+            )
+        self._metrics: list[dict[str, Any]] = []
+        self._metrics_read = 0
+        self._tables: dict[str, Table] = {}
+
+    def has_content(self) -> bool:
+        d = self.run_dir
+        return (d / "metrics.jsonl").exists() or (d / "trajectories").is_dir() or bool(self._eval_files())
+
+    def _eval_files(self) -> list[Path]:
+        return sorted(self.run_dir.glob("eval/*/*/samples.jsonl")) + sorted(self.run_dir.glob("*/samples.jsonl"))
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Every whole line of ``metrics.jsonl`` so far."""
+        chunk, self._metrics_read = whole_lines(self.run_dir / "metrics.jsonl", self._metrics_read)
+        self._metrics += [msgspec.json.decode(line) for line in chunk.split(b"\n") if line.strip()]
+        return self._metrics
+
+    def sources(self) -> list[str]:
+        """``train`` (if the recorder wrote) and each evaluation's directory, relative to the run."""
+        out = ["train"] if (self.run_dir / "trajectories" / "index.jsonl").exists() else []
+        return out + [p.parent.relative_to(self.run_dir).as_posix() for p in self._eval_files()]
+
+    def table(self, source: str) -> Table:
+        """The source's table, refreshed.
+
+        Raises:
+            KeyError: no such source in this run."""
+        table = self._tables.get(source)
+        if table is None:
+            if source == "train":
+                base = self.run_dir / "trajectories"
+                table = Table(base / "index.jsonl", base / "records.jsonl")
+            elif source in self.sources():
+                table = Table(None, self.run_dir / source / "samples.jsonl")
+            else:
+                raise KeyError(source)
+            self._tables[source] = table
+        table.refresh()
+        return table
+
+    def group(self, source: str, step: int, problem_id: str) -> list[dict[str, Any]]:
+        """Every sample of one problem at one step, by sample index."""
+        table = self.table(source)
+        rows = [i for i, r in enumerate(table.rows) if r.step == step and r.problem_id == problem_id]
+        out = []
+        for i in sorted(rows, key=lambda i: table.rows[i].sample_index):
+            r = table.record(i)
+            out.append({"i": i, **msgspec.structs.asdict(r), "turns": len(r.turns)})
+        return out
