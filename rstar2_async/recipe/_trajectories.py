@@ -27,7 +27,7 @@ import msgspec
 from ..reward import extract_answer
 from ..rollout import ChatTokenizer, render_tool_turn
 from ..selection import RocDecision, trajectory_penalty
-from ..types import Group, Problem, Trajectory, Turn
+from ..types import Group, Problem, ToolResult, Trajectory, Turn
 
 __all__ = ["IndexRow", "ToolRecord", "TrajectoryRecord", "TurnRecord", "record_step", "to_record"]
 
@@ -106,7 +106,7 @@ class IndexRow(msgspec.Struct, frozen=True, array_like=True):
 Decode = Callable[[Sequence[int]], str]
 
 
-def _tool_record(result) -> ToolRecord:
+def _tool_record(result: ToolResult) -> ToolRecord:
     call = result.call
     if call is None:
         name, code = "(undecodable)", ""

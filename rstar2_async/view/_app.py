@@ -88,7 +88,7 @@ class ViewApp:
     def _api_run(self, params: dict[str, str]) -> dict[str, Any]:
         sources = self.reader.sources()
         steps = self.reader.table("train").steps() if "train" in sources else {}
-        return {"name": self.reader.run_dir.name, "sources": sources, "steps": sorted(steps)}
+        return {"name": self.reader.run_dir.name, "sources": sources, "steps": sorted(steps), "trajectories": sum(steps.values())}
 
     def _api_metrics(self, params: dict[str, str]) -> dict[str, Any]:
         since = int(params.get("since", 0))

@@ -62,16 +62,17 @@ def write_sample_run(
     seed: int = 0,
     filler: int = 20,
     eval_every: int = 2,
+    first_step: int = 1,
 ) -> int:
-    """Write a run of ``steps`` x ``problems`` x ``samples`` trajectories into ``run_dir``
-    (metrics, trajectories, and an evaluation every ``eval_every`` steps); returns the
-    number of trajectories recorded."""
+    """Write (append) steps ``first_step..`` of a run of ``steps`` x ``problems`` x
+    ``samples`` trajectories into ``run_dir`` (metrics, trajectories, and an evaluation
+    every ``eval_every`` steps); returns the number of trajectories recorded."""
     rng = random.Random(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     t0, total = time.time() - 60 * steps, 0
     encoder = msgspec.json.Encoder()
     with (run_dir / "metrics.jsonl").open("ab") as metrics:
-        for step in range(1, steps + 1):
+        for step in range(first_step, first_step + steps):
             batch = [Problem(f"p{step:03d}-{j:03d}", f"What is the sum of the two numbers in case {j}?", str(rng.randint(10, 198))) for j in range(problems)]
             groups = [Group(p, [_trajectory(p, i, rng, step - 1, filler) for i in range(samples)]) for p in batch]
             decided = [(g, roc_downsample(g, keep, random.Random(f"{seed}/{step}/{g.problem.id}"))) for g in groups]

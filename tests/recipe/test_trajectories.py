@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from rstar2_async.recipe import IndexRow, TrajectoryRecord, record_step, to_record
 from rstar2_async.selection import roc_downsample, trajectory_penalty
@@ -65,3 +66,40 @@ def test_a_partial_index_line_left_by_a_killed_run_is_cut_before_appending(tmp_p
     record_step(tmp_path, 2, "rl", [(group, decision)])
     rows = [msgspec.json.decode(line, type=IndexRow) for line in (tmp_path / "index.jsonl").read_bytes().splitlines()]
     assert [r.step for r in rows] == [1, 1, 2, 2]
+
+
+class FakeMetrics:
+    def __init__(self) -> None:
+        self.lines: list[tuple[int, dict]] = []
+
+    def write(self, step: int, values: dict) -> None:
+        self.lines.append((step, values))
+
+
+@pytest.mark.anyio
+async def test_the_trainer_records_every_trajectory_of_a_step_with_its_decision(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from rstar2_async.config import TrainConfig, convert
+    from rstar2_async.recipe import Trainer
+    from rstar2_async.recipe._state import RolloutResult
+
+    stage = {"name": "rl", "kind": "rl", "data": "unused.jsonl"}
+    trainer = Trainer(convert({"run": {"out_dir": str(tmp_path), "name": "r"}, "model": {"tiny": {}}, "stages": [stage]}, TrainConfig), resume=False)
+
+    async def no_lr(stage, step):  # the learner is not under test
+        return None
+
+    async def update(stack, stage, done):
+        return {"rollout/trajectories": len(done.groups)}
+
+    trainer._set_lr, trainer._update = no_lr, update  # type: ignore[method-assign]
+    groups = [Group(Problem(f"p{k}", "2+2?", "4"), [msgspec.structs.replace(_trajectory(i, float((i + k) % 2)), problem_id=f"p{k}") for i in range(6)]) for k in range(2)]
+    done = RolloutResult([g.problem for g in groups])
+    for g in groups:
+        done.add(g, roc_downsample(g, 4, random.Random(0)))
+    stack = SimpleNamespace(engine=SimpleNamespace(tokenizer=None))
+    await trainer.learn_step(stack, trainer.config.stages[0], 0, done, FakeMetrics())  # type: ignore[arg-type]
+    rows = [msgspec.json.decode(line, type=IndexRow) for line in (tmp_path / "r" / "trajectories" / "index.jsonl").read_bytes().splitlines()]
+    assert [(r.step, r.problem_id, r.sample_index) for r in rows] == [(1, f"p{k}", i) for k in range(2) for i in range(6)]
+    assert sum(r.roc == "kept" for r in rows) == 8

@@ -77,8 +77,9 @@ def test_the_training_table_grows_as_the_recorder_appends(tmp_path: Path) -> Non
     write_sample_run(tmp_path, steps=1, problems=2, samples=2, keep=2, eval_every=0)
     reader = RunReader(tmp_path)
     assert len(reader.table("train").rows) == 4
-    write_sample_run(tmp_path, steps=2, problems=2, samples=2, keep=2, eval_every=0, seed=1)  # appends steps 1, 2
-    assert len(reader.table("train").rows) == 12
+    write_sample_run(tmp_path, steps=2, problems=2, samples=2, keep=2, eval_every=0, first_step=2)
+    table = reader.table("train")
+    assert len(table.rows) == 12 and table.steps() == {1: 4, 2: 4, 3: 4}
 
 
 def test_a_missing_or_empty_run_directory_gets_a_clear_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
