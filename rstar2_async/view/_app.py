@@ -127,15 +127,28 @@ async def serve(run_dir: Path, host: str, port: int, *, task_status: anyio.abc.T
     config = Config()
     config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns the listening socket from here
     config.accesslog = config.errorlog = None
+    config.graceful_timeout = 2.0  # the page's requests are short: Ctrl-C stops at once
     if sniffio.current_async_library() == "trio":
         from hypercorn.trio import serve as hypercorn_serve
     else:
         from hypercorn.asyncio import serve as hypercorn_serve
-    stop = anyio.Event()
+    stop, stopped = anyio.Event(), anyio.Event()
+
+    async def run_server() -> None:
+        # Shielded: hypercorn stops through its trigger (closing its connections in
+        # order); cancelling it from outside leaves its own task group half torn down.
+        with anyio.CancelScope(shield=True):
+            try:
+                await hypercorn_serve(app, config, shutdown_trigger=stop.wait, mode="asgi")
+            finally:
+                stopped.set()
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(partial(hypercorn_serve, app, config, shutdown_trigger=stop.wait, mode="asgi"))
+        tg.start_soon(run_server)
         task_status.started(url)
         try:
             await anyio.sleep_forever()
         finally:
             stop.set()
+            with anyio.CancelScope(shield=True):
+                await stopped.wait()
