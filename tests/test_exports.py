@@ -48,7 +48,7 @@ EXPORTS: dict[str, list[str]] = {
     "rstar2_async.recipe": [
         "EvalSummary", "IndexRow", "MetricsWriter", "PLOTS", "Publisher", "RolloutStack", "StepBar", "StreamState",
         "ToolRecord", "TrainState", "TrainSummary", "Trainer", "TrajectoryRecord", "TurnRecord",
-        "batch_for_step", "check_reachable", "data_dir", "evaluate", "load_finished", "load_problems",
+        "batch_for_step", "check_reachable", "data_dir", "evaluate", "index_row", "load_finished", "load_problems",
         "majority_correct", "plot_metrics", "prepare_model", "read_metrics", "record_step", "resolve", "rollout_metrics",
         "rollout_stack", "show_progress", "summarize", "to_record", "write_samples",
     ],

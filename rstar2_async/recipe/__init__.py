@@ -24,7 +24,7 @@ from ._publish import Publisher
 from ._stack import RolloutStack, check_reachable, rollout_stack
 from ._state import StreamState, TrainState, TrainSummary, prepare_model
 from ._trainer import Trainer
-from ._trajectories import IndexRow, ToolRecord, TrajectoryRecord, TurnRecord, record_step, to_record
+from ._trajectories import IndexRow, ToolRecord, TrajectoryRecord, TurnRecord, index_row, record_step, to_record
 
 __all__ = [
     "EvalSummary",
@@ -45,6 +45,7 @@ __all__ = [
     "check_reachable",
     "data_dir",
     "evaluate",
+    "index_row",
     "load_finished",
     "load_problems",
     "majority_correct",

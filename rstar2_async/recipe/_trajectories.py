@@ -29,7 +29,7 @@ from ..rollout import ChatTokenizer, render_tool_turn
 from ..selection import RocDecision, trajectory_penalty
 from ..types import Group, Problem, ToolResult, Trajectory, Turn
 
-__all__ = ["IndexRow", "ToolRecord", "TrajectoryRecord", "TurnRecord", "record_step", "to_record"]
+__all__ = ["IndexRow", "ToolRecord", "TrajectoryRecord", "TurnRecord", "index_row", "record_step", "to_record"]
 
 RECORDS: Final = "records.jsonl"
 INDEX: Final = "index.jsonl"
@@ -175,6 +175,7 @@ def to_record(
 
 
 def index_row(r: TrajectoryRecord, offset: int, length: int) -> IndexRow:
+    """The table row of record ``r``, written at ``offset`` in ``length`` bytes."""
     tools = [x for turn in r.turns for x in turn.tools]
     return IndexRow(
         offset, length, r.step, r.problem_id, r.sample_index, r.reward, len(r.turns), len(tools),

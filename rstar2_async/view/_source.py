@@ -24,7 +24,7 @@ from typing import Any, Final
 import msgspec
 
 from ..errors import Rstar2Error
-from ..recipe import IndexRow, TrajectoryRecord, to_record
+from ..recipe import IndexRow, TrajectoryRecord, index_row, to_record
 from ..types import Trajectory
 
 __all__ = ["Query", "RunDirError", "RunReader", "Table"]
@@ -95,12 +95,7 @@ class Table:
             new, offset = [], self._read
             for line in chunk.split(b"\n")[:-1]:
                 t = _trajectory.decode(line)
-                r = to_record(t, None, step=-1, stage="eval")
-                tools = [x for turn in r.turns for x in turn.tools]
-                new.append(IndexRow(
-                    offset, len(line), -1, r.problem_id, r.sample_index, r.reward, len(r.turns), len(tools),
-                    sum(x.status != "ok" for x in tools), r.response_tokens, r.finish_reason, r.weight_version, "", r.penalty,
-                ))  # fmt: skip
+                new.append(index_row(to_record(t, None, step=-1, stage="eval"), offset, len(line)))
                 offset += len(line) + 1
             self._read = start
         for row in new:
