@@ -346,8 +346,10 @@ class Trainer:
         scores = [v for k, v in record.items() if k not in ("rl_step", "stage")]
         record["accuracy"] = sum(scores) / len(scores)
         self.state.evals.append(record)
-        metrics.write(self.state.rl_step, {f"eval/{k}": v for k, v in record.items() if k not in ("rl_step", "stage")})
-        self.phase_seconds["eval"] += time.monotonic() - t0
+        seconds = time.monotonic() - t0
+        values = {f"eval/{k}": v for k, v in record.items() if k not in ("rl_step", "stage")}
+        metrics.write(self.state.rl_step, {**values, "time/eval_s": seconds})  # stacked on the step's phases
+        self.phase_seconds["eval"] += seconds
 
     async def _checkpoint(self, step_in_stage: int) -> None:
         await self.publisher.written()  # the checkpoint names the export: on disk first

@@ -75,7 +75,7 @@ class ViewApp:
             handler = getattr(self, "_api_" + path.removeprefix("/api/"))
             try:
                 result = await anyio.to_thread.run_sync(partial(handler, params), limiter=self._lock)
-            except (KeyError, IndexError, ValueError, msgspec.ValidationError) as exc:
+            except (KeyError, IndexError, ValueError, msgspec.DecodeError) as exc:  # a bad query, a bad line
                 message = f"{type(exc).__name__}: {exc}"
                 await _respond(send, 400, msgspec.json.encode({"error": message}), "application/json")
             else:

@@ -16,7 +16,6 @@ Sources of trajectories (each a table of :class:`~rstar2_async.recipe.IndexRow`)
 from __future__ import annotations
 
 import bisect
-import mmap
 import re
 from pathlib import Path
 from typing import Any, Final
@@ -33,6 +32,11 @@ SORTABLE: Final = (
     "step", "problem_id", "sample_index", "reward", "turns", "tool_calls", "tool_errors",
     "response_tokens", "finish_reason", "weight_version", "roc", "penalty",
 )  # fmt: skip
+
+
+SEARCH_CHUNK: Final = 1 << 24
+"""Bytes of ``records.jsonl`` read (and lowercased) at a time by a text search: large
+enough that finding is memchr-speed, small enough to bound the memory a search takes."""
 
 
 class RunDirError(Rstar2Error):
@@ -79,8 +83,8 @@ def whole_lines(path: Path, start: int = 0) -> tuple[bytes, int]:
 class Table:
     """One source's rows, grown by what was appended since the last :meth:`refresh`."""
 
-    def __init__(self, index: Path | None, data: Path) -> None:
-        self.index, self.data = index, data
+    def __init__(self, index: Path | None, data: Path, step: int = -1) -> None:
+        self.index, self.data, self.step = index, data, step
         self.rows: list[IndexRow] = []
         self.offsets: list[int] = []  # rows' record offsets, ascending (the files are append-only)
         self._read = 0
@@ -95,7 +99,7 @@ class Table:
             new, offset = [], self._read
             for line in chunk.split(b"\n")[:-1]:
                 t = _trajectory.decode(line)
-                new.append(index_row(to_record(t, None, step=-1, stage="eval"), offset, len(line)))
+                new.append(index_row(to_record(t, None, step=self.step, stage="eval"), offset, len(line)))
                 offset += len(line) + 1
             self._read = start
         for row in new:
@@ -118,21 +122,31 @@ class Table:
             line = f.read(row.length)
         if self.index is not None:
             return _record.decode(line)
-        return to_record(_trajectory.decode(line), None, step=-1, stage="eval")
+        return to_record(_trajectory.decode(line), None, step=self.step, stage="eval")
 
     def search(self, text: str, candidates: list[int]) -> list[int]:
-        """Of ``candidates`` (row numbers), those whose record contains ``text``: one
-        regex pass over the data file, each hit mapped to its row by offset."""
-        if not candidates or self.data.stat().st_size == 0:
+        """Of ``candidates`` (row numbers), those whose record contains ``text`` (ASCII
+        case-insensitively): one pass over the data file in chunks, each hit mapped to
+        its row by offset, the rest of a record that matched skipped."""
+        if not candidates:
             return []
-        needle = re.escape(msgspec.json.encode(text)[1:-1])  # as it is written in JSON
-        pattern = re.compile(needle, re.IGNORECASE)
+        needle = msgspec.json.encode(text)[1:-1].lower()  # as it is written in JSON
         hits: set[int] = set()
-        with self.data.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            for match in pattern.finditer(m):
-                i = bisect.bisect_right(self.offsets, match.start()) - 1
-                if i >= 0 and match.start() < self.offsets[i] + self.rows[i].length:
-                    hits.add(i)
+        tail, base = b"", 0  # the end of the previous chunk: a match may straddle two
+        with self.data.open("rb") as f:
+            while block := f.read(SEARCH_CHUNK):
+                buf, start = (tail + block).lower(), base - len(tail)
+                at = buf.find(needle)
+                while at >= 0:
+                    i = bisect.bisect_right(self.offsets, start + at) - 1
+                    end = self.offsets[i] + self.rows[i].length if i >= 0 else 0
+                    if start + at + len(needle) <= end:
+                        hits.add(i)
+                        at = buf.find(needle, max(at + 1, end - start))
+                    else:
+                        at = buf.find(needle, at + 1)
+                tail = buf[max(0, len(buf) - len(needle) + 1):] if len(needle) > 1 else b""
+                base += len(block)
         return [i for i in candidates if i in hits]
 
     def page(self, query: Query) -> dict[str, Any]:
@@ -218,7 +232,8 @@ class RunReader:
                 base = self.run_dir / "trajectories"
                 table = Table(base / "index.jsonl", base / "records.jsonl")
             elif source in self.sources():
-                table = Table(None, self.run_dir / source / "samples.jsonl")
+                at = re.search(r"step-(\d+)", source)  # a training run's eval/step-000020-rl/<set>
+                table = Table(None, self.run_dir / source / "samples.jsonl", int(at.group(1)) if at else -1)
             else:
                 raise KeyError(source)
             self._tables[source] = table

@@ -75,7 +75,7 @@ def test_the_pages_render_filter_and_show_a_tool_call_in_a_real_browser(run_dir:
         assert [c["title"] for c in drawn] == ["selected metrics", "held-out accuracy", "phase times per step (s)"]
         assert [points for points, _ in drawn[0]["lines"]] == [4, 4] and all(width > 100 for _, width in drawn[0]["lines"])
         assert [points for points, _ in drawn[1]["lines"]] == [2, 2]  # evaluations at steps 2 and 4
-        assert drawn[2]["bars"] == 4 * 4  # four phases stacked per step
+        assert drawn[2]["bars"] == 4 * 4 + 2  # four phases stacked per step, evaluation on top at steps 2 and 4
         page.screenshot(shots / "curves.png")
 
         # The table: the first page of every trajectory, then a filter chosen in the form.

@@ -109,3 +109,12 @@ def test_the_report_is_one_self_contained_file_with_the_curves_and_best_worst_ra
         assert labels["best"] == max(rewards) and labels["worst"] == min(rewards)
     assert len(data["metrics"]) == len(RunReader(run_dir).metrics())
     assert build_report(run_dir) == build_report(run_dir)  # seeded
+
+
+@pytest.mark.parametrize("chunk", [5, 97, 4096])
+def test_a_search_finds_matches_that_straddle_the_chunks_it_reads(run_dir: Path, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = RunReader(run_dir).table("train")
+    expected = {q: table.page(Query(q=q, size=1000))["rows"] for q in ("NameError", "print(x * 3)", "reasoning reasoning")}
+    monkeypatch.setattr("rstar2_async.view._source.SEARCH_CHUNK", chunk)
+    for q, rows in expected.items():
+        assert table.page(Query(q=q, size=1000))["rows"] == rows and rows
