@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rstar2_async.view import Query, RunReader, write_sample_run
+from rstar2_async.view import Query, RunReader, build_report, write_sample_run
 
 from ._cdp import Page, browser, find_browser
 
@@ -115,4 +115,12 @@ def test_the_pages_render_filter_and_show_a_tool_call_in_a_real_browser(run_dir:
         _open(page, view_url + "#/trajectories")
         write_sample_run(run_dir, steps=1, problems=4, samples=8, keep=4, eval_every=0, first_step=5)
         assert page.wait("+document.getElementById('total').dataset.total === 160 && 160") == 160
-    assert all((shots / f"{name}.png").stat().st_size > 10_000 for name in ("curves", "trajectories", "trajectory", "group"))
+        # The report: one file, opened from disk, draws the same charts and the picks of each step.
+        report = tmp_path / "report.html"
+        report.write_text(build_report(run_dir))
+        page.call("Page.navigate", url=report.as_uri())
+        page.wait("document.querySelectorAll('section.step').length === 5")
+        assert page.js("document.querySelectorAll('section.step details').length") == 5 * 3  # best, worst, random
+        assert page.js("[...document.querySelectorAll('svg.chart path.series')].filter(p => p.getBBox().width > 100).length") >= 5
+        page.screenshot(shots / "report.png")
+    assert all((shots / f"{name}.png").stat().st_size > 10_000 for name in ("curves", "trajectories", "trajectory", "group", "report"))

@@ -56,7 +56,9 @@ function lineChart(parent, title, series, opts = {}) {
     ys = Object.values(totals).concat([0]);
   }
   const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
-  const xt = niceTicks(x0, x1, 6), yt = niceTicks(y0, y1, 5);
+  let xt = niceTicks(x0, x1, 6);
+  const yt = niceTicks(y0, y1, 5);
+  if (xs.every(Number.isInteger) && xt.filter(Number.isInteger).length >= 2) xt = xt.filter(Number.isInteger);  // steps
   const xl = Math.min(x0, xt[0]), xh = Math.max(x1, xt[xt.length - 1]);
   const yl = Math.min(y0, yt[0]), yh = Math.max(y1, yt[yt.length - 1]);
   const sx = (x) => L + (W - L - R) * (xh === xl ? 0.5 : (x - xl) / (xh - xl));
