@@ -89,6 +89,10 @@ class Table:
         self.offsets: list[int] = []  # rows' record offsets, ascending (the files are append-only)
         self._read = 0
         self._steps: dict[int, int] = {}
+        self._latest: dict[tuple[int, str, int], int] = {}  # (step, problem, sample) -> row
+        self.superseded: set[int] = set()
+        """Rows a later row replaced: a resumed run rolls out again the steps after its
+        checkpoint, and what it records then is the run's history."""
 
     def refresh(self) -> None:
         if self.index is not None:
@@ -102,8 +106,13 @@ class Table:
                 new.append(index_row(to_record(t, None, step=self.step, stage="eval"), offset, len(line)))
                 offset += len(line) + 1
             self._read = start
-        for row in new:
-            self._steps[row.step] = self._steps.get(row.step, 0) + 1
+        for i, row in enumerate(new, len(self.rows)):
+            old = self._latest.get(key := (row.step, row.problem_id, row.sample_index))
+            if old is not None:
+                self.superseded.add(old)
+            else:
+                self._steps[row.step] = self._steps.get(row.step, 0) + 1
+            self._latest[key] = i
         self.rows += new
         self.offsets += [r.offset for r in new]
 
@@ -152,7 +161,7 @@ class Table:
     def page(self, query: Query) -> dict[str, Any]:
         """Filter, sort and cut one page; rows come back as dicts with their row number ``i``."""
         rows = self.rows
-        keep = range(len(rows))
+        keep = [i for i in range(len(rows)) if i not in self.superseded] if self.superseded else range(len(rows))
         if query.step is not None:
             keep = [i for i in keep if rows[i].step == query.step]
         if query.reward_min is not None:
@@ -243,7 +252,7 @@ class RunReader:
     def group(self, source: str, step: int, problem_id: str) -> list[dict[str, Any]]:
         """Every sample of one problem at one step, by sample index."""
         table = self.table(source)
-        rows = [i for i, r in enumerate(table.rows) if r.step == step and r.problem_id == problem_id]
+        rows = [i for i, r in enumerate(table.rows) if r.step == step and r.problem_id == problem_id and i not in table.superseded]
         out = []
         for i in sorted(rows, key=lambda i: table.rows[i].sample_index):
             r = table.record(i)

@@ -80,6 +80,13 @@ def test_the_training_table_grows_as_the_recorder_appends(tmp_path: Path) -> Non
     write_sample_run(tmp_path, steps=2, problems=2, samples=2, keep=2, eval_every=0, first_step=2)
     table = reader.table("train")
     assert len(table.rows) == 12 and table.steps() == {1: 4, 2: 4, 3: 4}
+    # Resumed from step 1's checkpoint: steps 2 and 3 are rolled out and recorded again.
+    write_sample_run(tmp_path, steps=2, problems=2, samples=2, keep=2, eval_every=0, first_step=2, seed=7)
+    table = reader.table("train")
+    assert table.steps() == {1: 4, 2: 4, 3: 4}
+    rows = table.page(Query(size=100))["rows"]
+    assert [r["i"] for r in rows] == [0, 1, 2, 3, *range(12, 20)]  # the later records of steps 2-3
+    assert [g["i"] for g in reader.group("train", 3, "p003-000")] == [16, 17]
 
 
 def test_a_missing_or_empty_run_directory_gets_a_clear_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
