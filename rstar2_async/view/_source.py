@@ -220,9 +220,16 @@ class RunReader:
         return sorted(self.run_dir.glob("eval/*/*/samples.jsonl")) + sorted(self.run_dir.glob("*/samples.jsonl"))
 
     def metrics(self) -> list[dict[str, Any]]:
-        """Every whole line of ``metrics.jsonl`` so far."""
+        """Every whole line of ``metrics.jsonl`` so far (lines that are not a step's
+        record are left out)."""
         chunk, self._metrics_read = whole_lines(self.run_dir / "metrics.jsonl", self._metrics_read)
-        self._metrics += [msgspec.json.decode(line) for line in chunk.split(b"\n") if line.strip()]
+        for line in chunk.split(b"\n"):
+            try:
+                record = msgspec.json.decode(line) if line.strip() else None
+            except msgspec.DecodeError:  # a line a killed run left half-written, which its resume went on after
+                continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                self._metrics.append(record)
         return self._metrics
 
     def sources(self) -> list[str]:

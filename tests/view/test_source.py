@@ -71,6 +71,9 @@ def test_eval_samples_are_a_source_and_a_truncated_last_line_is_read_up_to_the_l
     with metrics.open("ab") as f:
         f.write(b": 0.5}\n")
     assert reader.metrics()[-1] == {"step": 9, "rollout/reward_mean": 0.5}
+    with metrics.open("ab") as f:  # killed mid-line, then resumed: the half line is glued to the next
+        f.write(b'{"step": 10, "rollo{"step": 10, "rollout/reward_mean": 0.7}\n{"step": 11, "rollout/reward_mean": 0.8}\n')
+    assert [r["step"] for r in reader.metrics()[-2:]] == [9, 11]
 
 
 def test_the_training_table_grows_as_the_recorder_appends(tmp_path: Path) -> None:
