@@ -47,10 +47,14 @@ EXPORTS: dict[str, list[str]] = {
         "shard_by_tokens",
     ],
     "rstar2_async.recipe": [
-        "EvalSummary", "MetricsWriter", "PLOTS", "Publisher", "RolloutStack", "StepBar", "StreamState", "TrainState", "TrainSummary", "Trainer",
-        "batch_for_step", "check_reachable", "data_dir", "evaluate", "load_finished", "load_problems",
-        "majority_correct", "plot_metrics", "prepare_model", "read_metrics", "resolve", "rollout_metrics",
-        "rollout_stack", "show_progress", "summarize", "write_samples",
+        "EvalSummary", "IndexRow", "MetricsWriter", "PLOTS", "Publisher", "RolloutStack", "StepBar", "StreamState",
+        "ToolRecord", "TrainState", "TrainSummary", "Trainer", "TrajectoryRecord", "TurnRecord",
+        "batch_for_step", "check_reachable", "data_dir", "evaluate", "index_row", "load_finished", "load_problems",
+        "majority_correct", "plot_metrics", "prepare_model", "read_metrics", "record_step", "resolve", "rollout_metrics",
+        "rollout_stack", "show_progress", "summarize", "to_record", "write_samples",
+    ],
+    "rstar2_async.view": [
+        "Query", "RunDirError", "RunReader", "Table", "ViewApp", "build_report", "serve", "write_sample_run",
     ],
     "rstar2_async.demo": [
         "CHAT_TEMPLATE", "SPECIAL_TOKENS", "SYSTEM_PROMPT", "TOOL_TOKENS", "answer_text", "build_tiny_model",

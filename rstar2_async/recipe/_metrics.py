@@ -8,6 +8,7 @@ plots are redrawn from all of it.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -67,7 +68,7 @@ class MetricsWriter:
             self._tb.close()
 
     def write(self, step: int, values: Mapping[str, float | int | str]) -> None:
-        record = {"step": step, **values}
+        record = {"step": step, **values, "wall_time": time.time()}  # `rstar2 view` plots against it
         self._file.write(msgspec.json.encode(record) + b"\n")
         self._file.flush()
         if self._tb is not None:

@@ -84,10 +84,13 @@ class RolloutResult:
         self.reward_seconds = 0.0
         self.trained: list[Group] = []
         """Of ``kept``, those the update trained (the others were staler than the bound)."""
+        self.decisions: list[tuple[Group, RocDecision]] = []
+        """Each finished group beside GRPO-RoC's decision on it (the trajectory recorder's input)."""
 
     def add(self, group: Group, decision: RocDecision) -> None:
         """A finished group and what GRPO-RoC made of it."""
         self.groups.append(group)
+        self.decisions.append((group, decision))
         if decision.group is not None:
             self.kept.append(decision.group)
         for d in decision.dropped:

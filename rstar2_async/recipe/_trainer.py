@@ -53,6 +53,7 @@ from ._publish import Publisher, load_servers
 from ._stack import RolloutStack, rollout_stack
 from ._state import RolloutResult, TimedReward, TrainState, TrainSummary, downsample, prepare_model
 from ._streaming import QUEUE_FILE, oldest_version, read_queue, run_streaming_stage
+from ._trajectories import record_step
 
 if TYPE_CHECKING:
     from ..learn import LearnerDriver
@@ -254,6 +255,8 @@ class Trainer:
             values.update(extra() if extra else {})
             self.health.check(self.state.rl_step, values)  # warns when the mismatch or the ratio jumps
             metrics.write(self.state.rl_step, {"stage": stage.name, **values})
+            record = partial(record_step, self.run_dir / "trajectories", self.state.rl_step, stage.name, done.decisions)
+            await anyio.to_thread.run_sync(record, stack.engine.tokenizer)  # every trajectory, for `rstar2 view`
 
     async def after_step(self, stack: RolloutStack, stage: StageConfig, step: int, metrics: MetricsWriter) -> None:
         """The evaluation and the checkpoint a step may be due."""
@@ -343,8 +346,10 @@ class Trainer:
         scores = [v for k, v in record.items() if k not in ("rl_step", "stage")]
         record["accuracy"] = sum(scores) / len(scores)
         self.state.evals.append(record)
-        metrics.write(self.state.rl_step, {f"eval/{k}": v for k, v in record.items() if k not in ("rl_step", "stage")})
-        self.phase_seconds["eval"] += time.monotonic() - t0
+        seconds = time.monotonic() - t0
+        values = {f"eval/{k}": v for k, v in record.items() if k not in ("rl_step", "stage")}
+        metrics.write(self.state.rl_step, {**values, "time/eval_s": seconds})  # stacked on the step's phases
+        self.phase_seconds["eval"] += seconds
 
     async def _checkpoint(self, step_in_stage: int) -> None:
         await self.publisher.written()  # the checkpoint names the export: on disk first

@@ -91,6 +91,10 @@ def test_sft_then_rl_through_the_real_stack(tmp_path: Path, monkeypatch: pytest.
     assert any(r["rollout/tool_calls_mean"] > r["rollout/tool_errors_mean"] for r in rl)  # calls that ran
     tool_runs = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert tool_runs and any(s["tool_calls"] for s in tool_runs)
+    # Every trajectory of every RL step is recorded for `rstar2 view`, with RoC's decision.
+    index = (run / "trajectories" / "index.jsonl").read_text().splitlines()
+    assert len(index) == sum(r["rollout/trajectories"] for r in records if "rollout/trajectories" in r)
+    assert any('"kept"' in row for row in index)
     # Weight sync: the SFT export moved the server to version 1 and greedy evaluation
     # on it differs from the untrained model's (which never emits a tool call).
     assert any(s["weight_version"] >= 1 for s in tool_runs)
