@@ -83,6 +83,7 @@ class Trainer:
         self.stopped = False
         self._work: anyio.CancelScope | None = None
         self._learner_lock = anyio.CapacityLimiter(1)
+        self.health = HealthWatch()  # a resumed run's history is read when the run starts
         self.checkpoint_files: Callable[[], dict[str, bytes]] | None = None
         """More state for each checkpoint (a streaming stage's queued groups)."""
 
