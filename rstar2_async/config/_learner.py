@@ -97,6 +97,20 @@ class LearnerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     export_shard_mb: _PosInt = 4096
     """Largest safetensors shard written for the disk weight transport."""
 
+    # --- memory and kernels (added after the fields above: keep new ones last) ---------
+    logprob_chunk_tokens: _PosInt = 1024
+    """Tokens per chunk of the output layer when computing log-probs and entropies:
+    the learner never holds more than a few [chunk, vocabulary] float32 tensors
+    (at 1024 x 151,936: 0.6 GB each) instead of [micro-batch, vocabulary] (19.9 GB at
+    32K tokens). About Liger-Kernel's choice, tokens x hidden / vocabulary for a 5K
+    hidden size; smaller saves memory, larger gives the matmul bigger tiles."""
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
+    """Attention kernel of the policy (transformers' ``attn_implementation``).
+    ``flash_attention_2`` needs the ``flash_attn`` package (checked when the learner
+    starts); ``eager`` is the slow reference. At start-up the learner checks that a
+    packed micro-batch equals its sequences run one by one with this kernel, and
+    refuses to start otherwise."""
+
     def __post_init__(self) -> None:
         if self.clip_high < self.clip_low:
             raise ValueError(
