@@ -48,6 +48,29 @@ def _chunk_stats(h: torch.Tensor, weight: torch.Tensor, y: torch.Tensor) -> tupl
     return logp_all, p, logp, ent
 
 
+def _chunk_backward(
+    h: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
+    grad_h: torch.Tensor | None, grad_w: torch.Tensor | None, rows: slice,
+) -> None:  # fmt: skip
+    """Recompute one chunk and add its gradients: ``grad_h[rows] = dz @ W``,
+    ``grad_w += dz.T @ h``, with ``g`` [C, k] the gradient of the chunk's outputs.
+    A function so that the chunk's [C, V] buffers are freed on return."""
+    logp_all, p, _, ent = _chunk_stats(h, weight, y)
+    # d logp_y / dz = onehot(y) - p;  d entropy / dz = -p * (logp_all + entropy).
+    # So dz = g_logp * onehot(y) - p * (g_logp + g_ent * (logp_all + entropy)), in place.
+    if g.shape[1] == 2:
+        dz = logp_all.add_(ent[:, None]).mul_(g[:, 1:]).add_(g[:, :1]).mul_(p).neg_()  # [C, V]
+    else:
+        dz = p.mul_(-g)  # [C, V]
+    del logp_all, p  # dz is one of them; the other can go before the matmuls
+    dz.scatter_add_(-1, y[:, None], g[:, :1])
+    dz = dz.to(weight.dtype)  # [C, V]
+    if grad_h is not None:
+        grad_h[rows] = dz @ weight  # [C, H]
+    if grad_w is not None:
+        grad_w.addmm_(dz.T, h)  # [V, H] += [V, C] @ [C, H]
+
+
 class _ChunkedLogprobs(torch.autograd.Function):
     """``(hidden [T, H], weight [V, H], targets [T]) -> [T, k]`` float32: column 0 the
     target's log-prob, column 1 (when ``k == 2``) the entropy of the distribution."""
@@ -56,7 +79,8 @@ class _ChunkedLogprobs(torch.autograd.Function):
     def forward(ctx, hidden, weight, targets, chunk, k):
         out = torch.empty(hidden.shape[0], k, dtype=torch.float32, device=hidden.device)  # [T, k]
         for s in range(0, hidden.shape[0], chunk):  # autograd records nothing in here
-            _, _, logp, ent = _chunk_stats(hidden[s : s + chunk], weight, targets[s : s + chunk])
+            # [2:]: the chunk's [C, V] buffers are freed before the next chunk's are made.
+            logp, ent = _chunk_stats(hidden[s : s + chunk], weight, targets[s : s + chunk])[2:]
             out[s : s + chunk, 0] = logp
             if k == 2:
                 out[s : s + chunk, 1] = ent
@@ -72,20 +96,8 @@ class _ChunkedLogprobs(torch.autograd.Function):
         # Summed over chunks in float32 (one rounding to the weight's dtype at the end).
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None  # [V, H]
         for s in range(0, hidden.shape[0], ctx.chunk):
-            h, y, g = hidden[s : s + ctx.chunk], targets[s : s + ctx.chunk], grad_out[s : s + ctx.chunk]  # g [C, k]
-            logp_all, p, _, ent = _chunk_stats(h, weight, y)
-            # d logp_y / dz = onehot(y) - p;  d entropy / dz = -p * (logp_all + entropy).
-            # So dz = g_logp * onehot(y) - p * (g_logp + g_ent * (logp_all + entropy)), in place.
-            if g.shape[1] == 2:
-                gz = logp_all.add_(ent[:, None]).mul_(g[:, 1:]).add_(g[:, :1]).mul_(p).neg_()  # [C, V]
-            else:
-                gz = p.mul_(-g)  # [C, V]
-            gz.scatter_add_(-1, y[:, None], g[:, :1])
-            gz = gz.to(weight.dtype)  # [C, V]
-            if grad_h is not None:
-                grad_h[s : s + ctx.chunk] = gz @ weight  # [C, H]
-            if grad_w is not None:
-                grad_w.addmm_(gz.T, h)  # [V, H] += [V, C] @ [C, H]
+            rows = slice(s, s + ctx.chunk)
+            _chunk_backward(hidden[rows], weight, targets[rows], grad_out[rows], grad_h, grad_w, rows)
         return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None
 
 
