@@ -32,8 +32,8 @@ import torch
 __all__ = ["chunked_logprobs", "chunked_output_layer"]
 
 
-def _chunk_stats(h: torch.Tensor, weight: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """For one chunk: ``(logp_all [C, V] f32, p [C, V] f32, logp [C], entropy [C])``.
+def _chunk_stats(h: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, entropy: bool) -> tuple:
+    """For one chunk: ``(logp_all [C, V] f32, p [C, V] f32, logp [C], entropy [C] or None)``.
 
     ``logp_all`` and ``p`` are fresh buffers the caller may overwrite.
     """
@@ -44,7 +44,7 @@ def _chunk_stats(h: torch.Tensor, weight: torch.Tensor, y: torch.Tensor) -> tupl
     logp_all = z.sub_(total.log())  # [C, V], log-softmax in place
     p = p.div_(total)  # [C, V], softmax in place
     logp = logp_all.gather(-1, y[:, None]).squeeze(-1)  # [C]
-    ent = -(p[:, None, :] @ logp_all[:, :, None]).reshape(-1)  # [C]; a row-wise dot, no [C, V] temporary
+    ent = -(p[:, None, :] @ logp_all[:, :, None]).reshape(-1) if entropy else None  # [C]; a row-wise dot
     return logp_all, p, logp, ent
 
 
@@ -55,7 +55,7 @@ def _chunk_backward(
     """Recompute one chunk and add its gradients: ``grad_h[rows] = dz @ W``,
     ``grad_w += dz.T @ h``, with ``g`` [C, k] the gradient of the chunk's outputs.
     A function so that the chunk's [C, V] buffers are freed on return."""
-    logp_all, p, _, ent = _chunk_stats(h, weight, y)
+    logp_all, p, _, ent = _chunk_stats(h, weight, y, g.shape[1] == 2)
     # d logp_y / dz = onehot(y) - p;  d entropy / dz = -p * (logp_all + entropy).
     # So dz = g_logp * onehot(y) - p * (g_logp + g_ent * (logp_all + entropy)), in place.
     if g.shape[1] == 2:
@@ -80,7 +80,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
         out = torch.empty(hidden.shape[0], k, dtype=torch.float32, device=hidden.device)  # [T, k]
         for s in range(0, hidden.shape[0], chunk):  # autograd records nothing in here
             # [2:]: the chunk's [C, V] buffers are freed before the next chunk's are made.
-            logp, ent = _chunk_stats(hidden[s : s + chunk], weight, targets[s : s + chunk])[2:]
+            logp, ent = _chunk_stats(hidden[s : s + chunk], weight, targets[s : s + chunk], k == 2)[2:]
             out[s : s + chunk, 0] = logp
             if k == 2:
                 out[s : s + chunk, 1] = ent
