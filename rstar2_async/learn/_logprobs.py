@@ -68,7 +68,12 @@ def _chunk_backward(
     if grad_h is not None:
         grad_h[rows] = dz @ weight  # [C, H]
     if grad_w is not None:
-        grad_w.addmm_(dz.T, h)  # [V, H] += [V, C] @ [C, H]
+        # [V, H] += [V, C] @ [C, H]; addmm_ when the dtypes agree, else the chunk's
+        # product (float32-accumulated in the matmul) is added into the float32 sum.
+        if grad_w.dtype == dz.dtype:
+            grad_w.addmm_(dz.T, h)
+        else:
+            grad_w.add_(dz.T @ h)
 
 
 class _ChunkedLogprobs(torch.autograd.Function):

@@ -51,16 +51,27 @@ def test_chunked_equals_naive_in_values_and_gradients(chunk: int, entropy: bool)
 
 
 def test_bf16_values_are_the_bf16_logits_in_float32() -> None:
-    """In bf16 the logits are the matmul's bf16 output, as the model's own head gives them."""
+    """In bf16 the logits are the matmul's bf16 output, as the model's own head gives
+    them; gradients are bf16 (to bf16 rounding: the products are rounded per chunk)."""
     from rstar2_async.learn._logprobs import chunked_logprobs
 
     g = torch.Generator().manual_seed(1)
-    hidden, weight = torch.randn(20, 32, generator=g).bfloat16(), torch.randn(64, 32, generator=g).bfloat16()
+    hidden = torch.randn(20, 32, generator=g).bfloat16().requires_grad_()
+    weight = torch.randn(64, 32, generator=g).bfloat16().requires_grad_()
     targets = torch.randint(0, 64, (20,), generator=g)
-    cols = chunked_logprobs(hidden, weight, targets, chunk=6, entropy=True)
+    a, b = torch.randn(20, generator=g), torch.randn(20, generator=g)
     logp, ent = naive(hidden, weight, targets)
+    (logp @ a + ent @ b).backward()
+    want = hidden.grad, weight.grad
+    hidden.grad = weight.grad = None
+
+    cols = chunked_logprobs(hidden, weight, targets, chunk=6, entropy=True)
     torch.testing.assert_close(cols[:, 0], logp, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(cols[:, 1], ent, rtol=1e-5, atol=1e-5)
+    (cols[:, 0] @ a + cols[:, 1] @ b).backward()
+    assert hidden.grad.dtype == weight.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(hidden.grad, want[0], rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(weight.grad, want[1], rtol=2e-2, atol=2e-2)
 
 
 def _batch():
