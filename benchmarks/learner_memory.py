@@ -47,7 +47,7 @@ def _available_mb() -> float:
 def child(variant: str, tokens: int, vocab: int, hidden: int, chunk: int) -> dict:
     import torch
 
-    from rstar2_async.learn._logprobs import chunked_logprobs
+    from rstar2_async.learn import chunked_logprobs
 
     torch.manual_seed(0)
     h = torch.randn(tokens, hidden).requires_grad_()  # [T, H]
