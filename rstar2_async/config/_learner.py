@@ -102,8 +102,9 @@ class LearnerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     """Tokens per chunk of the output layer when computing log-probs and entropies:
     the learner never holds more than a few [chunk, vocabulary] float32 tensors
     (at 1024 x 151,936: 0.6 GB each) instead of [micro-batch, vocabulary] (19.9 GB at
-    32K tokens). About Liger-Kernel's choice, tokens x hidden / vocabulary for a 5K
-    hidden size; smaller saves memory, larger gives the matmul bigger tiles."""
+    32K tokens). 1024 is about Liger-Kernel's rule, tokens x hidden / vocabulary, at
+    32K tokens and Qwen3-14B's 5,120 hidden; smaller saves memory, larger gives the
+    matmul bigger tiles."""
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
     """Attention kernel of the policy (transformers' ``attn_implementation``).
     ``flash_attention_2`` needs the ``flash_attn`` package (checked when the learner

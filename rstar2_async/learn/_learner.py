@@ -155,9 +155,8 @@ class Learner:
             ref = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype, attn_implementation=attn)
             self.ref_model = ref.to(self.device).eval().requires_grad_(False)
         # Packing is only right if the kernel keeps sequences apart: refuse to train otherwise.
-        check_packed_attention(
-            lambda mb: self.logprobs(mb, grad=False)[0], vocab_size=self.module.config.vocab_size, name=attn, dtype=self.dtype
-        )
+        vocab = self.module.config.vocab_size
+        check_packed_attention(lambda mb: self.logprobs(mb, grad=False)[0], vocab_size=vocab, name=attn, dtype=self.dtype)
 
     # --- configuration --------------------------------------------------------------
 
