@@ -156,7 +156,9 @@ class Learner:
             self.ref_model = ref.to(self.device).eval().requires_grad_(False)
         # Packing is only right if the kernel keeps sequences apart: refuse to train otherwise.
         vocab = self.module.config.vocab_size
-        check_packed_attention(lambda mb: self.logprobs(mb, grad=False)[0], vocab_size=vocab, name=attn, dtype=self.dtype)
+        check_packed_attention(
+            lambda mb: self.logprobs(mb, grad=False)[0], vocab_size=vocab, name=attn, dtype=self.dtype
+        )
 
     # --- configuration --------------------------------------------------------------
 
