@@ -40,9 +40,9 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "rstar2_async.learn": [
         "GrpoStats", "Learner", "LearnerDriver", "MicroBatch", "PendingExport", "SftStats", "TOKENIZER_FILES", "TrainSeq",
-        "barrier", "collate", "encode_chat", "follow", "gather_export", "group_advantages", "grpo_step", "init_distributed",
-        "iter_weight_buckets", "latest_checkpoint", "load_chat_jsonl", "load_checkpoint", "logprob_diff",
-        "plan_micro_batches", "policy_loss", "run_sft",
+        "barrier", "chunked_logprobs", "collate", "encode_chat", "follow", "gather_export", "group_advantages", "grpo_step",
+        "init_distributed", "iter_weight_buckets", "latest_checkpoint", "load_chat_jsonl", "load_checkpoint",
+        "logprob_diff", "plan_micro_batches", "policy_loss", "run_sft",
         "save_checkpoint", "save_hf_checkpoint", "seed_everything", "sequences_from_groups", "sft_step",
         "shard_by_tokens",
     ],

@@ -104,6 +104,21 @@ class LearnerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     or off-policy data) cannot grow its loss without bound.  Must be > 1; 0 or None
     turns it off.  Default 3.0 as verl's, so the default loss is rStar2's."""
 
+    # --- memory and kernels (new fields go at the end) ----------------------------------
+    logprob_chunk_tokens: _PosInt = 1024
+    """Tokens per chunk of the output layer when computing log-probs and entropies:
+    the learner never holds more than a few [chunk, vocabulary] float32 tensors
+    (at 1024 x 151,936: 0.6 GB each) instead of [micro-batch, vocabulary] (19.9 GB at
+    32K tokens). 1024 is about Liger-Kernel's rule, tokens x hidden / vocabulary, at
+    32K tokens and Qwen3-14B's 5,120 hidden; smaller saves memory, larger gives the
+    matmul bigger tiles."""
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
+    """Attention kernel of the policy (transformers' ``attn_implementation``).
+    ``flash_attention_2`` needs the ``flash_attn`` package (checked when the learner
+    starts); ``eager`` is the slow reference. At start-up the learner checks that a
+    packed micro-batch equals its sequences run one by one with this kernel, and
+    refuses to start otherwise."""
+
     def __post_init__(self) -> None:
         if self.clip_high < self.clip_low:
             raise ValueError(

@@ -1,7 +1,8 @@
 """Step 6 of an RL step: the learner, the one sub-package that imports torch and DeepSpeed.
 
 :class:`Learner` wraps the policy in a DeepSpeed engine (ZeRO 0-3, CPU with gloo or
-GPUs with NCCL) and gives the primitives of an update: token logprobs, backward,
+GPUs with NCCL) and gives the primitives of an update: token logprobs (chunk by
+chunk through the output layer, :func:`chunked_logprobs`, ``_logprobs``), backward,
 optimizer step.  On them: :func:`grpo_step` (GRPO's group-normalised advantages and
 the token-mean clipped loss, ``_grpo``), :func:`sft_step` (the cold start, ``_sft``),
 both over micro-batches packed under a token budget (``_packing``).  The learner's
@@ -23,6 +24,7 @@ from ._grpo import (
     sequences_from_groups,
 )
 from ._learner import Learner, barrier, init_distributed, seed_everything
+from ._logprobs import chunked_logprobs
 from ._packing import MicroBatch, TrainSeq, collate, plan_micro_batches, shard_by_tokens
 from ._sft import SftStats, encode_chat, load_chat_jsonl, run_sft, sft_step
 
@@ -36,6 +38,7 @@ __all__ = [
     "TOKENIZER_FILES",
     "TrainSeq",
     "barrier",
+    "chunked_logprobs",
     "collate",
     "encode_chat",
     "follow",
