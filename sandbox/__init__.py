@@ -59,11 +59,9 @@ from ._errors import (
     ServiceError,
     ServiceUnavailable,
 )
-from ._http import HTTPError, HTTPLimits, HTTPRequest, HTTPResponse, HTTPServer
 from ._jail import HostSupport, check_host
 from ._pool import PoolState, PoolStatistics, SandboxPool
 from ._protocol import Sandbox
-from ._secret import check_bind, is_loopback, read_secret, resolve_secret
 from ._service import SandboxService
 from ._types import ExecResult, Status
 
@@ -71,11 +69,6 @@ __all__ = [
     "ClientState",
     "ClientStatistics",
     "ExecResult",
-    "HTTPError",
-    "HTTPLimits",
-    "HTTPRequest",
-    "HTTPResponse",
-    "HTTPServer",
     "HostSupport",
     "PoolState",
     "PoolStatistics",
@@ -92,9 +85,5 @@ __all__ = [
     "ServiceUnavailable",
     "Status",
     "benchmark",
-    "check_bind",
     "check_host",
-    "is_loopback",
-    "read_secret",
-    "resolve_secret",
 ]

@@ -23,7 +23,8 @@ import anyio
 import msgspec
 from anyio.abc import TaskStatus
 
-from ._http import HTTPError, HTTPLimits, HTTPRequest, HTTPResponse, HTTPServer
+from httpgate import HTTPError, HTTPLimits, HTTPRequest, HTTPResponse, HTTPServer
+
 from ._pool import SandboxPool
 from ._types import ExecResult
 

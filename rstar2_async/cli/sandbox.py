@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     import anyio
     import msgspec
 
-    from sandbox import SandboxError, resolve_secret
+    from httpgate import resolve_secret
+    from sandbox import SandboxError
 
     try:
         config = _config(args)

@@ -46,11 +46,10 @@ def test_every_config_field_has_a_docstring() -> None:
 
 def test_exports() -> None:
     assert sorted(sandbox.__all__) == sorted([
-        "ClientState", "ClientStatistics", "ExecResult", "HTTPError", "HTTPLimits", "HTTPRequest",
-        "HTTPResponse", "HTTPServer", "HostSupport", "PoolState", "PoolStatistics",
+        "ClientState", "ClientStatistics", "ExecResult", "HostSupport", "PoolState", "PoolStatistics",
         "Sandbox", "SandboxBroken", "SandboxClient", "SandboxClosed", "SandboxConfig", "SandboxError",
         "SandboxPool", "SandboxService", "SandboxUnavailable", "ServiceError", "ServiceUnavailable",
-        "Status", "benchmark", "check_bind", "check_host", "is_loopback", "read_secret", "resolve_secret",
+        "Status", "benchmark", "check_host",
     ])
     for name in sandbox.__all__:
         assert getattr(sandbox, name) is not None

@@ -1,7 +1,6 @@
 """``HTTPServer``: a small HTTP/1.1 server (h11 on anyio sockets) with a shared secret and limits.
 
-The sandbox service and the fleet's authenticating proxy (``backends``) put their
-routes behind it.  Why not hypercorn or uvicorn: both would still leave the
+The sandbox service and the fleet's authenticating proxy put their routes behind it.  Why not hypercorn or uvicorn: both would still leave the
 secret, the body and batch caps and the connection cap to us, add an ASGI layer
 and a dependency, and neither runs the same code on trio and asyncio as this one
 does; what they add over h11 is the connection loop below.
