@@ -228,7 +228,7 @@ class HTTPServer:
                     if event is h11.NEED_DATA:
                         try:
                             data = await stream.receive(65536)
-                        except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
+                        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
                             data = b""
                         if not started and data:
                             started = True
@@ -275,7 +275,7 @@ class HTTPServer:
                 await stream.send(conn.send(h11.Data(data=response.body)))
                 await stream.send(conn.send(h11.EndOfMessage()))
                 return True
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 return False
         return False
 
@@ -296,7 +296,7 @@ class HTTPServer:
                 with anyio.move_on_after(1.0):
                     for _ in range(64):
                         await stream.receive(65536)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 pass
 
 
