@@ -13,6 +13,11 @@ fault for 0.3-1.5 s: ``dead`` (port closed, connections in flight cut), ``hang``
 or ``error`` (500), then brings it back.
 
 The baseline is the same pool and servers with no chaos, in the same run.
+Found with it: under load, a turn can stay stuck inside httpx/httpcore (reading
+a response body, then in its shielded close) past the pool's ``request_timeout_s``
+and past cancellation; if the run outlives its budget by a minute it prints
+where its turns wait, its counts so far (the stuck ones lost) and exits 3.
+
 Invariants (JSON keys): ``lost`` (trajectories that failed, did not finish in
 the time budget, or have a gap in their tokens), ``duplicated`` (finished twice,
 or a token repeated).  Bounded: ``--trajectories`` and ``--time-budget-s``.
@@ -23,10 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -106,19 +113,25 @@ async def _chaos(servers: list[FakeServer], rng: random.Random, counts: dict[str
                 tg.start_soon(one, rng.choice(healthy), rng.choice(FAULTS), rng.uniform(0.3, 1.5))
 
 
-async def _report_stuck(after_s: float) -> None:
-    """If the run outlives its budget by a minute, print where its tasks wait (asyncio):
-    a turn stuck where the pool's time budget cannot reach it shows up here."""
+async def _report_stuck(after_s: float, report: Callable[[], dict]) -> None:
+    """If the run outlives its budget by a minute, some turns are stuck where no
+    cancellation reaches them (seen: inside httpx/httpcore, see the module docstring):
+    print where they wait (asyncio) and the counts so far, then end the process, since
+    the run cannot end by itself."""
     await anyio.sleep(after_s)
     import asyncio
 
+    stuck = 0
     for task in asyncio.all_tasks():
         coro, frames = task.get_coro(), []
         while coro is not None and (frame := getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)):
             frames.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}:{frame.f_code.co_name}")
             coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
         if any("trajectory" in f for f in frames):
+            stuck += 1
             print("stuck:", " > ".join(frames), file=sys.stderr, flush=True)
+    print(json.dumps({**report(), "stuck": stuck, "error": "trajectories stuck past cancellation"}), flush=True)
+    os._exit(3)
 
 
 async def run(
@@ -156,6 +169,31 @@ async def run(
             finished[i] = finished.get(i, 0) + 1
             latencies.append(time.monotonic() - t0)
 
+    pools: list[ServerPool] = []
+
+    def report(elapsed: float) -> dict:
+        stats = pools[0].statistics()
+        expected = PROMPT + turns * (TURN_TOKENS + TOOL_TOKENS)
+        gaps = [i for i, seq in tokens.items() if seq != list(range(expected))]
+        repeated = [i for i in gaps if len(set(tokens[i])) < len(tokens[i])]
+        lost = (trajectories - len(finished)) + len([i for i in gaps if i not in repeated])
+        return {
+            "trajectories": trajectories,
+            "finished": len(finished),
+            "lost": lost,
+            "duplicated": sum(n - 1 for n in finished.values()) + len(repeated),
+            "failed": len(failed),
+            "first_failure": next(iter(failed.values()), None),
+            "trajectories_per_s": round(len(finished) / elapsed, 1),
+            "p50_s": round(statistics.median(latencies), 4) if latencies else None,
+            "p99_s": round(sorted(latencies)[int(0.99 * (len(latencies) - 1))], 4) if latencies else None,
+            "failovers": stats.failovers,
+            "servers_lost": stats.servers_lost,
+            "servers_back": stats.servers_back,
+            "faults": faults,
+            "elapsed_s": round(elapsed, 1),
+        }
+
     started = time.monotonic()
     async with anyio.create_task_group() as world:
         for server in servers:
@@ -173,37 +211,17 @@ async def run(
             urls, model="m", poll_interval_s=0.1, request_timeout_s=1.0, unavailable_timeout_s=60.0, max_failovers=50,
             retry=RetryPolicy(max_retries=1, initial_s=0.05, max_s=0.2),
         ) as pool:  # fmt: skip
+            pools.append(pool)
             if chaos:
                 world.start_soon(_chaos, servers, rng, faults)
             if sniffio_asyncio():
-                world.start_soon(_report_stuck, time_budget_s + 60)
+                world.start_soon(_report_stuck, time_budget_s + 60, lambda: report(time.monotonic() - started))
             with anyio.move_on_after(time_budget_s):
                 async with anyio.create_task_group() as tg:
                     for i in range(trajectories):
                         tg.start_soon(trajectory, pool, i)
-            stats = pool.statistics()
         world.cancel_scope.cancel()
-    elapsed = time.monotonic() - started
-    expected = PROMPT + turns * (TURN_TOKENS + TOOL_TOKENS)
-    gaps = [i for i, seq in tokens.items() if seq != list(range(expected))]
-    repeated = [i for i in gaps if len(set(tokens[i])) < len(tokens[i])]
-    lost = (trajectories - len(finished)) + len([i for i in gaps if i not in repeated])
-    return {
-        "trajectories": trajectories,
-        "finished": len(finished),
-        "lost": lost,
-        "duplicated": sum(n - 1 for n in finished.values()) + len(repeated),
-        "failed": len(failed),
-        "first_failure": next(iter(failed.values()), None),
-        "trajectories_per_s": round(len(finished) / elapsed, 1),
-        "p50_s": round(statistics.median(latencies), 4) if latencies else None,
-        "p99_s": round(sorted(latencies)[int(0.99 * (len(latencies) - 1))], 4) if latencies else None,
-        "failovers": stats.failovers,
-        "servers_lost": stats.servers_lost,
-        "servers_back": stats.servers_back,
-        "faults": faults,
-        "elapsed_s": round(elapsed, 1),
-    }
+    return report(time.monotonic() - started)
 
 
 def sniffio_asyncio() -> bool:
