@@ -21,10 +21,11 @@ pytestmark = pytest.mark.anyio
 @pytest.mark.slow
 async def test_short_soak_under_chaos_loses_and_leaks_nothing() -> None:
     out = await run(300, workers=2, chaos=True, time_budget_s=120.0, seed=1)
-    assert out["sent"] == 300 and out["answered_once"] == 300
+    assert out["sent"] == 300 and out["answered"] == out["answered_once"] == 300 and out["cut_by_budget"] == 0
     assert (out["lost"], out["duplicated"], out["leaked_fds"], out["leaked_procs"], out["alive"]) == (0, 0, 0, 0, True)
     assert out["signals"].get("SIGKILL", 0) >= 1 and out["workers_replaced"] >= 1
-    assert out["status"]["quick"] == {"ok": out["status"]["quick"].get("ok")}, "a worker's death never shows in a call"
+    # a worker's death shows in a call only as `internal`, when it died under both attempts
+    assert set(out["status"]["quick"]) <= {"ok", "internal"} and out["status"]["sympy"].keys() <= {"ok", "internal"}
 
 
 async def test_a_replacement_killed_while_starting_is_started_again(monkeypatch: pytest.MonkeyPatch) -> None:
