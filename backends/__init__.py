@@ -25,6 +25,7 @@ from ._launcher import (
     serve_vllm,
 )
 from ._pool import PoolServer, PoolStatistics, ServerPool, ServerSpec
+from ._proxy import PROXY_LIMITS, serve_proxy
 from ._protocols import ChatBackend, PauseMode, TokenBackend, WeightAdmin
 from ._retry import RetryPolicy
 from ._sglang import SGLangAdmin, SGLangTokenClient, sglang_command
@@ -59,6 +60,7 @@ __all__ = [
     "PendingWeights",
     "PoolServer",
     "PoolStatistics",
+    "PROXY_LIMITS",
     "RequestRejected",
     "RetryPolicy",
     "SGLangAdmin",
@@ -87,6 +89,7 @@ __all__ = [
     "default_vllm_python",
     "launch_vllm",
     "parse_vllm_metrics",
+    "serve_proxy",
     "serve_sglang",
     "serve_vllm",
     "sglang_command",

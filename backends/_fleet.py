@@ -12,6 +12,12 @@ vLLM servers run through :func:`backends.serve_vllm`; SGLang servers through
 :func:`serve_sglang` here (``python -m sglang.launch_server``; GPU only).  GPUs
 are given per server as ``CUDA_VISIBLE_DEVICES``.
 
+With a secret (``Fleet(config, api_key=...)``), each engine binds to loopback on
+a port of its own and :func:`backends.serve_proxy` answers on the fleet's
+address, asking for the secret on every route (vLLM's dev-mode routes
+included); without one, the engines bind the fleet's address themselves, which
+is refused off loopback unless ``insecure``.
+
 Not covered: several nodes (run one fleet per node), and a port another process
 takes while its server is down (the restart fails with `LaunchError` and is
 retried until ``max_restarts``).
@@ -20,6 +26,7 @@ retried until ``max_restarts``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -33,9 +40,12 @@ import httpx
 import msgspec
 from anyio.abc import TaskStatus
 
+from httpgate import check_bind
+
 from ._errors import LaunchError, ServerDied
 from ._launcher import VLLMServerConfig, engine_environment, free_port, launch_failure, serve_vllm, stop_tree
 from ._pool import ServerSpec
+from ._proxy import serve_proxy
 from ._sglang import sglang_command
 
 __all__ = ["Fleet", "FleetConfig", "FleetServer", "FleetStatistics", "serve_sglang"]
@@ -83,6 +93,11 @@ class FleetConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """Restarts per server before the fleet gives up (and raises)."""
     startup_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 600.0
     """Budget of one start, warm-up included."""
+    api_key_env: str = "RSTAR2_API_KEY"
+    """``rstar2 serve``: environment variable holding the servers' shared secret
+    (never the secret itself in a config file)."""
+    api_key_file: str | None = None
+    """``rstar2 serve``: file holding the shared secret; wins over ``api_key_env``."""
 
     def __post_init__(self) -> None:
         if self.gpu_ids and len(self.gpu_ids) != self.num_servers:
@@ -118,16 +133,29 @@ class FleetStatistics(msgspec.Struct, frozen=True):
 class Fleet:
     """K servers, supervised; see the module docstring.
 
-    Raises (on entry): :class:`LaunchError` if any server fails its first start
-    (the others are stopped).  While running, a server that exhausts
-    ``max_restarts`` raises :class:`ServerDied` out of the block.
+    Args:
+        config: the fleet.
+        api_key: the shared secret clients must send (``authorization: Bearer``);
+            ``None``: none (loopback only, unless ``insecure``).
+        insecure: serve a non-loopback ``config.host`` without a secret.
+
+    Raises:
+        ValueError: a non-loopback ``host`` without ``api_key``, unless ``insecure``.
+        LaunchError (on entry): any server fails its first start (the others are
+            stopped).  While running, a server that exhausts ``max_restarts``
+            raises :class:`ServerDied` out of the block.
     """
 
-    def __init__(self, config: FleetConfig) -> None:
+    def __init__(self, config: FleetConfig, *, api_key: str | None = None, insecure: bool = False) -> None:
+        check_bind(config.host, api_key, insecure)
         self.config = config
+        self._api_key = api_key
         self.model = config.model
         self._log_dir = Path(config.log_dir or tempfile.mkdtemp(prefix="rstar2-fleet-"))
         self._ports = [config.base_port + i if config.base_port else free_port(config.host) for i in range(config.num_servers)]
+        # Where each engine listens: behind the proxy (loopback, a port of its own) when there is a secret.
+        self._engine_host = "127.0.0.1" if api_key else config.host
+        self._engine_ports = [free_port("127.0.0.1") for _ in self._ports] if api_key else self._ports
         self._servers: list[FleetServer | None] = [None] * config.num_servers
         self._up = [False] * config.num_servers
         self._stack = contextlib.AsyncExitStack()
@@ -194,6 +222,11 @@ class Fleet:
                         pid, log = info.pid, info.log_path
                     else:
                         pid, log = await tg.start(serve_sglang, self._sglang_args(i))
+                    if self._api_key:
+                        upstream = f"http://{self._engine_host}:{self._engine_ports[i]}"
+                        await tg.start(functools.partial(
+                            serve_proxy, upstream, host=self.config.host, port=self._ports[i], secret=self._api_key
+                        ))  # fmt: skip
                     self._servers[i] = FleetServer(i, f"http://{self.config.host}:{self._ports[i]}", self.config.engine, pid, restarts, log)
                     self._up[i] = True
                     if not started:
@@ -208,6 +241,8 @@ class Fleet:
 
     def _env(self, i: int) -> dict[str, str]:
         env = dict(self.config.env)
+        if self._api_key:  # vLLM's own check on /v1, for whoever reaches the loopback port
+            env["VLLM_API_KEY"] = self._api_key
         if self.config.gpu_ids:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.config.gpu_ids[i]))
         return env
@@ -220,8 +255,8 @@ class Fleet:
         return VLLMServerConfig(
             model=self.model,
             python=c.python,
-            host=c.host,
-            port=self._ports[i],
+            host=self._engine_host,
+            port=self._engine_ports[i],
             served_model_name=c.served_model_name or c.model,
             max_model_len=c.max_model_len,
             kv_cache_gib=c.kv_cache_gib,
@@ -234,11 +269,12 @@ class Fleet:
     def _sglang_args(self, i: int) -> _SGLangArgs:
         c = self.config
         command = sglang_command(
-            c.python or "python3", self.model, host=c.host, port=self._ports[i],
+            c.python or "python3", self.model, host=self._engine_host, port=self._engine_ports[i],
             tensor_parallel_size=c.tensor_parallel_size, served_model_name=c.served_model_name or c.model,
             max_model_len=c.max_model_len, extra_args=c.extra_args,
         )  # fmt: skip
-        return _SGLangArgs(command, f"http://{c.host}:{self._ports[i]}", self._env(i), str(self._log_dir / f"server-{i}.log"), c.startup_timeout_s)
+        url = f"http://{self._engine_host}:{self._engine_ports[i]}"
+        return _SGLangArgs(command, url, self._env(i), str(self._log_dir / f"server-{i}.log"), c.startup_timeout_s)
 
 
 def _leaves(group: BaseExceptionGroup) -> list[BaseException]:

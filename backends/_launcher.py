@@ -320,7 +320,9 @@ async def _wait_ready(
     timeout = httpx.Timeout(5.0, read=max(60.0, config.startup_timeout_s))
     try:
         with anyio.fail_after(config.startup_timeout_s):
-            async with httpx.AsyncClient(base_url=base_url, timeout=timeout, trust_env=False) as http:
+            key = config.env.get("VLLM_API_KEY")
+            headers = {"authorization": f"Bearer {key}"} if key else None
+            async with httpx.AsyncClient(base_url=base_url, timeout=timeout, headers=headers, trust_env=False) as http:
                 while True:
                     check_alive()
                     try:

@@ -152,6 +152,7 @@ class ServerPool:
             turn to another server is the pool's retry.
         timeout: the per-server clients' httpx timeouts.
         max_connections: size of each per-server client's connection pool.
+        api_key: the servers' shared secret (a bearer token on every request).
         transport: an httpx transport for every client (tests).
     """
 
@@ -178,6 +179,7 @@ class ServerPool:
         retry: RetryPolicy | None = None,
         timeout: httpx.Timeout | None = None,
         max_connections: int = 4096,
+        api_key: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         specs = [ServerSpec(url=s) if isinstance(s, str) else s for s in servers]
@@ -198,19 +200,19 @@ class ServerPool:
         server stays down and the next poll tries again."""
         retry = retry or RetryPolicy(max_retries=1, initial_s=0.2, max_s=1.0)
         timeout = timeout or httpx.Timeout(3600.0, connect=5.0, pool=60.0)
+        auth = {"api_key": api_key, "retry": retry, "timeout": timeout, "max_connections": max_connections}
         self.servers: list[PoolServer] = []
         for i, spec in enumerate(specs):
             url = spec.url.rstrip("/").removesuffix("/v1")
             client: TokenClient | SGLangTokenClient
             if spec.engine == "vllm":
-                client = TokenClient(
-                    url + "/v1", model=model, retry=retry, timeout=timeout, max_connections=max_connections, transport=transport
-                )
+                client = TokenClient(url + "/v1", model=model, transport=transport, **auth)
             else:
-                client = SGLangTokenClient(
-                    url, model=model, retry=retry, timeout=timeout, max_connections=max_connections, transport=transport
-                )
-            admin_http = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0, connect=5.0), transport=transport, trust_env=False)
+                client = SGLangTokenClient(url, model=model, transport=transport, **auth)
+            admin_http = httpx.AsyncClient(
+                base_url=url, timeout=httpx.Timeout(600.0, connect=5.0), transport=transport, trust_env=False,
+                headers={"authorization": f"Bearer {api_key}"} if api_key else None,
+            )  # fmt: skip
             self.servers.append(PoolServer(i, spec, client, admin_http))
         self._dispatcher = Dispatcher(
             [default_capacity_tokens] * len(specs),

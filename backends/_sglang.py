@@ -176,7 +176,7 @@ class SGLangTokenClient(CompletionClient):
 
     Args:
         base_url: the server root (``http://host:port``; a trailing ``/v1`` is dropped).
-        timeout, max_connections, retry, transport: as for ``TokenClient``.
+        api_key, timeout, max_connections, retry, transport: as for ``TokenClient``.
     """
 
     def __init__(
@@ -184,6 +184,7 @@ class SGLangTokenClient(CompletionClient):
         base_url: str,
         *,
         model: str = "",
+        api_key: str | None = None,
         timeout: httpx.Timeout | None = None,
         max_connections: int = 4096,
         retry: RetryPolicy | None = None,
@@ -191,6 +192,7 @@ class SGLangTokenClient(CompletionClient):
     ) -> None:
         super().__init__(
             base_url.rstrip("/").removesuffix("/v1"), model=model, timeout=timeout,
+            headers={"authorization": f"Bearer {api_key}"} if api_key else None,
             max_connections=max_connections, retry=retry, transport=transport,
         )  # fmt: skip
 

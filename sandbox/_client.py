@@ -83,6 +83,7 @@ class SandboxClient:
         cooldown_s: how long an address that failed is skipped.
         connect_timeout_s: TCP connect budget per attempt.
         read_margin_s: a batch may take its longest call's timeout plus this (queueing).
+        api_key: the services' shared secret (sent as a bearer token); see ``read_secret``.
         transport: an ``httpx.AsyncBaseTransport`` (tests: ``httpx.MockTransport``).
 
     Resource handling: an async context manager; owns its HTTP connections and one
@@ -99,6 +100,7 @@ class SandboxClient:
         cooldown_s: float = 5.0,
         connect_timeout_s: float = 5.0,
         read_margin_s: float = 120.0,
+        api_key: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if not addresses:
@@ -110,7 +112,9 @@ class SandboxClient:
         self.retries, self.cooldown_s = retries, cooldown_s
         self.read_margin_s = read_margin_s
         self._http = httpx.AsyncClient(
-            transport=transport, timeout=httpx.Timeout(connect=connect_timeout_s, read=None, write=30.0, pool=None)
+            transport=transport,
+            headers={"authorization": f"Bearer {api_key}"} if api_key else None,
+            timeout=httpx.Timeout(connect=connect_timeout_s, read=None, write=30.0, pool=None),
         )
         self._state = ClientState.UNOPENED
         self._tg: TaskGroup | None = None

@@ -34,6 +34,10 @@ from ._types import ExecResult, Status
 
 log = logging.getLogger("sandbox")
 
+REPLACE_ATTEMPTS = 5
+"""Starts a slot tries before it gives up on a replacement: one killed while it
+starts (the OOM killer, an operator, a chaos test) is not a broken host."""
+
 
 class PoolState(enum.Enum):
     """Lifecycle of a pool: UNOPENED -> OPEN -> CLOSED (never back)."""
@@ -310,10 +314,15 @@ class SandboxPool:
     async def _replace(self, worker: WorkerProcess, index: int) -> WorkerProcess:
         self._workers.pop(index, None)
         await worker.aclose()
+        for attempt in range(1, REPLACE_ATTEMPTS):
+            try:
+                return await self._spawn(index)
+            except SandboxBroken as e:
+                log.warning("sandbox worker %d failed to start (attempt %d): %s", index, attempt, str(e).splitlines()[0])
         try:
             return await self._spawn(index)
         except SandboxBroken as e:
-            raise SandboxBroken(f"sandbox worker {index} could not be replaced") from e
+            raise SandboxBroken(f"sandbox worker {index} could not be replaced ({REPLACE_ATTEMPTS} starts failed)") from e
 
     # -- helpers -----------------------------------------------------------------
     def _too_big(self, code: str, stdin: str) -> str:

@@ -1,12 +1,17 @@
 """Run the sandbox as a service on a CPU node, or measure it.
 
-  rstar2 sandbox serve [--host 127.0.0.1] [--port 8089] [--workers N] [--config run.toml]
+  rstar2 sandbox serve [--host 127.0.0.1] [--port 8089] [--workers N] [--config run.toml] [--secret-file F]
   rstar2 sandbox bench [--workers N] [--quick] [--no-baselines]
 
 ``serve`` starts a warm, jailed worker pool and answers POST /v1/run and
 /v1/batch, GET /health and /metrics (see ``sandbox._service``).  It refuses to
-start where the machine cannot jail, unless ``--insecure``.  ``bench`` prints the
-latency/throughput comparison as JSON on its last line.
+start where the machine cannot jail, unless ``--insecure``.  Every request must
+carry the shared secret (``authorization: Bearer ...``) read from ``--secret-file``
+or ``$RSTAR2_SANDBOX_SECRET``; on an address other than loopback without one, a
+secret is generated and printed once, unless ``--insecure`` (no secret at all).
+SIGTERM/SIGINT: new connections are refused, calls in flight are answered, then
+the pool stops.  ``bench`` prints the latency/throughput comparison as JSON on its
+last line.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import sys
 import tomllib
 
 HELP = "serve the jailed Python sandbox over HTTP, or benchmark it"
+SECRET_ENV = "RSTAR2_SANDBOX_SECRET"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve = sub.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     serve.add_argument("--port", type=int, default=8089)
+    serve.add_argument("--secret-file", help=f"file holding the shared secret (else ${SECRET_ENV})")
     _common(serve)
     bench = sub.add_parser("bench", help="latency/throughput vs a process per call; JSON on the last line")
     _common(bench)
@@ -34,7 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=None, help="warm workers (default: cores)")
     p.add_argument("--config", help="TOML file; its [sandbox] table (or the whole file) is a SandboxConfig")
-    p.add_argument("--insecure", action="store_true", help="run even without a full jail (never with untrusted code)")
+    p.add_argument(
+        "--insecure", action="store_true",
+        help="run even without a full jail, and (serve) without a secret off loopback (never with untrusted code)",
+    )
 
 
 def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -56,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     import anyio
     import msgspec
 
+    from httpgate import resolve_secret
     from sandbox import SandboxError
 
     try:
@@ -65,7 +76,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.sandbox_command == "serve":
-            anyio.run(_serve, config, args.host, args.port)
+            try:
+                secret = resolve_secret(
+                    args.host, file=args.secret_file, env=SECRET_ENV, insecure=args.insecure, announce=_announce
+                )
+            except ValueError as e:
+                print(f"rstar2 sandbox: {e}", file=sys.stderr)
+                return 2
+            anyio.run(_serve, config, args.host, args.port, secret, args.insecure)
             return 0
         from sandbox import benchmark
 
@@ -80,7 +98,15 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-async def _serve(config, host: str, port: int) -> None:  # type: ignore[no-untyped-def]
+def _announce(secret: str) -> None:
+    print(
+        f"rstar2 sandbox: no secret given; generated one (shown once; give it to the clients, "
+        f"e.g. as ${SECRET_ENV} on the next start): {secret}",
+        file=sys.stderr, flush=True,
+    )
+
+
+async def _serve(config, host: str, port: int, secret: str | None, insecure: bool) -> None:  # type: ignore[no-untyped-def]
     import signal
 
     import anyio
@@ -88,16 +114,18 @@ async def _serve(config, host: str, port: int) -> None:  # type: ignore[no-untyp
     from sandbox import SandboxPool, SandboxService
 
     async with SandboxPool(config) as pool, anyio.create_task_group() as tg:
-        service = SandboxService(pool, host=host, port=port)
+        service = SandboxService(pool, host=host, port=port, secret=secret, insecure=insecure)
         bound = await tg.start(service.serve)
         stats = pool.statistics()
         print(
             f"rstar2 sandbox: serving on http://{host}:{bound} with {stats.workers} workers "
-            f"(layers: {', '.join(k for k, v in stats.layers.items() if v) or 'none'})",
+            f"(layers: {', '.join(k for k, v in stats.layers.items() if v) or 'none'}; "
+            f"{'secret required' if secret else 'NO SECRET'})",
             file=sys.stderr, flush=True,
         )
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
-                print(f"rstar2 sandbox: {signal.Signals(signum).name}: shutting down", file=sys.stderr, flush=True)
-                tg.cancel_scope.cancel()
+                print(f"rstar2 sandbox: {signal.Signals(signum).name}: answering calls in flight, then stopping",
+                      file=sys.stderr, flush=True)
+                await service.shutdown()
                 break

@@ -24,7 +24,8 @@ class InferenceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     ``chat``: text over ``/v1/chat/completions`` through the OpenAI SDK (hosted
     endpoints for evaluation; no token ids or logprobs)."""
     api_key_env: str = "OPENAI_API_KEY"
-    """Environment variable holding the API key (never put keys in config files)."""
+    """Environment variable holding the API key (never put keys in config files); sent
+    in both modes (token mode: to the pool's servers, e.g. ``rstar2 serve``'s secret)."""
     connect_timeout_s: PositiveFloat = 10.0
     """TCP connect limit; a dead server is detected this fast."""
     read_timeout_s: PositiveFloat = 3600.0

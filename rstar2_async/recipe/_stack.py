@@ -201,6 +201,7 @@ def _server_pool(inference: InferenceConfig, pool: PoolConfig, local: LocalServe
     return ServerPool(
         [ServerSpec(url=url, engine=engine) for url in inference.base_urls],  # type: ignore[arg-type]
         model=inference.model,
+        api_key=os.environ.get(inference.api_key_env),
         policy=pool.policy,
         order=pool.order or "budget",
         affinity_slack=pool.affinity_slack,

@@ -134,6 +134,30 @@ async def test_first_start_failure_is_a_launch_error(tmp_path: Path, fake_python
             pytest.fail("must not start")
 
 
+async def test_with_a_secret_engines_bind_loopback_behind_a_proxy_that_asks_for_it(tmp_path: Path, fake_python: Path) -> None:
+    cfg = config(tmp_path, fake_python, num_servers=1, host="0.0.0.0")
+    async with Fleet(cfg, api_key="k3y") as fleet:
+        argv = records(tmp_path)[0]["argv"]
+        public = fleet.specs()[0].url
+        engine_port = argv[argv.index("--port") + 1]
+        assert argv[argv.index("--host") + 1] == "127.0.0.1" and engine_port != public.rsplit(":", 1)[1]
+        local = public.replace("0.0.0.0", "127.0.0.1")
+        async with httpx.AsyncClient(base_url=local) as http:
+            bare = [(await http.request(m, p)).status_code for m, p in (("GET", "/metrics"), ("POST", "/pause"), ("POST", "/collective_rpc"), ("POST", "/v1/completions"))]
+            keyed = await http.get("/metrics", headers={"authorization": "Bearer k3y"})
+        async with ServerPool([local], model="m", poll_interval_s=0.05, api_key="k3y") as pool:
+            assert pool.statistics().servers_up == 1
+            assert [s.capacity_tokens for s in pool.statistics().dispatch.servers] == [1000]
+    assert bare == [401] * 4 and keyed.status_code == 200 and b"kv_cache_size_tokens" in keyed.content
+
+
+def test_a_fleet_off_loopback_needs_a_secret_or_insecure(tmp_path: Path, fake_python: Path) -> None:
+    cfg = config(tmp_path, fake_python, host="0.0.0.0")
+    with pytest.raises(ValueError, match="without a secret"):
+        Fleet(cfg)
+    Fleet(cfg, insecure=True)
+
+
 def test_config_validation_names_the_fields() -> None:
     with pytest.raises(ValueError, match="fleet.gpu_ids"):
         FleetConfig(model="m", num_servers=2, gpu_ids=[[0]])

@@ -43,3 +43,10 @@ def test_serve_prints_addresses_and_stops_on_sigint(tmp_path: Path) -> None:
                 os.kill(pid, 0)
     finally:
         proc.kill()
+
+
+def test_serve_refuses_an_unreadable_secret_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "fleet.toml"
+    config.write_text(f'[fleet]\nmodel = "{tmp_path / "m"}"\nhost = "0.0.0.0"\napi_key_file = "{tmp_path / "nope"}"\n')
+    assert main(["serve", str(config)]) == 2
+    assert "api_key_file" in capsys.readouterr().err

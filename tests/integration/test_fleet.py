@@ -8,6 +8,10 @@ One fleet per module (start-up is the expensive part on CPU).  Checked:
   before), and every returned completion carries the new version;
 - SIGKILL of one server during a rollout loses no trajectory; the fleet restarts
   it on its address and the pool uses it again (after loading the current weights).
+
+The fleet runs with a shared secret, so all of the above goes through the
+authenticating proxies; and every route the engine serves (its OpenAPI list, the
+dev-mode ones included) answers 401 without the secret.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 
 import anyio
 import anyio.from_thread
+import httpx
 import msgspec
 import pytest
 
@@ -32,6 +37,7 @@ from tests.integration.conftest import TINY_MAX_MODEL_LEN
 pytestmark = [pytest.mark.vllm, pytest.mark.anyio]
 LOGPROB_TOL = 1e-4
 GREEDY = SamplingParams(temperature=0.0)
+SECRET = "fleet-test-secret"
 
 
 @pytest.fixture
@@ -51,7 +57,7 @@ def fleet(tiny_model_dir: Path, vllm_python: Path, tmp_path_factory: pytest.Temp
         log_dir=str(tmp_path_factory.mktemp("fleet-logs")),
     )
     with anyio.from_thread.start_blocking_portal() as portal:
-        with portal.wrap_async_context_manager(Fleet(config)) as f:
+        with portal.wrap_async_context_manager(Fleet(config, api_key=SECRET)) as f:
             yield f
 
 
@@ -76,9 +82,27 @@ def prompt_ids(tiny_model_dir: Path, text: str) -> list[int]:
     return HFChatTokenizer.from_pretrained(tiny_model_dir).encode_prompt([{"role": "user", "content": text}])
 
 
+async def test_every_route_needs_the_secret(fleet: Fleet) -> None:
+    url = fleet.specs()[0].url
+    async with httpx.AsyncClient(base_url=url, timeout=60, trust_env=False) as http:
+        spec = (await http.get("/openapi.json", headers={"authorization": f"Bearer {SECRET}"})).json()
+        routes = [(method.upper(), path) for path, ops in spec["paths"].items() for method in ops]
+        assert ("POST", "/collective_rpc") in routes and ("POST", "/pause") in routes
+        routes += [("GET", "/metrics"), ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/no-such-route")]
+        answers = {}
+        for method, path in routes:
+            for headers in ({}, {"authorization": "Bearer wrong"}):
+                r = await http.request(method, path.replace("{", "").replace("}", ""), headers=headers, json={})
+                answers[(method, path, bool(headers))] = r.status_code
+        models = await http.get("/v1/models", headers={"authorization": f"Bearer {SECRET}"})
+    assert len(routes) > 20
+    assert {k: v for k, v in answers.items() if v != 401} == {}
+    assert models.status_code == 200
+
+
 async def test_capacity_from_metrics_and_turns_spread_over_both_servers(fleet: Fleet, tiny_model_dir: Path) -> None:
     ids = prompt_ids(tiny_model_dir, "Add the numbers from one to ten. " * 8)
-    async with ServerPool(fleet.specs(), model="tiny", poll_interval_s=0.2) as pool:
+    async with ServerPool(fleet.specs(), model="tiny", poll_interval_s=0.2, api_key=SECRET) as pool:
         stats = pool.statistics().dispatch
         assert [s.capacity_tokens for s in stats.servers] == [131072, 131072]  # 0.25 GiB of tiny-model KV
         async with anyio.create_task_group() as tg:
@@ -92,7 +116,7 @@ async def test_weight_sync_then_greedy_outputs_match_transformers_on_new_weights
     fleet: Fleet, tiny_model_dir: Path, new_weights: Path, hf_reference: Callable
 ) -> None:
     ids = prompt_ids(tiny_model_dir, "What is the sum of the first hundred primes? Think step by step. " * 6)
-    async with ServerPool(fleet.specs(), model="tiny", poll_interval_s=0.2) as pool:
+    async with ServerPool(fleet.specs(), model="tiny", poll_interval_s=0.2, api_key=SECRET) as pool:
         sync = WeightSync(pool, DiskTransport())
         before = [await s.client.generate(ids, max_tokens=8, sampling=GREEDY) for s in pool.servers]
         try:
@@ -125,7 +149,7 @@ async def test_sigkill_during_rollout_loses_no_trajectory_and_server_comes_back(
 
     problems = [Problem(id=f"p{i}", problem=f"What is {i} times {i + 3}? " * 4, answer=str(i * (i + 3))) for i in range(6)]
     config = RolloutConfig(max_turns=2, max_response_tokens=96, max_in_flight=12)
-    async with ServerPool(fleet.specs(), model="tiny", poll_interval_s=0.2) as pool:
+    async with ServerPool(fleet.specs(), model="tiny", poll_interval_s=0.2, api_key=SECRET) as pool:
         sync = WeightSync(pool, DiskTransport(), restart=fleet.restart)
         victim = fleet.servers[0]
         engine = RolloutEngine(backend=pool, sandbox=FakeSandbox(), config=config,

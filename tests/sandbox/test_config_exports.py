@@ -111,3 +111,7 @@ def test_cli_rejects_bad_config(tmp_path, capsys) -> None:
     bad.write_text("[sandbox]\nworkers = 0\n")
     assert main(["sandbox", "serve", "--config", str(bad)]) == 2
     assert "sandbox.workers: expected int >= 1, got 0" in capsys.readouterr().err
+    empty = tmp_path / "key"
+    empty.write_text("\n")
+    assert main(["sandbox", "serve", "--host", "0.0.0.0", "--secret-file", str(empty)]) == 2
+    assert "is empty" in capsys.readouterr().err

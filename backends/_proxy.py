@@ -1,0 +1,66 @@
+"""``serve_proxy``: the authenticating front of a fleet server.
+
+vLLM's ``--api-key`` guards only its ``/v1`` routes; the dev-mode routes the weight
+sync needs (``/pause``, ``/collective_rpc`` with ``reload_weights`` from any path,
+``/update_weights``, ...) and ``/metrics`` stay open to anyone who reaches the
+port.  So a fleet with a secret binds each engine to loopback (on a port of its
+own, with ``VLLM_API_KEY`` set, so ``/v1`` asks for the secret there too) and
+puts this proxy on the public address: every route, whatever the engine serves,
+needs ``authorization: Bearer <secret>`` (401 otherwise, see
+:class:`httpgate.HTTPServer`), and a request that has it is forwarded as is.
+
+Not covered: streamed (SSE) responses arrive whole, when the engine finishes
+(the pool does not stream); other users of the engine's node can still reach
+its loopback port, where only ``/v1`` asks for the secret.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import anyio
+import httpx
+from anyio.abc import TaskStatus
+
+from httpgate import HTTPError, HTTPLimits, HTTPRequest, HTTPResponse, HTTPServer
+
+__all__ = ["PROXY_LIMITS", "serve_proxy"]
+
+PROXY_LIMITS: Final = HTTPLimits(
+    max_body_bytes=256 << 20, max_connections=16384, read_timeout_s=300.0, idle_timeout_s=3600.0, shutdown_grace_s=5.0
+)
+"""A pool keeps up to 4096 connections per server open, mostly idle between
+turns; weight-update requests carry every tensor's name and shape."""
+
+# Hop-by-hop headers and the ones httpx sets itself from the forwarded body.
+_DROP: Final = frozenset({b"host", b"connection", b"keep-alive", b"content-length", b"transfer-encoding", b"te", b"upgrade"})
+
+
+async def serve_proxy(
+    upstream: str, *, host: str, port: int, secret: str | None, insecure: bool = False,
+    limits: HTTPLimits = PROXY_LIMITS, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
+) -> None:  # fmt: skip
+    """Forward authenticated requests on ``host:port`` to ``upstream`` until cancelled;
+    ``task_status.started(port)`` once listening.  An unreachable upstream is a 502.
+
+    Raises:
+        ValueError: a non-loopback ``host`` without a secret, unless ``insecure``.
+        OSError: the address cannot be bound.
+    """
+    timeout = httpx.Timeout(None, connect=5.0)
+    limits_http = httpx.Limits(max_connections=limits.max_connections, max_keepalive_connections=1024)
+    async with httpx.AsyncClient(base_url=upstream, timeout=timeout, limits=limits_http, trust_env=False) as http:
+
+        async def forward(request: HTTPRequest) -> HTTPResponse:
+            headers = [(k, v) for k, v in request.headers if k.lower() not in _DROP]
+            try:
+                answer = await http.request(
+                    request.method.decode(), request.target.decode(), headers=headers, content=request.body
+                )
+            except httpx.TransportError as e:
+                raise HTTPError(502, f"engine at {upstream} unreachable: {type(e).__name__}: {e}") from e
+            content_type = answer.headers.get("content-type", "application/octet-stream").encode()
+            return HTTPResponse(answer.status_code, answer.content, content_type)
+
+        server = HTTPServer(forward, host=host, port=port, secret=secret, insecure=insecure, limits=limits)
+        await server.serve(task_status=task_status)
