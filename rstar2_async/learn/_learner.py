@@ -26,7 +26,6 @@ Engine facts this module relies on (DeepSpeed 0.19):
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import socket
@@ -49,6 +48,7 @@ import deepspeed.ops  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from ._loading import build_reference, load_policy  # noqa: E402
 from ._packing import MicroBatch  # noqa: E402
 
 __all__ = ["Learner", "barrier", "init_distributed", "seed_everything"]
@@ -103,8 +103,6 @@ class Learner:
     def __init__(
         self, config: LearnerConfig, model_path: str | Path, *, deepspeed_overrides: dict[str, Any] | None = None
     ) -> None:
-        from transformers import AutoModelForCausalLM
-
         self.config = config
         self.model_path = Path(model_path)
         self.rank, self.world_size = init_distributed()
@@ -112,18 +110,7 @@ class Learner:
         seed_everything(config.seed + self.rank)
         self.dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
         ds_config = _merge(self.deepspeed_config(), deepspeed_overrides or {})
-        self._hf_ds_config = None
-        if config.zero_stage == 3 and importlib.util.find_spec("accelerate") is not None:
-            # Keeps ZeRO-3 on for from_pretrained: parameters are partitioned as they
-            # load, so no rank ever holds the whole model (weakref'd by transformers,
-            # which needs `accelerate` for it). Without it every rank loads the full
-            # model once and DeepSpeed partitions it in initialize().
-            from transformers.integrations import HfDeepSpeedConfig
-
-            self._hf_ds_config = HfDeepSpeedConfig(ds_config)
-        # Master weights load in fp32; DeepSpeed casts the module to bf16 when enabled.
-        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
-        model.config.use_cache = False
+        model = load_policy(self.model_path, ds_config)  # partitioned as it loads under ZeRO-3
         if config.gradient_checkpointing:
             kwargs = {"use_reentrant": False}
             if hasattr(model, "activation_checkpointing_enable"):  # the name since transformers 5.x
@@ -148,9 +135,8 @@ class Learner:
         self.engine.train()
         self.ref_model = None
         if config.kl_coef > 0:
-            # A plain frozen copy of the initial weights, replicated on every rank.
-            ref = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype)
-            self.ref_model = ref.to(self.device).eval().requires_grad_(False)
+            # The initial weights, frozen: a ZeRO-3 engine of its own under ZeRO-3.
+            self.ref_model = build_reference(self.model_path, ds_config, self.dtype, self.device)
 
     # --- configuration --------------------------------------------------------------
 
