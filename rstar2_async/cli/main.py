@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "eval": "rstar2_async.cli.eval",
     "serve": "rstar2_async.cli.serve",
     "sandbox": "rstar2_async.cli.sandbox",
+    "plan-memory": "rstar2_async.cli.plan_memory",
 }
 
 DESCRIPTION = """\

@@ -97,6 +97,11 @@ class LearnerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     export_shard_mb: _PosInt = 4096
     """Largest safetensors shard written for the disk weight transport."""
 
+    device_memory_gb: _NonNeg = 0.0
+    """Memory of one learner device in GB (1e9 bytes), for the memory plan checked at
+    start-up (``rstar2 plan-memory``). 0: CUDA's total memory where the learner runs
+    on a GPU; on CPU the plan is logged but not checked."""
+
     def __post_init__(self) -> None:
         if self.clip_high < self.clip_low:
             raise ValueError(

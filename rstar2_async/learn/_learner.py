@@ -26,6 +26,7 @@ Engine facts this module relies on (DeepSpeed 0.19):
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import socket
@@ -34,7 +35,8 @@ from typing import Any, final
 
 import numpy as np
 
-from ..config import LearnerConfig
+from ..config import LearnerConfig, ModelShape, plan_memory
+from ..errors import ConfigError
 
 # deepspeed picks its accelerator at import time: decide before importing it.
 if "DS_ACCELERATOR" not in os.environ:
@@ -52,6 +54,8 @@ from ._loading import build_reference, load_policy  # noqa: E402
 from ._packing import MicroBatch  # noqa: E402
 
 __all__ = ["Learner", "barrier", "init_distributed", "seed_everything"]
+
+_log = logging.getLogger(__name__)
 
 
 def init_distributed() -> tuple[int, int]:
@@ -110,6 +114,7 @@ class Learner:
         seed_everything(config.seed + self.rank)
         self.dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
         ds_config = _merge(self.deepspeed_config(), deepspeed_overrides or {})
+        self.memory_plan = _check_memory(config, self.model_path, self.world_size, self.device)
         model = load_policy(self.model_path, ds_config)  # partitioned as it loads under ZeRO-3
         if config.gradient_checkpointing:
             kwargs = {"use_reentrant": False}
@@ -255,6 +260,20 @@ class Learner:
             # DeepSpeed's own call also drops its cached groups, so that a later
             # learner in the same process (a resumed run, a test) starts clean.
             deepspeed.comm.destroy_process_group()
+
+
+def _check_memory(config: LearnerConfig, model_path: Path, ranks: int, device: torch.device):  # noqa: ANN202
+    """Log the memory plan (rank 0) and refuse a plan that cannot fit the device."""
+    gb = config.device_memory_gb
+    device_bytes = int(gb * 1e9) if gb else None
+    if device_bytes is None and device.type == "cuda":
+        device_bytes = torch.cuda.get_device_properties(device).total_memory
+    plan = plan_memory(ModelShape.from_dir(model_path), config, ranks=ranks, device_bytes=device_bytes)
+    if dist.get_rank() == 0:
+        _log.info("%s", plan.line())
+    if not plan.fits:
+        raise ConfigError(plan.line())  # one line, ending with the field to change
+    return plan
 
 
 def barrier() -> None:
