@@ -10,20 +10,22 @@ and 4 in fp32, T = ``learner.micro_batch_tokens``):
 - parameters: ``p N``, divided by R under ZeRO-3;
 - gradients: ``p N`` (divided by R from ZeRO-2 on), plus the float32 gradient of
   the rank's optimizer partition DeepSpeed builds at the step (ZeRO >= 1);
-- optimizer states: AdamW's two float32 moments, the float32 temporary of torch's
-  multi-tensor AdamW step (``sqrt(v) + eps`` over the whole partition) and, under
-  ZeRO >= 1 or in bf16, a float32 master copy (DeepSpeed clones its partition even
-  in fp32), divided by R from ZeRO-1 on;
+- optimizer states: AdamW's two float32 moments and, under ZeRO >= 1 or in bf16, a
+  float32 master copy (DeepSpeed clones its partition even in fp32), divided by R
+  from ZeRO-1 on; the step itself needs one more float32 temporary of the partition
+  (torch's multi-tensor AdamW computes ``sqrt(v) + eps`` for all of it at once), but
+  only after the backward has freed the activations, so the peak is the larger of
+  the two;
 - activations: what autograd keeps per layer and token (the norms' inputs and
   outputs, q/k/v and the attention output, the MLP's gate, up, activation and
   product), for all layers without gradient checkpointing, or each layer's input plus
-  one layer recomputed with it and that layer's gradients;
+  one layer recomputed with it;
 - the log-prob chunk: ``chunk`` tokens of logits in the compute dtype, their float32
   copy and float32 gradient (a chunked output layer), plus the last hidden states.
 
-Not counted: attention scores (flash and memory-efficient kernels keep none; CPU's
-kernel with a packed sequence mask makes [heads, T, T] temporaries, which is why the
-CPU check stays at T <= 1024), the CUDA context and the allocator's fragmentation (hence
+Not counted: attention scores (flash and memory-efficient kernels keep none; a kernel
+that materialises [heads, T, T] scores does not fit this model, which is one reason the
+CPU check stays at T = 1024), the CUDA context and the allocator's fragmentation (hence
 :data:`USABLE_FRACTION`), communication buckets, and the weight export's gather
 buffer (``learner.export_bucket_mb``).  Checked against measured peaks on CPU by
 ``tests/learn/test_memory_plan.py``.
@@ -102,6 +104,8 @@ class MemoryPlan(msgspec.Struct, frozen=True, kw_only=True):
     params: int
     gradients: int
     optimizer: int
+    optimizer_step: int
+    """The step's temporary, live only once the activations are freed."""
     activations: int
     """With ``learner.gradient_checkpointing`` as configured."""
     activations_without_checkpointing: int
@@ -114,7 +118,12 @@ class MemoryPlan(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def total(self) -> int:
-        return self.params + self.gradients + self.optimizer + self.activations + self.logprob_chunk
+        return (
+            self.params
+            + self.gradients
+            + self.optimizer
+            + max(self.activations + self.logprob_chunk, self.optimizer_step)
+        )
 
     @property
     def fits(self) -> bool:
@@ -155,10 +164,11 @@ def plan_memory(
     params = p * n // (ranks if stage == 3 else 1)
     gradients = p * n // (ranks if stage >= 2 else 1) + (4 * n // ranks if stage >= 1 else 0)
     master = 4 * n // opt_ranks if stage >= 1 or p == 2 else 0
-    optimizer = master + 12 * n // opt_ranks  # m, v and the step's temporary
+    optimizer = master + 8 * n // opt_ranks  # + AdamW's m and v
+    step = 4 * n // opt_ranks
     per_layer = p * shape.activation_elements_per_token()  # bytes per token
-    # Checkpointed: each layer's input, plus one layer recomputed and its gradients.
-    ckpt_per_token = shape.layers * p * shape.hidden + 2 * per_layer + 2 * p * shape.hidden
+    # Checkpointed: each layer's input, plus one layer recomputed.
+    ckpt_per_token = shape.layers * p * shape.hidden + per_layer + 2 * p * shape.hidden
     full_per_token = shape.layers * per_layer + 2 * p * shape.hidden
     act_per_token = ckpt_per_token if learner.gradient_checkpointing else full_per_token
     logits = min(chunk_tokens, t) * shape.vocab * (p + 4 + 4)  # [chunk, V]: compute dtype, fp32, fp32 grad
@@ -170,7 +180,7 @@ def plan_memory(
         usable = int(device_bytes * USABLE_FRACTION)
         # The largest micro-batch that fits: activations and hidden states grow per token.
         most = max(0, int((usable - static - logits) / (act_per_token + 4 * shape.hidden)))
-        if static + logits >= usable:
+        if static + max(logits, step) >= usable:
             fix = (
                 f"parameters, gradients and optimizer states alone take {static / GIB:.1f} GiB of {usable / GIB:.1f}:"
                 f" raise learner.zero_stage (now {stage}) or add learner ranks (now {ranks})"
@@ -178,12 +188,12 @@ def plan_memory(
                 f"parameters, gradients and optimizer states take {static / GIB:.1f} GiB of {usable / GIB:.1f}"
                 f" even under ZeRO-3: add learner ranks (now {ranks})"
             )  # fmt: skip
-        elif static + activations + chunk > usable:
+        elif static + activations + chunk > usable:  # the step's temporary fits (above)
             fix = f"lower learner.micro_batch_tokens from {t} to <= {most}"
             if not learner.gradient_checkpointing and static + t * ckpt_per_token + chunk <= usable:
                 fix = f"set learner.gradient_checkpointing = true (or {fix})"
     return MemoryPlan(
-        params=params, gradients=gradients, optimizer=optimizer, activations=activations,
+        params=params, gradients=gradients, optimizer=optimizer, optimizer_step=step, activations=activations,
         activations_without_checkpointing=t * full_per_token,
         activations_with_checkpointing=t * ckpt_per_token,
         logprob_chunk=chunk, device_bytes=device_bytes, fix=fix,

@@ -45,11 +45,11 @@ def test_activations_name_checkpointing_or_the_token_budget() -> None:
     shape = ModelShape.from_config(QWEN3_14B)
     plan = plan_memory(shape, recipe(gradient_checkpointing=False), ranks=32, device_bytes=80 * GB)
     assert plan.fix.startswith("set learner.gradient_checkpointing = true")
-    small = plan_memory(shape, recipe(), ranks=32, device_bytes=40 * GB)
+    small = plan_memory(shape, recipe(), ranks=32, device_bytes=30 * GB)
     assert small.fix.startswith("lower learner.micro_batch_tokens from 32768 to <= ")
     most = int(small.fix.rsplit(" ", 1)[1])
-    assert plan_memory(shape, recipe(micro_batch_tokens=most), ranks=32, device_bytes=40 * GB).fits
-    assert not plan_memory(shape, recipe(micro_batch_tokens=most + 512), ranks=32, device_bytes=40 * GB).fits
+    assert plan_memory(shape, recipe(micro_batch_tokens=most), ranks=32, device_bytes=30 * GB).fits
+    assert not plan_memory(shape, recipe(micro_batch_tokens=most + 512), ranks=32, device_bytes=30 * GB).fits
 
 
 def test_unknown_device_gives_no_verdict() -> None:

@@ -16,20 +16,15 @@ import torch
 
 torch.set_num_threads(1)
 
+from _learnkit import reset_peak_rss, rss_kb
+
 from rstar2_async.config import LearnerConfig, ModelShape, plan_memory
 from rstar2_async.learn import Learner, TrainSeq, collate
 
 
-def rss_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
-
-
 def steps(learner: Learner, tokens: int, vocab: int, n: int) -> None:
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(2, vocab, (tokens + 1,), generator=g).tolist()
+    ids = torch.randint(2, vocab, (tokens,), generator=g).tolist()
     mb = collate([TrainSeq(ids=ids, mask=[1] * len(ids), logprobs=[-1.0] * len(ids))])  # T = tokens
     for _ in range(n):
         logp, _ = learner.logprobs(mb)
@@ -45,10 +40,9 @@ small = Learner(cfg, warm)
 steps(small, 64, 32, 1)
 del small
 gc.collect()
-Path("/proc/self/clear_refs").write_text("5")  # resets the peak (VmHWM) to the current RSS
-before = rss_kb("VmRSS")
+before = reset_peak_rss()
 learner = Learner(cfg, model)
 steps(learner, tokens, ModelShape.from_dir(model).vocab, 2)
-measured = (rss_kb("VmHWM") - before) * 1024
+measured = rss_kb("VmHWM") * 1024 - before
 plan = plan_memory(ModelShape.from_dir(model), cfg, ranks=1, device_bytes=None)
 print(json.dumps({"measured": measured, "estimated": plan.total, "plan": plan.line()}))

@@ -17,19 +17,12 @@ import torch
 torch.set_num_threads(1)
 
 import deepspeed
-from _learnkit import PARTITION_ALL, fixed_groups, make_tiny_lm
+from _learnkit import PARTITION_ALL, fixed_groups, make_tiny_lm, reset_peak_rss, rss_kb
 from safetensors.torch import load_file
 
 from rstar2_async.config import LearnerConfig
 from rstar2_async.learn import Learner, collate, init_distributed, sequences_from_groups
 from rstar2_async.learn._loading import load_policy
-
-
-def rss_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
 
 
 def mismatches(module: torch.nn.Module, want: dict[str, torch.Tensor]) -> list[str]:
@@ -55,11 +48,10 @@ if rank == 0:
 torch.distributed.barrier()
 load_policy(out / "warm", ds_config)
 
-Path("/proc/self/clear_refs").write_text("5")  # resets the peak (VmHWM) to the current RSS
-before = rss_kb("VmRSS")
+before = reset_peak_rss()
 model = load_policy(model_dir, ds_config)
-peak = rss_kb("VmHWM") - before
-result = {"model_bytes": model_bytes, "load_peak_bytes": peak * 1024, "after_bytes": (rss_kb("VmRSS") - before) * 1024}
+peak = rss_kb("VmHWM") * 1024 - before
+result = {"model_bytes": model_bytes, "load_peak_bytes": peak, "after_bytes": rss_kb("VmRSS") * 1024 - before}
 result["local_numel"] = sum(p.ds_tensor.ds_numel for p in model.parameters())
 want = load_file(model_dir / "model.safetensors")
 result["policy_mismatches"] = mismatches(model, want)

@@ -56,3 +56,21 @@ def test_safetensors_slices_read_the_right_bytes(tmp_path: Path) -> None:
     assert read_safetensors_slice(files["a"], "a", 24, 0).numel() == 0
     with pytest.raises(FileNotFoundError, match="safetensors"):
         safetensors_index(tmp_path / "nowhere")
+
+
+def test_zero3_bf16_reference_trains_with_kl(tiny_lm: Path) -> None:
+    """One rank, bf16: the partitioned reference equals the policy before the first
+    step (KL 0) and differs after it."""
+    import deepspeed
+    from _learnkit import PARTITION_ALL, fixed_groups
+
+    from rstar2_async.config import LearnerConfig
+    from rstar2_async.learn import Learner, grpo_step
+
+    cfg = LearnerConfig(
+        precision="bf16", zero_stage=3, lr=1e-2, warmup_steps=0, kl_coef=0.1, gradient_checkpointing=True
+    )
+    learner = Learner(cfg, tiny_lm, deepspeed_overrides=PARTITION_ALL)
+    assert isinstance(learner.ref_model, deepspeed.DeepSpeedEngine)
+    assert grpo_step(learner, fixed_groups(0)).kl == pytest.approx(0.0, abs=1e-6)
+    assert grpo_step(learner, fixed_groups(0)).kl > 0
