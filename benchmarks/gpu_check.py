@@ -16,8 +16,8 @@ process of its own so that peak memory is its own:
    (float32 weights, bf16 autocast, gradient checkpointing, AdamW, clipping).
 3. ``logprobs``: one forward+backward of the output layer and log-probs over the
    32K tokens: the naive [T, V] path against the chunked one
-   (``rstar2_async.learn._logprobs``, where that module exists; otherwise the key is
-   null with the reason).
+   (``rstar2_async.learn.chunked_logprobs``, where the package has it; otherwise the
+   key is null with the reason).
 4. ``export``: :func:`rstar2_async.learn.save_hf_checkpoint` from the ZeRO-3 learner:
    seconds and GB/s.
 
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import json
 import os
 import subprocess
@@ -232,17 +231,17 @@ def phase_logprobs(model: Path, dry: bool) -> dict:
         logits = (h @ w.T).float()  # [T, V]
         return logits.gather(-1, y[:, None]).squeeze(-1) - torch.logsumexp(logits, -1)
 
+    from rstar2_async import learn
+    from rstar2_async.config import LearnerConfig
+
     fns = {"naive": naive}
     reason = None
-    if importlib.util.find_spec("rstar2_async.learn._logprobs") is not None:
-        from rstar2_async.config import LearnerConfig
-        from rstar2_async.learn._logprobs import chunked_logprobs
-
-        # The configured chunk where the config has the field (the same branch adds both).
-        chunk = getattr(LearnerConfig(), "logprob_chunk_tokens", 1024)
+    chunked_logprobs = getattr(learn, "chunked_logprobs", None)  # the chunked log-probs' branch exports it
+    if chunked_logprobs is not None:
+        chunk = getattr(LearnerConfig(), "logprob_chunk_tokens", 1024)  # added by the same branch
         fns["chunked"] = lambda: chunked_logprobs(h, w, y, chunk=chunk, entropy=False)[:, 0]
     else:
-        reason = "rstar2_async.learn._logprobs is not on this branch: the learner computes log-probs naively"
+        reason = "rstar2_async.learn has no chunked_logprobs on this branch: the learner computes log-probs naively"
     out: dict = {}
     for name, fn in fns.items():
         h.requires_grad_(True)
