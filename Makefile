@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # torch must be the pinned CPU wheel, installed before anything that depends on it.
 TORCH := torch==2.13.0
 
-.PHONY: all venv vllm system browser test demo clean
+.PHONY: all venv vllm system browser test demo gpu-check clean
 
 all: venv
 
@@ -45,6 +45,28 @@ demo: venv vllm
 
 test: venv vllm browser
 	$(BIN)/python -m pytest -q
+
+# The learner at a real model's size on one lent GPU (benchmarks/gpu_check.py: ZeRO-2/3
+# against plain torch, naive against chunked log-probs, the export; JSON on the last
+# line).  `make gpu-check DRY=1` shrinks every size and runs on CPU.  The GPU machine
+# has torch and transformers but no DeepSpeed and no internet: carry vendor/gpu/ with
+# the working tree, filled here for its Python (3.12 below; check `python3 -V` there):
+#   pip download --no-deps --no-binary :all: deepspeed==0.19.8 -d vendor/gpu
+#   pip download --only-binary :all: --python-version 3.12 --platform manylinux2014_x86_64 \
+#     -d vendor/gpu einops hjson msgpack ninja py-cpuinfo pydantic msgspec anyio
+# The target installs what is missing from there: DeepSpeed's sdist without its CUDA ops
+# (DS_BUILD_OPS=0: the learner passes a torch AdamW and needs none).
+GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY))
+VENDOR ?= vendor/gpu
+gpu-check:
+ifeq ($(DRY),1)
+	$(GPU_PY) benchmarks/gpu_check.py --dry
+else
+	@$(GPU_PY) -c "import deepspeed, msgspec, anyio" 2>/dev/null || { \
+	  $(GPU_PY) -m pip install -q --no-index --find-links $(VENDOR) $(VENDOR)/*.whl && \
+	  DS_BUILD_OPS=0 $(GPU_PY) -m pip install -q --no-deps --no-build-isolation $(VENDOR)/deepspeed-*.tar.gz; }
+	$(GPU_PY) benchmarks/gpu_check.py
+endif
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info

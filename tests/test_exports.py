@@ -15,10 +15,10 @@ EXPORTS: dict[str, list[str]] = {
         "Turn", "__version__",
     ],
     "rstar2_async.config": [
-        "ConfigError", "DataConfig", "EvalConfig", "EvalSection", "InferenceConfig", "LearnerConfig",
-        "LocalServerConfig", "ModelConfig", "PoolConfig", "RewardConfig", "RolloutConfig", "RunConfig",
-        "SamplingConfig", "StageConfig", "TinyModelConfig", "TrainConfig", "WeightSyncConfig", "convert", "load_toml",
-        "to_toml",
+        "ConfigError", "DataConfig", "EvalConfig", "EvalSection", "InferenceConfig",
+        "LearnerConfig", "LocalServerConfig", "MemoryPlan", "ModelConfig", "ModelShape", "PoolConfig", "RewardConfig",
+        "RolloutConfig", "RunConfig", "SamplingConfig", "StageConfig", "TinyModelConfig", "TrainConfig",
+        "USABLE_FRACTION", "WeightSyncConfig", "convert", "load_toml", "plan_memory", "to_toml",
     ],
     "rstar2_async.rollout": [
         "ADMISSION_BATCH", "CallError", "ChatTokenizer", "DEFAULT_SYSTEM_PROMPT", "GC_GEN0_THRESHOLD",

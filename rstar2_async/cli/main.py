@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "sandbox": "rstar2_async.cli.sandbox",
     "view": "rstar2_async.cli.view",
     "report": "rstar2_async.cli.report",
+    "plan-memory": "rstar2_async.cli.plan_memory",
 }
 
 DESCRIPTION = """\

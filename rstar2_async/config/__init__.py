@@ -12,6 +12,7 @@ from ._eval import EvalConfig
 from ._inference import InferenceConfig, LocalServerConfig, PoolConfig, WeightSyncConfig
 from ._io import convert, load_toml, to_toml
 from ._learner import LearnerConfig
+from ._memory import USABLE_FRACTION, MemoryPlan, ModelShape, plan_memory
 from ._reward import DataConfig, RewardConfig
 from ._rollout import RolloutConfig, SamplingConfig
 from ._train import (
@@ -31,7 +32,9 @@ __all__ = [
     "InferenceConfig",
     "LearnerConfig",
     "LocalServerConfig",
+    "MemoryPlan",
     "ModelConfig",
+    "ModelShape",
     "PoolConfig",
     "RewardConfig",
     "RolloutConfig",
@@ -40,8 +43,10 @@ __all__ = [
     "StageConfig",
     "TinyModelConfig",
     "TrainConfig",
+    "USABLE_FRACTION",
     "WeightSyncConfig",
     "convert",
     "load_toml",
+    "plan_memory",
     "to_toml",
 ]

@@ -118,6 +118,10 @@ class LearnerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     starts); ``eager`` is the slow reference. At start-up the learner checks that a
     packed micro-batch equals its sequences run one by one with this kernel, and
     refuses to start otherwise."""
+    device_memory_gb: _NonNeg = 0.0
+    """Memory of one learner device in GB (1e9 bytes), for the memory plan checked at
+    start-up (``rstar2 plan-memory``). 0: CUDA's total memory where the learner runs
+    on a GPU; on CPU the plan is logged but not checked."""
 
     def __post_init__(self) -> None:
         if self.clip_high < self.clip_low:

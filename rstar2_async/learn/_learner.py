@@ -26,7 +26,7 @@ Engine facts this module relies on (DeepSpeed 0.19):
 
 from __future__ import annotations
 
-import importlib.util
+import logging
 import os
 import random
 import socket
@@ -35,7 +35,8 @@ from typing import Any, final
 
 import numpy as np
 
-from ..config import LearnerConfig
+from ..config import LearnerConfig, ModelShape, plan_memory
+from ..errors import ConfigError
 
 # deepspeed picks its accelerator at import time: decide before importing it.
 if "DS_ACCELERATOR" not in os.environ:
@@ -50,10 +51,13 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from ._attention import check_packed_attention, checked_attn_implementation  # noqa: E402
+from ._loading import build_reference, load_policy  # noqa: E402
 from ._logprobs import chunked_output_layer  # noqa: E402
 from ._packing import MicroBatch  # noqa: E402
 
 __all__ = ["Learner", "barrier", "init_distributed", "seed_everything"]
+
+_log = logging.getLogger(__name__)
 
 
 def init_distributed() -> tuple[int, int]:
@@ -105,8 +109,6 @@ class Learner:
     def __init__(
         self, config: LearnerConfig, model_path: str | Path, *, deepspeed_overrides: dict[str, Any] | None = None
     ) -> None:
-        from transformers import AutoModelForCausalLM
-
         self.config = config
         self.model_path = Path(model_path)
         self.rank, self.world_size = init_distributed()
@@ -114,19 +116,9 @@ class Learner:
         seed_everything(config.seed + self.rank)
         self.dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
         ds_config = _merge(self.deepspeed_config(), deepspeed_overrides or {})
-        self._hf_ds_config = None
-        if config.zero_stage == 3 and importlib.util.find_spec("accelerate") is not None:
-            # Keeps ZeRO-3 on for from_pretrained: parameters are partitioned as they
-            # load, so no rank ever holds the whole model (weakref'd by transformers,
-            # which needs `accelerate` for it). Without it every rank loads the full
-            # model once and DeepSpeed partitions it in initialize().
-            from transformers.integrations import HfDeepSpeedConfig
-
-            self._hf_ds_config = HfDeepSpeedConfig(ds_config)
-        # Master weights load in fp32; DeepSpeed casts the module to bf16 when enabled.
+        self.memory_plan = _check_memory(config, self.model_path, self.world_size, self.device)
         attn = checked_attn_implementation(config.attn_implementation)
-        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32, attn_implementation=attn)
-        model.config.use_cache = False
+        model = load_policy(self.model_path, ds_config, attn)  # partitioned as it loads under ZeRO-3
         if config.gradient_checkpointing:
             kwargs = {"use_reentrant": False}
             if hasattr(model, "activation_checkpointing_enable"):  # the name since transformers 5.x
@@ -151,9 +143,8 @@ class Learner:
         self.engine.train()
         self.ref_model = None
         if config.kl_coef > 0:
-            # A plain frozen copy of the initial weights, replicated on every rank.
-            ref = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype, attn_implementation=attn)
-            self.ref_model = ref.to(self.device).eval().requires_grad_(False)
+            # The initial weights, frozen: a ZeRO-3 engine of its own under ZeRO-3.
+            self.ref_model = build_reference(self.model_path, ds_config, self.dtype, self.device, attn)
         # Packing is only right if the kernel keeps sequences apart: refuse to train otherwise.
         vocab = self.module.config.vocab_size
         check_packed_attention(
@@ -274,6 +265,20 @@ class Learner:
             # DeepSpeed's own call also drops its cached groups, so that a later
             # learner in the same process (a resumed run, a test) starts clean.
             deepspeed.comm.destroy_process_group()
+
+
+def _check_memory(config: LearnerConfig, model_path: Path, ranks: int, device: torch.device):  # noqa: ANN202
+    """Log the memory plan (rank 0) and refuse a plan that cannot fit the device."""
+    gb = config.device_memory_gb
+    device_bytes = int(gb * 1e9) if gb else None
+    if device_bytes is None and device.type == "cuda":
+        device_bytes = torch.cuda.get_device_properties(device).total_memory
+    plan = plan_memory(ModelShape.from_dir(model_path), config, ranks=ranks, device_bytes=device_bytes)
+    if dist.get_rank() == 0:
+        _log.info("%s", plan.line())
+    if not plan.fits:
+        raise ConfigError(plan.line())  # one line, ending with the field to change
+    return plan
 
 
 def barrier() -> None:

@@ -42,6 +42,22 @@ def make_tiny_lm(out: Path, *, vocab: int = 32, hidden: int = 64, layers: int = 
     return out
 
 
+def rss_kb(field: str) -> int:
+    """A field of /proc/self/status in kB: ``VmRSS`` (resident now) or ``VmHWM`` (the
+    peak since the process started or :func:`reset_peak_rss`)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def reset_peak_rss() -> int:
+    """Reset ``VmHWM`` to the current resident size (Linux); returns that size in bytes,
+    the baseline a later peak is measured from."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return rss_kb("VmRSS") * 1024
+
+
 class Sampler(Protocol):
     def sample(self, problems: Sequence[Problem], n: int) -> list[Group]: ...
     def sync(self, learner) -> None: ...  # noqa: ANN001
