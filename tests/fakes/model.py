@@ -112,6 +112,10 @@ class FakeModelServer:
     ``drop_first`` connections closed without an answer, ``abort_every`` (every k-th
     request returns half its tokens with ``finish_reason: "abort"``), ``garbage_first``
     requests answered with bytes that are not JSON.
+
+    ``GET /v1/models`` is answered before the knobs and not recorded in ``requests``:
+    404, or with ``max_model_len`` set, a model card that reports it; a completion
+    whose prompt + ``max_tokens`` exceeds it is then refused with a 400, as vLLM does.
     """
 
     policy: Callable[[str], str] = arithmetic_policy
@@ -122,9 +126,15 @@ class FakeModelServer:
     abort_every: int = 0
     garbage_first: int = 0
     weight_version: int | None = None
+    max_model_len: int | None = None
     requests: list[dict] = field(default_factory=list)
 
     async def __call__(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        if path == "/v1/models":
+            if self.max_model_len is None:
+                return 404, b'{"error": "not found"}'
+            card = {"id": "m", "object": "model", "max_model_len": self.max_model_len}
+            return 200, msgspec.json.encode({"object": "list", "data": [card]})
         n = len(self.requests)
         request = json.loads(body) if body else {}
         self.requests.append(request)
@@ -141,6 +151,9 @@ class FakeModelServer:
         if path != "/v1/completions":
             return 404, b'{"error": "not found"}'
         prompt: list[int] = request["prompt"]
+        if self.max_model_len is not None and len(prompt) + request["max_tokens"] > self.max_model_len:
+            message = f"max_tokens={request['max_tokens']} is too large: the prompt has {len(prompt)} tokens of {self.max_model_len}"
+            return 400, msgspec.json.encode({"error": {"message": message, "code": 400}})
         text = self.policy(self.tokenizer.decode(prompt))
         # A resumed request already holds the start of the answer: continue it.
         done = self.tokenizer.decode(prompt).rsplit("<|im_start|>assistant\n", 1)[-1]
