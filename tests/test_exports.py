@@ -16,9 +16,9 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "rstar2_async.config": [
         "ConfigError", "DataConfig", "EvalConfig", "EvalSection", "InferenceConfig", "LearnerConfig",
-        "LocalServerConfig", "ModelConfig", "PoolConfig", "RewardConfig", "RolloutConfig", "RunConfig",
-        "SamplingConfig", "StageConfig", "TinyModelConfig", "TrainConfig", "WeightSyncConfig", "convert", "load_toml",
-        "to_toml",
+        "LocalServerConfig", "ModelConfig", "PoolConfig", "ROLLOUT_RECORD", "RewardConfig", "RolloutConfig",
+        "RunConfig", "SamplingConfig", "StageConfig", "TinyModelConfig", "TrainConfig", "WeightSyncConfig", "convert",
+        "eval_sections", "load_toml", "read_rollout_record", "read_toml", "to_toml", "write_rollout_record",
     ],
     "rstar2_async.rollout": [
         "ADMISSION_BATCH", "CallError", "ChatTokenizer", "DEFAULT_SYSTEM_PROMPT", "GC_GEN0_THRESHOLD",

@@ -8,9 +8,9 @@ Importing this package imports neither torch nor any engine.
 """
 
 from ..errors import ConfigError
-from ._eval import EvalConfig
+from ._eval import ROLLOUT_RECORD, EvalConfig, eval_sections, read_rollout_record, write_rollout_record
 from ._inference import InferenceConfig, LocalServerConfig, PoolConfig, WeightSyncConfig
-from ._io import convert, load_toml, to_toml
+from ._io import convert, load_toml, read_toml, to_toml
 from ._learner import LearnerConfig
 from ._reward import DataConfig, RewardConfig
 from ._rollout import RolloutConfig, SamplingConfig
@@ -33,6 +33,7 @@ __all__ = [
     "LocalServerConfig",
     "ModelConfig",
     "PoolConfig",
+    "ROLLOUT_RECORD",
     "RewardConfig",
     "RolloutConfig",
     "RunConfig",
@@ -42,6 +43,10 @@ __all__ = [
     "TrainConfig",
     "WeightSyncConfig",
     "convert",
+    "eval_sections",
     "load_toml",
+    "read_rollout_record",
+    "read_toml",
     "to_toml",
+    "write_rollout_record",
 ]

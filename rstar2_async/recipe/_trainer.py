@@ -53,6 +53,7 @@ from ._progress import StepBar, show_progress
 from ._stack import RolloutStack, rollout_stack
 from ._state import RolloutResult, TimedReward, TrainState, TrainSummary, prepare_model
 from ._streaming import QUEUE_FILE, oldest_version, read_queue, run_streaming_stage
+from ._weights import publish_weights
 
 if TYPE_CHECKING:
     from ..learn import LearnerDriver
@@ -156,9 +157,9 @@ class Trainer:
                     self.queued = read_queue((latest_checkpoint(self.run_dir / "checkpoints") / QUEUE_FILE).read_bytes())  # type: ignore[operator]
         weights = Path(self.state.weights_dir) if self.state.weights_dir else base
         if self.state.weights_dir and not weights.is_dir():
-            # A later step's sync replaced this export before the run was killed (only
-            # the newest is kept); the learner holds its weights again: write them back.
+            # replaced by a later sync (only the newest is kept) before a kill: write the learner's back
             await self._learn(self.driver.export, weights)
+            publish_weights(weights, self.config.stage_rollout(self.state.stage))
         c = self.config
         streaming = c.run.mode == "streaming"
         weight_sync = msgspec.structs.replace(c.weight_sync, pause_mode=c.weight_sync.pause_mode or ("abort" if streaming else "wait"))
@@ -327,6 +328,7 @@ class Trainer:
         # On disk whatever the transport: a broadcast sends this directory's tensors,
         # and --resume, a restarted server or one the broadcast failed on load it.
         await self._learn(self.driver.export, out)
+        publish_weights(out, self.config.stage_rollout(self.state.stage))  # what eval --model runs it with
         await self._sync(stack, out, version)
         previous = self.state.weights_dir
         self.state.weight_version, self.state.weights_dir = version, str(out)
