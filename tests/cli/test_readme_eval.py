@@ -105,15 +105,20 @@ def test_the_readme_names_paths_the_demo_writes(demo_run_dir: Path) -> None:
     assert latest.resolve().name == "v000003" and (latest / "rollout.toml").is_file()
 
 
-@pytest.mark.slow
-def test_the_readme_transformers_command_runs_on_the_demo(demo_run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    [argv] = demo_commands("transformers")
+def run_readme_command(run_dir: Path, engine: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Run the README's command for ``engine`` on two problems of the demo's run:
+    it succeeds, with no errored sample, under the settings the demo trained with."""
+    [argv] = demo_commands(engine)
     capsys.readouterr()
     assert main([*argv, "--limit", "2"]) == 0
     out, err = capsys.readouterr()
     assert "rollout settings from runs/cpu-demo/weights/latest/rollout.toml (as trained)" in err
     [summary] = json.loads(out.strip().splitlines()[-1])
     assert summary["problems"] == 2 and summary["errors"] == 0
-    # Under the demo's settings: its system prompt, its response budget.
-    config = (demo_run_dir / "runs/eval/v000003/config.toml").read_text()
+    config = (run_dir / "runs/eval/v000003/config.toml").read_text()  # the demo's system prompt and budget
     assert "Compute with the tool, answer in" in config and "max_response_tokens = 192" in config
+
+
+@pytest.mark.slow
+def test_the_readme_transformers_command_runs_on_the_demo(demo_run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_readme_command(demo_run_dir, "transformers", capsys)
