@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
-from backends import SamplingParams, TokenClient
+from backends import ChatClient, SamplingParams, TokenClient
 from rstar2_async.config import RolloutConfig
 from rstar2_async.rollout import RolloutEngine, Toolbox, load_tools, problem_messages
 from rstar2_async.types import Problem
@@ -78,3 +78,41 @@ async def test_a_trajectory_out_of_context_ends_as_token_budget(room: int) -> No
     for t in (t for g in groups for t in g.trajectories):
         assert (t.finish_reason, t.error) == ("token_budget", "")
         assert len(t.prompt_ids) + len(t.response_ids) <= server.max_model_len  # type: ignore[operator]
+
+
+CHAT = [{"role": "user", "content": "What is 2*3?"}]
+
+
+@asynccontextmanager
+async def chat_client_for(server: FakeModelServer, asked: list[str]) -> AsyncIterator[ChatClient]:
+    async def handler(method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        asked.append(path)
+        return await server(method, path, body)
+
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_http, handler)
+        async with ChatClient.from_url(f"http://127.0.0.1:{port}/v1", model="m", api_key="k") as client:
+            yield client
+        tg.cancel_scope.cancel()
+
+
+async def test_chat_max_tokens_is_clamped_by_the_servers_count_of_the_conversation() -> None:
+    server, asked = FakeModelServer(max_model_len=120), []
+    room = 120 - len("<|im_start|>user\nWhat is 2*3?<|im_end|>\n<|im_start|>assistant\n")
+    async with chat_client_for(server, asked) as client:
+        for _ in range(2):
+            done = await client.chat(CHAT, max_tokens=8192, sampling=SamplingParams())
+            assert done.finish_reason == "length" and done.completion_tokens <= room
+        full = await client.chat([{"role": "user", "content": "x" * 200}], max_tokens=16, sampling=SamplingParams())
+    assert (full.text, full.finish_reason, full.completion_tokens) == ("", "length", 0)
+    assert [r["max_tokens"] for r in server.requests] == [room, room]  # the full one was not sent
+    assert asked.count("/v1/models") == 1 and asked.count("/tokenize") == 3
+
+
+async def test_a_chat_server_that_does_not_say_gets_max_tokens_unchanged() -> None:
+    server, asked = FakeModelServer(), []  # no /v1/models card, no /tokenize: a hosted endpoint
+    async with chat_client_for(server, asked) as client:
+        for _ in range(2):
+            assert (await client.chat(CHAT, max_tokens=8192, sampling=SamplingParams())).finish_reason == "stop"
+    assert [r["max_tokens"] for r in server.requests] == [8192, 8192]
+    assert asked.count("/v1/models") == 1 and "/tokenize" not in asked
