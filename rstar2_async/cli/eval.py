@@ -11,7 +11,7 @@ unless --config or the flags say otherwise.  --config takes an eval config or a
 training config (its [rollout], [inference], [server], [pool], [sandbox], [reward]
 and [data]).  Errored samples are counted apart, not as wrong answers; when more
 than 10% of a data set's samples error, the first error is printed and the exit
-status is 1.
+status is 1 (running the command again redoes the errored samples).
 
 Examples:
   rstar2 eval --model runs/demo/weights/latest --data aime24 --n 4 --temperature 0.6 --top-p 0.95
@@ -32,6 +32,7 @@ import msgspec
 
 if TYPE_CHECKING:
     from rstar2_async.config import EvalConfig
+    from rstar2_async.recipe import EvalSummary
 
 HELP = "evaluate a checkpoint or an OpenAI-compatible endpoint on math sets (avg@n, pass@n, maj@n)"
 
@@ -182,7 +183,7 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
     return _errors_status(summaries)
 
 
-def _errors_status(summaries: list) -> int:
+def _errors_status(summaries: list[EvalSummary]) -> int:
     """1, with the first error on stderr, when a data set errored on more than
     :data:`MAX_ERROR_SHARE` of its samples; else 0."""
     import sys

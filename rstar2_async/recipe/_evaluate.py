@@ -64,7 +64,9 @@ _encoder = msgspec.json.Encoder()
 
 def load_finished(path: Path, problems: Sequence[Problem]) -> dict[tuple[str, int], Trajectory]:
     """Samples already in ``path`` for these problems.  A trailing partial line (the
-    process died mid-write) is cut off the file so that appends stay line-aligned."""
+    process died mid-write) is cut off the file so that appends stay line-aligned.
+    An errored sample is not finished: running again redoes it (its new line,
+    later in the file, is the one read from then on)."""
     if not path.exists():
         return {}
     data = path.read_bytes()
@@ -75,7 +77,7 @@ def load_finished(path: Path, problems: Sequence[Problem]) -> dict[tuple[str, in
     finished: dict[tuple[str, int], Trajectory] = {}
     for line in complete.splitlines():
         t = _trajectory_decoder.decode(line)
-        if t.problem_id in wanted:
+        if t.problem_id in wanted and t.finish_reason != "error":
             finished[t.problem_id, t.sample_index] = t
     return finished
 

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 
 from backends import TokenClient
@@ -105,3 +106,15 @@ def test_errored_samples_are_counted_apart_not_as_wrong_answers() -> None:
     assert s.finish_reasons == {"answer": 3, "error": 3}
     nothing = summarize("toy", groups[2:], n=2, temperature=1.0, top_p=1.0)
     assert nothing.errors == 2 and math.isnan(nothing.avg_at_n) and math.isnan(nothing.pass_at_n)
+
+
+def test_errored_samples_are_redone_on_resume(tmp_path: Path) -> None:
+    def t(i: int, finish: str) -> Trajectory:
+        return Trajectory("q0", i, [], [], [], [], [], finish, 0, error="refused" if finish == "error" else "")  # type: ignore[arg-type]
+
+    path = tmp_path / "samples.jsonl"
+    path.write_bytes(b"".join(msgspec.json.encode(x) + b"\n" for x in (t(0, "answer"), t(1, "error"))))
+    assert set(load_finished(path, problems())) == {("q0", 0)}  # sample 1 is run again
+    with path.open("ab") as f:  # as the rerun appends it
+        f.write(msgspec.json.encode(t(1, "token_budget")) + b"\n")
+    assert load_finished(path, problems())["q0", 1].finish_reason == "token_budget"
