@@ -48,12 +48,16 @@ def test_eval_a_vllm_endpoint_in_token_mode(
     assert again["resumed_samples"] == 4 and len(path.read_text().splitlines()) == 6
 
 
+@pytest.mark.parametrize("mode", ["tokens", "chat"])
 def test_a_response_budget_over_the_context_is_clamped_not_refused(
-    vllm_server: VLLMServer, tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    vllm_server: VLLMServer, tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str
 ) -> None:
-    """The default budget (8192) is over the server's max_model_len (2048): vLLM would
-    refuse every request; clamped, each sample runs to its end or to the context's."""
-    assert main(token_mode_argv(vllm_server, tiny_model_dir, tmp_path, 2, "--n", "1", "--max-turns", "1")) == 0
+    """The default budget (8192) is over the server's max_model_len (2048): vLLM refuses
+    such a request; clamped, each sample runs to its end or to the context's."""
+    argv = token_mode_argv(vllm_server, tiny_model_dir, tmp_path, 2, "--n", "1", "--max-turns", "1")
+    if mode == "chat":  # the OpenAI SDK; the conversation counted by the server's /tokenize
+        argv[argv.index("--tokenizer") : argv.index("--tokenizer") + 2] = []
+    assert main(argv) == 0
     [summary] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["errors"] == 0
     for line in (tmp_path / "out" / "mini" / "samples.jsonl").read_text().splitlines():
