@@ -8,12 +8,16 @@ BIN := $(VENV)/bin
 # torch must be the pinned CPU wheel, installed before anything that depends on it.
 TORCH := torch==2.13.0
 
-.PHONY: all venv vllm system test demo clean
+.PHONY: all venv vllm system browser test demo clean
 
 all: venv
 
 system:
 	@command -v bwrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; }
+
+# Debian's headless Chromium, for the browser test of `rstar2 view` (tests/view/test_browser.py).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -39,7 +43,7 @@ vllm: $(VLLM_VENV)/bin/.installed
 demo: venv vllm
 	$(BIN)/rstar2 demo
 
-test: venv vllm
+test: venv vllm browser
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -30,16 +30,10 @@ from ._retry import RetryPolicy
 from ._sglang import SGLangAdmin, SGLangTokenClient, sglang_command
 from ._token_client import TokenClient, TokenClientStatistics
 from ._transformers import TransformersBackend, TransformersStatistics
+from ._transports import BroadcastTransport, DiskTransport, GlooSender, PendingWeights, VLLMNcclSender
 from ._types import ChatCompletion, Completion, FinishReason, SamplingParams
 from ._vllm import VLLMAdmin, parse_vllm_metrics
-from ._weight_sync import (
-    BroadcastTransport,
-    DiskTransport,
-    GlooSender,
-    SyncReport,
-    VLLMNcclSender,
-    WeightSync,
-)
+from ._weight_sync import SyncReport, WeightSync
 
 __all__ = [
     "BackendClosed",
@@ -62,6 +56,7 @@ __all__ = [
     "LaunchError",
     "NoServerUp",
     "PauseMode",
+    "PendingWeights",
     "PoolServer",
     "PoolStatistics",
     "RequestRejected",

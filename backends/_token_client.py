@@ -116,13 +116,17 @@ class CompletionClient:
         self.weight_version = 0
         """Stamped on completions whose response carries no version; the weight sync
         sets it after loading new weights and before resuming the server."""
+        timeout = timeout or httpx.Timeout(3600.0, connect=10.0, pool=60.0)
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        # The client owns the transport's lifecycle; the hot path (_post) calls the
+        # transport directly.
+        self._transport = transport or httpx.AsyncHTTPTransport(limits=limits)
         self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=timeout or httpx.Timeout(3600.0, connect=10.0, pool=60.0),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            transport=transport,
+            base_url=self.base_url, headers=headers, timeout=timeout, transport=self._transport, trust_env=False
         )
+        self._headers = httpx.Headers(headers)
+        self._extensions = {"timeout": timeout.as_dict()}
+        self._urls: dict[str, httpx.URL] = {}
         self._state = State.UNOPENED
         self._generations = self._resumed = 0
         self._context: int | None = None
@@ -170,7 +174,7 @@ class CompletionClient:
         logprobs: list[float] = []
         versions: list[int] = []
         finish: FinishReason = "abort"
-        context = await self.context_length()
+        context = self._context if self._context_known else await self.context_length()  # the hot path: no await
         for _ in range(MAX_RESUMES + 1):
             remaining = max_tokens - len(token_ids)
             if context is not None:  # vLLM refuses a request whose prompt + max_tokens exceeds it
@@ -188,7 +192,8 @@ class CompletionClient:
                 break
             self._resumed += 1
         self._generations += 1
-        return Completion(token_ids=token_ids, logprobs=logprobs, finish_reason=finish, weight_version=min(versions, default=self.weight_version))
+        version = min(versions, default=self.weight_version)  # no part: the prompt filled the context
+        return Completion(token_ids=token_ids, logprobs=logprobs, finish_reason=finish, weight_version=version)
 
     async def context_length(self) -> int | None:
         """The server's context length (prompt plus generation), asked once and
@@ -236,6 +241,27 @@ class CompletionClient:
     async def _request(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Completion:
         """One exchange with the server, errors translated into :mod:`backends._errors`."""
         raise NotImplementedError
+
+    async def _post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """POST ``body`` to ``base_url + path`` straight through the transport:
+        ``(status, content)``.  The hot path skips httpx's client layer (URL merging,
+        cookies, auth and redirect handling, event hooks), which does nothing for
+        these requests and was most of the orchestrator's CPU per turn
+        (``benchmarks/paper_scale.py``).
+
+        Raises:
+            httpx.TransportError: connection errors and timeouts (the caller translates).
+        """
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = httpx.URL(self.base_url + path)
+        request = httpx.Request("POST", url, headers=self._headers, content=body, extensions=self._extensions)
+        response = await self._transport.handle_async_request(request)
+        try:
+            content = await response.aread()
+        finally:
+            await response.aclose()
+        return response.status_code, content
 
 
 @final
@@ -291,14 +317,14 @@ class TokenClient(CompletionClient):
 
     async def _request(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Completion:
         try:
-            response = await self._http.post("/completions", content=self._body(prompt, max_tokens, sampling))
+            status, content = await self._post("/completions", self._body(prompt, max_tokens, sampling))
         except httpx.TransportError as exc:  # connect/read/write/pool errors and timeouts
             raise ServerUnavailable(f"{self.base_url}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code >= 500:
-            raise ServerUnavailable(f"{self.base_url}: HTTP {response.status_code}: {response.text[:200]}")
-        if response.status_code >= 400:
-            raise RequestRejected(f"{self.base_url}: HTTP {response.status_code}: {response.text[:500]}", response.status_code)
-        return self._parse(response.content)
+        if status >= 500:
+            raise ServerUnavailable(f"{self.base_url}: HTTP {status}: {content[:200].decode(errors='replace')}")
+        if status >= 400:
+            raise RequestRejected(f"{self.base_url}: HTTP {status}: {content[:500].decode(errors='replace')}", status)
+        return self._parse(content)
 
     def _parse(self, content: bytes) -> Completion:
         try:

@@ -111,8 +111,12 @@ class TorchBaseline:
         n_tok = sum(mb.num_loss_tokens for mb in mbs)
         for mb in mbs:
             logits = self.model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False).logits[0].float()
-            logp = logits.gather(-1, mb.targets[:, None]).squeeze(-1) - torch.logsumexp(logits, -1)  # [T]
-            loss, _ = policy_loss(logp, mb.old_logprobs, mb.advantages, mb.mask, clip_low=0.2, clip_high=0.28)
+            lse = torch.logsumexp(logits, -1)  # [T]
+            logp = logits.gather(-1, mb.targets[:, None]).squeeze(-1) - lse  # [T]
+            with torch.no_grad():  # grpo_step measures the entropy every step (a health signal)
+                ent = lse - (torch.softmax(logits, -1) * logits).sum(-1)  # [T]
+            loss, _ = policy_loss(logp, mb.old_logprobs, mb.advantages, mb.mask, clip_low=0.2, clip_high=0.28,
+                                  clip_c=self.cfg.clip_c, entropy=ent)  # fmt: skip
             (loss / n_tok).backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         self.opt.step()

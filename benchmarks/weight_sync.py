@@ -13,7 +13,7 @@ already exported; the export is timed apart as ``learner_save_s`` (median over
 the repeats, one export per repeat, each replacing the last).  It is the learner's
 real export, ``save_hf_checkpoint`` (its buckets of ``learner.export_bucket_mb``,
 safetensors shards of ``learner.export_shard_mb`` written by
-``_export.write_safetensors_dir``, config.json, every file and the directory
+``_export_writer.write_safetensors_dir``, config.json, every file and the directory
 fsynced, the directory renamed into place), called on a stand-in for a ZeRO-0
 learner on CPU in float32: a module whose parameters are the benchmark's tensors
 (a DeepSpeed learner of 1 GB on CPU takes longer to build than the benchmark runs;
@@ -28,6 +28,16 @@ not for "make a process hold them".  Medians over ``--repeats``;
 ``disk_sync_vs_copy`` is the disk sync's median over the copy's (the largest over
 the sizes at top level), ``save_and_disk_sync_vs_copy`` is (export + disk sync)
 over the copy.
+
+Publishing with the broadcast transport (step 7 as the trainer runs it,
+``recipe._publish.Publisher``), in the same run: ``publish_broadcast_s`` is ours, the
+time until ``publish`` returns (one gather into memory, then the broadcast from it;
+the export directory is written in the background, done after
+``publish_broadcast_written_s``); ``publish_broadcast_before_s`` is what the trainer
+did before, the export to disk then the broadcast of that directory's tensors.
+``publish_speedup`` is before over ours (medians): how much sooner the trainer goes
+on to the next rollout and update; ``*_hold_s`` is how long the servers were held
+(the sync alone).
 
 Usage: ``python benchmarks/weight_sync.py [--sizes-mb 100 1000] [--repeats 3]``
 """
@@ -53,6 +63,7 @@ import anyio
 
 from backends import BroadcastTransport, DiskTransport, ServerPool, WeightSync
 from rstar2_async.config import LearnerConfig
+from rstar2_async.recipe import Publisher
 
 
 def free_port() -> int:
@@ -102,6 +113,47 @@ def export(learner: ExportingLearner, out: Path) -> float:
     return time.perf_counter() - t0
 
 
+class Stack:
+    """What ``publish`` reads of a rollout stack: its weight sync, no fleet."""
+
+    def __init__(self, sync: WeightSync) -> None:
+        self.sync, self.fleet = sync, None
+
+
+class Driver:
+    """What ``publish`` asks of the learner driver, on the one-rank stand-in."""
+
+    def __init__(self, learner: ExportingLearner) -> None:
+        self.learner = learner
+
+    def gather_export(self):
+        from rstar2_async.learn import gather_export
+
+        return gather_export(self.learner)
+
+    def export(self, out: Path) -> None:
+        export(self.learner, out)
+
+
+async def learn(fn, *args):
+    return await anyio.to_thread.run_sync(fn, *args)
+
+
+async def publish_before(learner: ExportingLearner, out: Path, sync: WeightSync, version: int) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    await learn(export, learner, out)
+    report = await sync.sync(out, version)
+    return time.perf_counter() - t0, report.total_s
+
+
+async def publish_ours(learner: ExportingLearner, out: Path, sync: WeightSync, version: int) -> tuple[float, float, float]:
+    t0 = time.perf_counter()
+    async with Publisher(Stack(sync), learn, Driver(learner)) as publisher:  # type: ignore[arg-type]
+        report = await publisher.publish(out, version)
+        returned = time.perf_counter() - t0
+    return returned, report.total_s, time.perf_counter() - t0
+
+
 def copy_and_read(src: Path, dst: Path) -> float:
     shutil.rmtree(dst, ignore_errors=True)
     t0 = time.perf_counter()
@@ -130,7 +182,7 @@ async def run(sizes: list[int], repeats: int) -> dict:
                 with tempfile.TemporaryDirectory() as tmp:
                     src = Path(tmp) / "weights"
                     learner = ExportingLearner(weights, Path(tmp))
-                    saves, copies, disks, casts, phases = [], [], [], [], []
+                    saves, copies, disks, casts, phases, before, ours = [], [], [], [], [], [], []
                     for _ in range(repeats):
                         saves.append(await anyio.to_thread.run_sync(export, learner, src))
                         copies.append(await anyio.to_thread.run_sync(copy_and_read, src, Path(tmp) / "copy"))
@@ -140,6 +192,10 @@ async def run(sizes: list[int], repeats: int) -> dict:
                         phases.append(report)
                         version += 1
                         casts.append((await broadcast.sync(weights, version)).total_s)
+                        version += 1
+                        before.append(await publish_before(learner, Path(tmp) / "published", broadcast, version))
+                        version += 1
+                        ours.append(await publish_ours(learner, Path(tmp) / "published", broadcast, version))
                 m = statistics.median
                 save_s = m(saves)
                 results[f"{size}mb"] = {
@@ -153,12 +209,19 @@ async def run(sizes: list[int], repeats: int) -> dict:
                     "save_and_disk_sync_vs_copy": round((save_s + m(disks)) / m(copies), 3),
                     "broadcast_s_per_gb": round(m(casts) / (size / 1024), 3),
                     "learner_save_s_per_gb": round(save_s / (size / 1024), 3),
+                    "publish_broadcast_before_s": round(m(b for b, _ in before), 3),
+                    "publish_broadcast_s": round(m(o for o, _, _ in ours), 3),
+                    "publish_broadcast_written_s": round(m(w for _, _, w in ours), 3),
+                    "publish_speedup": round(m(b for b, _ in before) / m(o for o, _, _ in ours), 3),
+                    "publish_broadcast_before_hold_s": round(m(h for _, h in before), 3),
+                    "publish_broadcast_hold_s": round(m(h for _, h, _ in ours), 3),
                 }
                 del weights, learner
     finally:
         proc.kill()
         await proc.wait()
     results["disk_sync_vs_copy"] = max(v["disk_sync_vs_copy"] for k, v in results.items() if k.endswith("mb"))
+    results["publish_speedup"] = min(v["publish_speedup"] for k, v in results.items() if k.endswith("mb"))
     results["loadavg_1m"] = round(os.getloadavg()[0], 2)
     return results
 

@@ -23,7 +23,8 @@ ALLOWED: dict[str, set[str]] = {
     "learn": {"config"},
     "demo": {"rollout"},
     "recipe": {"config", "reward", "rollout", "selection", "learn", "demo"},
-    "cli": {"config", "reward", "rollout", "selection", "learn", "demo", "recipe"},
+    "view": {"config", "reward", "rollout", "selection", "recipe"},
+    "cli": {"config", "reward", "rollout", "selection", "learn", "demo", "recipe", "view"},
 }
 LEAVES = {"types", "errors", "_plugins", "_paths"}
 HEAVY = ("torch", "deepspeed", "transformers")
@@ -118,7 +119,7 @@ def test_only_the_learner_imports_torch() -> None:
 @pytest.mark.parametrize(
     "packages",
     ["rstar2_async", "rstar2_async.rollout", "rstar2_async.reward, rstar2_async.selection, rstar2_async.recipe",
-     "rstar2_async.config, rstar2_async.demo, rstar2_async.cli.main"],
+     "rstar2_async.config, rstar2_async.demo, rstar2_async.cli.main, rstar2_async.view"],
 )
 def test_importing_the_core_imports_no_torch(packages: str) -> None:
     code = f"import sys, {packages}; print([m for m in {HEAVY!r} if m in sys.modules])"

@@ -68,6 +68,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "or a training config (rstar2 train's, or a run's config.toml)",
     )  # fmt: skip
     p.add_argument("--out", type=Path, default=None, help="output directory (default runs/eval/<model>)")
+    p.add_argument(
+        "--grading", choices=("strict", "lenient"), default=None,
+        help="strict: rStar2's boxed answer only; lenient: also an answer written without a box "
+        "(default: reward.grading, else lenient for a chat endpoint, strict otherwise)",
+    )  # fmt: skip
 
 
 def _resolve(args: argparse.Namespace) -> EvalConfig:
@@ -87,7 +92,7 @@ def _resolve(args: argparse.Namespace) -> EvalConfig:
     if training:
         print(f"rstar2 eval: {args.config} is a training config: its rollout, server and reward settings apply", file=sys.stderr)
     merged = _merge(merged, given)
-    overrides: dict = {"rollout": {"sampling": {}}, "inference": {}, "server": {}}
+    overrides: dict = {"rollout": {"sampling": {}}, "inference": {}, "server": {}, "reward": {}}
     if args.engine is not None:
         if not args.model:
             raise SystemExit("rstar2 eval: --engine goes with --model (an endpoint is already served)")
@@ -107,6 +112,9 @@ def _resolve(args: argparse.Namespace) -> EvalConfig:
         )
     elif args.served_model:
         overrides["inference"]["model"] = args.served_model
+    # A chat model was not trained on rStar2's format: grade what it writes, boxed or not.
+    chat = bool(args.endpoint) and not args.tokenizer
+    overrides["reward"]["grading"] = args.grading or merged["reward"].get("grading") or ("lenient" if chat else "strict")
     return convert(_merge(merged, overrides), EvalConfig)
 
 
@@ -168,7 +176,9 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
                 tg.start_soon(partial(show_progress, engine, len(problems) * args.n, dataset, done_before=offset))
                 summaries.append(await evaluate(engine, dataset, problems, n=args.n, out_dir=out / dataset))
                 tg.cancel_scope.cancel()
-    table = Table(title=f"{name}: n={args.n}, temperature={args.temperature}, top_p={args.top_p}")
+    table = Table(
+        title=f"{name}: n={args.n}, temperature={args.temperature}, top_p={args.top_p}, grading={config.reward.grading}"
+    )
     columns = ("data set", "problems", "avg@n", "errors", "pass@n", "maj@n", "tokens", "turns", "tool calls", "tool errors")
     for column in columns:
         table.add_column(column, justify="right")

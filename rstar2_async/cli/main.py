@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "eval": "rstar2_async.cli.eval",
     "serve": "rstar2_async.cli.serve",
     "sandbox": "rstar2_async.cli.sandbox",
+    "view": "rstar2_async.cli.view",
+    "report": "rstar2_async.cli.report",
 }
 
 DESCRIPTION = """\

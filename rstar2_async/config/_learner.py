@@ -6,8 +6,8 @@ the dotted field and the value given, e.g. ``learner.lr: expected float > 0, got
 Cross-field rules live in ``__post_init__`` and name both fields and the fix.
 
 Defaults are rStar2-Agent's (arXiv 2508.20722, Sec. 4): lr 1e-6 with 20 warm-up
-steps then constant, clip 0.2 / 0.28, no KL, no entropy bonus, one optimizer step per
-batch. This module imports neither torch nor deepspeed.
+steps then constant, clip 0.2 / 0.28 with verl's dual-clip at 3, no KL, no entropy
+bonus, one optimizer step per batch. This module imports neither torch nor deepspeed.
 """
 
 from __future__ import annotations
@@ -97,9 +97,36 @@ class LearnerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     export_shard_mb: _PosInt = 4096
     """Largest safetensors shard written for the disk weight transport."""
 
+    # --- GRPO loss, continued (new fields go at the end) --------------------------------
+    clip_c: _NonNeg | None = 3.0
+    """Dual-clip (verl's ``clip_ratio_c``, which rStar2 trains with): a token with a
+    negative advantage loses at most ``-A * clip_c``, so a ratio far above 1 (stale
+    or off-policy data) cannot grow its loss without bound.  Must be > 1; 0 or None
+    turns it off.  Default 3.0 as verl's, so the default loss is rStar2's."""
+
+    # --- memory and kernels (new fields go at the end) ----------------------------------
+    logprob_chunk_tokens: _PosInt = 1024
+    """Tokens per chunk of the output layer when computing log-probs and entropies:
+    the learner never holds more than a few [chunk, vocabulary] float32 tensors
+    (at 1024 x 151,936: 0.6 GB each) instead of [micro-batch, vocabulary] (19.9 GB at
+    32K tokens). 1024 is about Liger-Kernel's rule, tokens x hidden / vocabulary, at
+    32K tokens and Qwen3-14B's 5,120 hidden; smaller saves memory, larger gives the
+    matmul bigger tiles."""
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
+    """Attention kernel of the policy (transformers' ``attn_implementation``).
+    ``flash_attention_2`` needs the ``flash_attn`` package (checked when the learner
+    starts); ``eager`` is the slow reference. At start-up the learner checks that a
+    packed micro-batch equals its sequences run one by one with this kernel, and
+    refuses to start otherwise."""
+
     def __post_init__(self) -> None:
         if self.clip_high < self.clip_low:
             raise ValueError(
                 f"learner.clip_high ({self.clip_high}) < learner.clip_low ({self.clip_low}):"
                 " clip-higher expects clip_high >= clip_low; raise clip_high"
+            )
+        if self.clip_c and self.clip_c <= 1.0:
+            raise ValueError(
+                f"learner.clip_c ({self.clip_c}) must be > 1: the dual-clip bound -A * clip_c would cap"
+                " negative-advantage tokens below their unclipped loss at ratio 1; use 3.0 (verl's), or 0 to turn it off"
             )

@@ -3,7 +3,7 @@ the ``[reward]`` and ``[data]`` sections."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -25,6 +25,13 @@ class RewardConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     timeout_s: PositiveFloat = 10.0
     """Wall-clock limit of one grading; past it the reward is 0.0 and its worker is
     replaced.  Real answers grade in milliseconds."""
+    grading: Literal["strict", "lenient"] | None = None
+    """How the math grader finds a response's final answer: ``"strict"``, rStar2's
+    format (the last ``\\boxed{}`` of the last ``<answer>`` block; no box, no reward),
+    or ``"lenient"`` (a box if there is one, else the answer written in free text:
+    "the answer is ...", ``Answer:``, the last ``$...$`` or number).  Omitted: strict
+    for training and for evaluation in token mode, lenient for ``rstar2 eval`` against
+    a chat endpoint (``--grading`` overrides).  Not read with ``function``."""
 
 
 class DataConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

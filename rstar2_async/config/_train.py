@@ -103,6 +103,14 @@ class StageConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     """RL: rollouts per problem kept by RoC (rStar2: 16)."""
     roc_selection: Literal["lowest_penalty", "inverse_penalty"] = "lowest_penalty"
     """RoC positive selection: rStar2's code (deterministic) or its paper (sampling)."""
+    roc_min_per_class: Annotated[int, msgspec.Meta(ge=0)] = 2
+    """RoC keeps at least this many positives and negatives (or all a class has), the
+    other class giving way (rStar2: 2; 1 was this project's rule before).  With
+    ``n_keep < 2 x`` this, a group whose classes both round below it is kept whole."""
+    roc_rounding: Literal["half_even", "half_up"] = "half_even"
+    """How each class's share ``count x n_keep / n_oversample`` is rounded: Python's
+    ``round`` (half to even, rStar2's code) or half up (this project's rule before).
+    Of 32 kept to 16, 5 positives keep 2 with half to even, 3 with half up."""
     max_response_tokens: PositiveInt | None = None
     """Overrides ``rollout.max_response_tokens`` (rStar2: 8K in stage 1, 12K in stage 2)."""
     max_turns: PositiveInt | None = None

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointWriteError
-from ._export import _fsync
+from ._export_writer import fsync_path
 from ._learner import barrier
 
 if TYPE_CHECKING:
@@ -149,7 +149,7 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 def _publish(tmp: Path, final: Path) -> None:
     """The commit point: one rename, then the parent directory is fsynced."""
     tmp.rename(final)
-    _fsync(final.parent)
+    fsync_path(final.parent)
 
 
 def _retain(root: Path, keep: int) -> None:
@@ -174,5 +174,5 @@ def _write_synced(path: Path, data: bytes) -> None:
 def _fsync_tree(root: Path) -> None:
     for dirpath, _, names in os.walk(root):
         for name in names:
-            _fsync(Path(dirpath, name))
-        _fsync(Path(dirpath))
+            fsync_path(Path(dirpath, name))
+        fsync_path(Path(dirpath))

@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from ..types import Group
 from ._checkpoint import load_checkpoint, save_checkpoint
-from ._export import save_hf_checkpoint
+from ._export import PendingExport, gather_export, save_hf_checkpoint
 from ._grpo import GrpoStats, grpo_step
 from ._learner import Learner
 from ._packing import TrainSeq
@@ -35,6 +35,7 @@ _OPERATIONS: Final[dict[str, Callable[..., Any]]] = {
     "grpo_step": grpo_step,
     "sft_step": sft_step,
     "export": lambda learner, out_dir: save_hf_checkpoint(learner, out_dir),
+    "gather_export": lambda learner: gather_export(learner),
     "save_checkpoint": lambda learner, root, state, files=None: save_checkpoint(learner, root, state=state, files=files),
     "load_checkpoint": load_checkpoint,
     "set_peak_lr": Learner.set_peak_lr,
@@ -67,6 +68,12 @@ class LearnerDriver:
     def export(self, out_dir: Path) -> Path | None:
         """Write the weights as a Hugging Face directory that vLLM and transformers load."""
         return self._run("export", out_dir)
+
+    def gather_export(self) -> PendingExport:
+        """The weights gathered into memory, to be written later (``_export.gather_export``)."""
+        pending = self._run("gather_export")
+        assert pending is not None  # rank 0's
+        return pending
 
     def save_checkpoint(self, root: Path, *, state: dict[str, Any], files: Mapping[str, bytes] | None = None) -> Path:
         """A complete, atomic checkpoint with the trainer's ``state`` (and ``files``,

@@ -8,7 +8,10 @@ Variant implemented:
   (torch/verl's ``std``; the paper does not say). ``std_normalize=False`` gives
   Dr. GRPO's mean-centred advantage.
 - **Ratio clipping**: PPO's pessimistic clipped objective with separate bounds,
-  ``clip(ratio, 1 - clip_low, 1 + clip_high)`` (0.2 / 0.28, "clip-higher").
+  ``clip(ratio, 1 - clip_low, 1 + clip_high)`` (0.2 / 0.28, "clip-higher"), and
+  verl's dual-clip (``compute_policy_loss``, ``clip_ratio_c``), which rStar2 trains
+  with: a token with a negative advantage loses at most ``-A * clip_c`` (3.0), so a
+  ratio far above 1 cannot grow the pessimistic bound without limit.
 - **Old policy**: the *sampling* logprob the inference server returned, so the
   ratio also absorbs the server/learner numerical gap. With ``tis_cap`` set the
   learner recomputes the old logprobs itself before any update and weights each
@@ -40,7 +43,7 @@ from ..types import Group
 from ._learner import Learner
 from ._packing import MicroBatch, TrainSeq, collate, plan_micro_batches, shard_by_tokens
 
-__all__ = ["GrpoStats", "group_advantages", "grpo_step", "policy_loss", "sequences_from_groups"]
+__all__ = ["GrpoStats", "group_advantages", "grpo_step", "logprob_diff", "policy_loss", "sequences_from_groups"]
 
 
 def group_advantages(rewards: Sequence[float], *, eps: float = 1e-6, std_normalize: bool = True) -> list[float]:
@@ -85,6 +88,7 @@ def policy_loss(
     *,
     clip_low: float,
     clip_high: float,
+    clip_c: float | None = None,
     is_weight: torch.Tensor | None = None,
     ref_logp: torch.Tensor | None = None,
     kl_coef: float = 0.0,
@@ -94,20 +98,35 @@ def policy_loss(
     """Per-token clipped surrogate, *summed* over masked tokens (all inputs ``[T]``).
 
     The caller divides by the number of loss tokens of the whole mini-batch (over all
-    ranks) to get the token-mean. Returns ``(loss_sum, stats)``; stats are detached
-    0-dim tensors on the loss's device, sums over masked tokens (``clipped``,
-    ``ratio``, ``kl``, ``entropy``), so logging adds no device sync per micro-batch.
+    ranks) to get the token-mean. ``clip_c`` (> 1; None or 0: off) caps the loss of a
+    negative-advantage token at ``-A * clip_c``, as verl's dual-clip. Returns
+    ``(loss_sum, stats)``; stats are detached 0-dim tensors on the loss's device, so
+    logging adds no device sync per micro-batch: sums over masked tokens
+    (``clipped`` by either bound, ``clipped_low`` (A < 0, ratio < 1 - clip_low),
+    ``clipped_high`` (A > 0, ratio > 1 + clip_high), ``clipped_dual`` (capped by
+    ``clip_c``), ``ratio``, ``kl``, ``entropy``) and ``ratio_max``, the largest ratio
+    of a masked token (0 with none).
     """
     ratio = torch.exp(logp - old_logp)  # [T]
     surr = advantages * ratio  # [T]
     surr_clipped = advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)  # [T]
     per_token = -torch.minimum(surr, surr_clipped)  # [T] pessimistic bound
+    clipped = (surr_clipped < surr).float() * mask  # [T]
+    stats = {
+        "clipped": clipped.sum().detach(),
+        "clipped_low": (clipped * (advantages < 0)).sum().detach(),
+        "clipped_high": (clipped * (advantages > 0)).sum().detach(),
+        "ratio": (ratio.detach() * mask).sum(),
+        "ratio_max": (ratio.detach() * mask).max(),
+    }
+    if clip_c:
+        assert clip_c > 1.0, f"policy_loss: clip_c must be > 1 (or None/0 for off), got {clip_c}"
+        cap = -advantages * clip_c  # [T], > 0 where A < 0
+        dual = (advantages < 0) & (per_token > cap)  # [T]
+        per_token = torch.where(dual, cap, per_token)  # the cap is constant: no gradient there
+        stats["clipped_dual"] = (dual.float() * mask).sum().detach()
     if is_weight is not None:
         per_token = per_token * is_weight
-    stats = {
-        "clipped": ((surr_clipped < surr).float() * mask).sum().detach(),
-        "ratio": (ratio.detach() * mask).sum(),
-    }
     if kl_coef > 0:
         assert ref_logp is not None, "policy_loss: kl_coef > 0 needs ref_logp"
         d = ref_logp - logp  # [T]
@@ -122,6 +141,14 @@ def policy_loss(
     return (per_token * mask).sum(), stats
 
 
+def logprob_diff(logp: torch.Tensor, sampling_logp: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sum, max)`` of ``|logp - sampling_logp|`` over masked tokens (all ``[T]``;
+    detached 0-dim tensors): the train/inference mismatch when ``logp`` is the
+    learner's before any update and ``sampling_logp`` the server's."""
+    d = (logp.detach() - sampling_logp).abs() * mask  # [T]
+    return d.sum(), d.max()
+
+
 @final
 class GrpoStats(msgspec.Struct, frozen=True):
     """One GRPO update, reduced over ranks. Token means are over loss tokens."""
@@ -131,6 +158,7 @@ class GrpoStats(msgspec.Struct, frozen=True):
     ratio_mean: float
     kl: float
     entropy: float
+    """Mean entropy of the policy on loss tokens (always measured, in the training forward)."""
     grad_norm: float
     lr: float
     loss_tokens: int
@@ -139,6 +167,21 @@ class GrpoStats(msgspec.Struct, frozen=True):
     micro_batches: int
     optimizer_steps: int
     seconds: float
+    clip_frac_low: float = 0.0
+    """Share of loss tokens clipped at ``1 - clip_low`` (negative advantage, ratio below)."""
+    clip_frac_high: float = 0.0
+    """Share clipped at ``1 + clip_high`` (positive advantage, ratio above)."""
+    clip_frac_dual: float = 0.0
+    """Share capped by the dual-clip ``-A * clip_c`` (verl's ``pg_clipfrac_lower``)."""
+    ratio_max: float = 0.0
+    """Largest importance ratio ``pi_theta / pi_old`` of a loss token, over the update."""
+    logprob_diff_mean: float = 0.0
+    """Mean ``|learner logprob - sampling logprob|`` over the loss tokens measured: the
+    train/inference mismatch. The learner's logprob is taken before any optimizer step:
+    with ``tis_cap`` from its recomputed old policy (every token), otherwise from the
+    first mini-batch's training forward (every token when ``mini_batches = 1``)."""
+    logprob_diff_max: float = 0.0
+    """The largest such difference."""
 
 
 def grpo_step(learner: Learner, groups: Sequence[Group]) -> GrpoStats:
@@ -163,34 +206,51 @@ def grpo_step(learner: Learner, groups: Sequence[Group]) -> GrpoStats:
         bins += [[]] * (n_micro - len(bins))
         plan.append([collate([mine[i] for i in b]) for b in bins])
 
+    keys = ["loss", "clipped", "clipped_low", "clipped_high", "clipped_dual", "ratio", "kl", "entropy", "diff"]
+    sums: dict[str, torch.Tensor | float] = dict.fromkeys(keys, 0.0)  # device tensors once added to
+    maxes: dict[str, list[torch.Tensor]] = {"ratio_max": [], "diff_max": []}  # one 0-dim tensor per micro-batch
+    diff_tokens = 0  # loss tokens whose mismatch was measured
+
+    def measure_diff(logp: torch.Tensor, mb: MicroBatch) -> None:
+        nonlocal diff_tokens
+        total, top = logprob_diff(logp, mb.old_logprobs.to(logp.device), mb.mask.to(logp.device))
+        sums["diff"] = sums["diff"] + total
+        maxes["diff_max"].append(top)
+        diff_tokens += mb.num_loss_tokens
+
     is_weights: dict[tuple[int, int], torch.Tensor] = {}
     if c.tis_cap is not None:
         for m, mbs in enumerate(plan):
             for k, mb in enumerate(mbs):
                 old, _ = learner.logprobs(mb, grad=False)  # [T], the learner's own old policy
+                measure_diff(old, mb)
                 ratio = torch.exp(old - mb.old_logprobs.to(old.device))  # [T] pi_learner / pi_sampler
                 is_weights[m, k] = torch.clamp(ratio, max=c.tis_cap) * mb.mask.to(old.device)
                 plan[m][k] = _with_old_logprobs(mb, old)
 
-    keys = ["loss", "clipped", "ratio", "kl", "entropy"]
-    sums: dict[str, torch.Tensor | float] = dict.fromkeys(keys, 0.0)  # device tensors once added to
     grad_norm = lr = 0.0
     loss_tokens = tokens = 0
     for m, mbs in enumerate(plan):
         # Token-mean over the mini-batch on all ranks; one sync point per mini-batch.
         n_tok = learner.all_reduce([sum(mb.num_loss_tokens for mb in mbs)])[0]
         for k, mb in enumerate(mbs):
-            logp, ent = learner.logprobs(mb, entropy=c.entropy_coef > 0)
+            logp, ent = learner.logprobs(mb, entropy=True)  # entropy: a health signal even when not in the loss
+            assert ent is not None
+            if c.entropy_coef == 0:
+                ent = ent.detach()  # not in the loss: frees its [T, V] graph before the backward
+            if c.tis_cap is None and m == 0:  # no optimizer step yet: the learner's old policy
+                measure_diff(logp, mb)
             ref = learner.logprobs(mb, grad=False, reference=True)[0] if c.kl_coef > 0 else None
             loss_sum, st = policy_loss(
                 logp, mb.old_logprobs.to(logp.device), mb.advantages.to(logp.device), mb.mask.to(logp.device),
-                clip_low=c.clip_low, clip_high=c.clip_high, is_weight=is_weights.get((m, k)),
+                clip_low=c.clip_low, clip_high=c.clip_high, clip_c=c.clip_c, is_weight=is_weights.get((m, k)),
                 ref_logp=ref, kl_coef=c.kl_coef, entropy=ent, entropy_coef=c.entropy_coef,
             )  # fmt: skip
             # DeepSpeed averages gradients over ranks: scale by world_size so the
             # result is the sum over all ranks' tokens divided by n_tok.
             learner.backward(loss_sum * (learner.world_size / max(n_tok, 1.0)), last=k == len(mbs) - 1)
             sums["loss"] = sums["loss"] + loss_sum.detach() / max(n_tok, 1.0)
+            maxes["ratio_max"].append(st.pop("ratio_max"))
             for key, v in st.items():
                 sums[key] = sums[key] + v
             loss_tokens += mb.num_loss_tokens
@@ -199,10 +259,12 @@ def grpo_step(learner: Learner, groups: Sequence[Group]) -> GrpoStats:
         grad_norm += step["grad_norm"] / len(plan)
         lr += step["lr"] / len(plan)
 
-    # One device sync for all the statistics, then one all-reduce.
-    red = learner.all_reduce([float(sums[k]) for k in keys] + [loss_tokens, tokens])
-    tot = dict(zip(keys, red[:5]))
-    n_loss = max(red[5], 1.0)
+    # One device sync for all the statistics, then one all-reduce of sums and one of maxima.
+    red = learner.all_reduce([float(sums[k]) for k in keys] + [loss_tokens, tokens, diff_tokens])
+    local_max = [float(torch.stack(v).max()) if v else 0.0 for v in maxes.values()]
+    top = dict(zip(maxes, learner.all_reduce(local_max, op="max")))
+    tot = dict(zip(keys, red[: len(keys)]))
+    n_loss = max(red[len(keys)], 1.0)
     return GrpoStats(
         loss=tot["loss"] / len(plan),
         clip_frac=tot["clipped"] / n_loss,
@@ -211,12 +273,18 @@ def grpo_step(learner: Learner, groups: Sequence[Group]) -> GrpoStats:
         entropy=tot["entropy"] / n_loss,
         grad_norm=grad_norm,
         lr=lr,
-        loss_tokens=int(red[5]),
-        tokens=int(red[6]),
+        loss_tokens=int(red[len(keys)]),
+        tokens=int(red[len(keys) + 1]),
         sequences=len(seqs),
         micro_batches=sum(len(mbs) for mbs in plan),
         optimizer_steps=len(plan),
         seconds=time.perf_counter() - t0,
+        clip_frac_low=tot["clipped_low"] / n_loss,
+        clip_frac_high=tot["clipped_high"] / n_loss,
+        clip_frac_dual=tot["clipped_dual"] / n_loss,
+        ratio_max=top["ratio_max"],
+        logprob_diff_mean=tot["diff"] / max(red[len(keys) + 2], 1.0),
+        logprob_diff_max=top["diff_max"],
     )
 
 

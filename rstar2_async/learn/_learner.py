@@ -49,6 +49,8 @@ import deepspeed.ops  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from ._attention import check_packed_attention, checked_attn_implementation  # noqa: E402
+from ._logprobs import chunked_output_layer  # noqa: E402
 from ._packing import MicroBatch  # noqa: E402
 
 __all__ = ["Learner", "barrier", "init_distributed", "seed_everything"]
@@ -122,7 +124,8 @@ class Learner:
 
             self._hf_ds_config = HfDeepSpeedConfig(ds_config)
         # Master weights load in fp32; DeepSpeed casts the module to bf16 when enabled.
-        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
+        attn = checked_attn_implementation(config.attn_implementation)
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32, attn_implementation=attn)
         model.config.use_cache = False
         if config.gradient_checkpointing:
             kwargs = {"use_reentrant": False}
@@ -149,8 +152,13 @@ class Learner:
         self.ref_model = None
         if config.kl_coef > 0:
             # A plain frozen copy of the initial weights, replicated on every rank.
-            ref = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype)
+            ref = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype, attn_implementation=attn)
             self.ref_model = ref.to(self.device).eval().requires_grad_(False)
+        # Packing is only right if the kernel keeps sequences apart: refuse to train otherwise.
+        vocab = self.module.config.vocab_size
+        check_packed_attention(
+            lambda mb: self.logprobs(mb, grad=False)[0], vocab_size=vocab, name=attn, dtype=self.dtype
+        )
 
     # --- configuration --------------------------------------------------------------
 
@@ -195,22 +203,19 @@ class Learner:
 
         Returns ``(logp [T], entropy [T] or None)`` in float32. With ``grad=False`` no
         graph is kept (old/reference logprobs); ZeRO-3 still gathers parameters, so
-        every rank must make the same calls.
+        every rank must make the same calls.  The logits are never held whole: the
+        output layer runs ``learner.logprob_chunk_tokens`` tokens at a time
+        (``_logprobs``), inside the model's forward so DeepSpeed sees it as that layer.
         """
         model = self.ref_model if reference else self.engine
         assert model is not None, "Learner.logprobs(reference=True) needs learner.kl_coef > 0"
         mb = mb.to(self.device)
-        with torch.set_grad_enabled(grad):
+        hf = self.ref_model if reference else self.module
+        chunk = self.config.logprob_chunk_tokens
+        with torch.set_grad_enabled(grad), chunked_output_layer(hf, mb.targets, chunk=chunk, entropy=entropy):
             out = model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
-            logits = out.logits[0].float()  # [1, T, V] -> [T, V]
-            # logp = logit[target] - logsumexp(logits): avoids a second [T, V] tensor.
-            lse = torch.logsumexp(logits, dim=-1)  # [T]
-            logp = logits.gather(-1, mb.targets.unsqueeze(-1)).squeeze(-1) - lse  # [T]
-            ent = None
-            if entropy:
-                probs = torch.softmax(logits, dim=-1)  # [T, V]
-                ent = lse - (probs * logits).sum(-1)  # [T]
-        return logp, ent
+        cols = out.logits[0]  # [T, 2] (logp, entropy) or [T, 1] (logp): the chunked layer's output
+        return cols[:, 0], (cols[:, 1] if entropy else None)
 
     def backward(self, loss: torch.Tensor, *, last: bool) -> None:
         """Accumulate gradients of ``loss``; ``last`` marks the final micro-batch of an

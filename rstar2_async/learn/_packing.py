@@ -5,7 +5,8 @@ agentic rollouts, whose lengths are long-tailed (a few 8K-token trajectories amo
 many short ones). Instead, sequences are concatenated into one row per micro-batch,
 each with its own ``position_ids`` starting at 0; transformers turns the position
 resets into a block-diagonal causal mask (``masking_utils.find_packed_sequence_indices``,
-sdpa/eager/flash alike), so packed logits equal unpacked ones.
+sdpa/eager/flash alike), so packed logits equal unpacked ones (the learner checks
+this at start-up with its attention kernel: ``_attention``).
 
 Planning (which sequences go together, which rank gets what) is pure Python;
 :func:`collate` builds the tensors. Targets are aligned at collate time: position

@@ -20,34 +20,44 @@ from ._metrics import (
     write_samples,
 )
 from ._progress import StepBar, show_progress
+from ._publish import Publisher
 from ._stack import RolloutStack, check_reachable, rollout_stack
 from ._state import StreamState, TrainState, TrainSummary, prepare_model
 from ._trainer import Trainer
+from ._trajectories import IndexRow, ToolRecord, TrajectoryRecord, TurnRecord, index_row, record_step, to_record
 
 __all__ = [
     "EvalSummary",
+    "IndexRow",
     "MetricsWriter",
     "PLOTS",
+    "Publisher",
     "RolloutStack",
     "StepBar",
     "StreamState",
+    "ToolRecord",
     "TrainState",
     "TrainSummary",
     "Trainer",
+    "TrajectoryRecord",
+    "TurnRecord",
     "batch_for_step",
     "check_reachable",
     "data_dir",
     "evaluate",
+    "index_row",
     "load_finished",
     "load_problems",
     "majority_correct",
     "plot_metrics",
     "prepare_model",
     "read_metrics",
+    "record_step",
     "resolve",
     "rollout_metrics",
     "rollout_stack",
     "show_progress",
     "summarize",
+    "to_record",
     "write_samples",
 ]

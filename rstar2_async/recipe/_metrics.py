@@ -8,6 +8,7 @@ plots are redrawn from all of it.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -21,10 +22,15 @@ __all__ = ["PLOTS", "MetricsWriter", "plot_metrics", "read_metrics", "rollout_me
 
 PLOTS: dict[str, tuple[str, ...]] = {
     "reward": ("rollout/reward_mean", "eval/accuracy"),
-    "response_length": ("rollout/response_tokens_mean",),
+    "response_length": ("rollout/response_tokens_mean", "rollout/response_tokens_max"),
     "tools": ("rollout/tool_calls_mean", "rollout/tool_errors_mean"),
     "loss": ("learner/loss", "learner/clip_frac"),
     "timing": ("time/rollout_s", "time/update_s", "time/sync_s", "time/reward_s"),
+    # training health (_health): the mismatch, the policy's entropy, where clipping acts, what RoC and the budget cut
+    "mismatch": ("learner/logprob_diff_mean", "learner/logprob_diff_max"),
+    "entropy": ("learner/entropy",),
+    "clipping": ("learner/clip_frac_low", "learner/clip_frac_high", "learner/clip_frac_dual"),
+    "shares": ("roc/all_equal_share", "rollout/finish_token_budget", "rollout/tool_error_rate"),
 }
 """Which metrics share a figure (``plots/<name>.png``)."""
 
@@ -62,7 +68,7 @@ class MetricsWriter:
             self._tb.close()
 
     def write(self, step: int, values: Mapping[str, float | int | str]) -> None:
-        record = {"step": step, **values}
+        record = {"step": step, **values, "wall_time": time.time()}  # `rstar2 view` plots against it
         self._file.write(msgspec.json.encode(record) + b"\n")
         self._file.flush()
         if self._tb is not None:
@@ -117,12 +123,15 @@ def rollout_metrics(groups: Sequence[Group]) -> dict[str, float]:
         "rollout/reward_mean": sum(t.reward or 0.0 for t in ts) / n,
         "rollout/solve_rate": sum(max(g.rewards) > 0.5 for g in groups) / max(len(groups), 1),
         "rollout/response_tokens_mean": sum(len(t.response_ids) for t in ts) / n,
+        "rollout/response_tokens_max": max((len(t.response_ids) for t in ts), default=0),
         "rollout/generated_tokens": sum(t.num_generated_tokens for t in ts),
         "rollout/turns_mean": sum(t.num_turns for t in ts) / n,
         "rollout/tool_calls_mean": sum(t.num_tool_calls for t in ts) / n,
         "rollout/tool_errors_mean": sum(t.num_tool_errors for t in ts) / n,
+        "rollout/tool_error_rate": sum(t.num_tool_errors for t in ts) / max(sum(t.num_tool_calls for t in ts), 1),
         "rollout/trajectories": len(ts),
         "rollout/finish_answer": sum(t.finish_reason == "answer" for t in ts) / n,
+        "rollout/finish_token_budget": sum(t.finish_reason == "token_budget" for t in ts) / n,  # hit the budget
     }
 
 

@@ -162,7 +162,12 @@ async def rollout_stack(
                 )
         pool_sandbox = await stack.enter_async_context(SandboxPool(sandbox))
         grader = await stack.enter_async_context(
-            Grader(workers=reward.workers, timeout=reward.timeout_s, function=reward.function)
+            Grader(
+                workers=reward.workers,
+                timeout=reward.timeout_s,
+                function=reward.function,
+                mode=reward.grading or "strict",
+            )
         )
         engine = RolloutEngine(backend=backend, sandbox=pool_sandbox, config=rollout, tokenizer=tokenizer, reward=grader)
         yield RolloutStack(engine=engine, grader=grader, pool=server_pool, sync=sync, fleet=fleet)

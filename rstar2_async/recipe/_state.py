@@ -3,6 +3,7 @@ summary, one rollout's result, and the base model it starts from."""
 
 from __future__ import annotations
 
+import random
 import shutil
 import time
 from pathlib import Path
@@ -10,13 +11,13 @@ from typing import Any
 
 import msgspec
 
-from ..config import ModelConfig
+from ..config import ModelConfig, StageConfig
 from ..errors import TrainError
 from ..reward import Reward
-from ..selection import RocDecision
+from ..selection import RocDecision, roc_downsample
 from ..types import Group, Problem
 
-__all__ = ["RolloutResult", "StreamState", "TimedReward", "TrainState", "TrainSummary", "prepare_model"]
+__all__ = ["RolloutResult", "StreamState", "TimedReward", "TrainState", "TrainSummary", "downsample", "prepare_model"]
 
 
 class StreamState(msgspec.Struct, kw_only=True):
@@ -83,14 +84,25 @@ class RolloutResult:
         self.reward_seconds = 0.0
         self.trained: list[Group] = []
         """Of ``kept``, those the update trained (the others were staler than the bound)."""
+        self.decisions: list[tuple[Group, RocDecision]] = []
+        """Each finished group beside GRPO-RoC's decision on it (the trajectory recorder's input)."""
 
     def add(self, group: Group, decision: RocDecision) -> None:
         """A finished group and what GRPO-RoC made of it."""
         self.groups.append(group)
+        self.decisions.append((group, decision))
         if decision.group is not None:
             self.kept.append(decision.group)
         for d in decision.dropped:
             self.dropped[d.reason] = self.dropped.get(d.reason, 0) + 1
+
+
+def downsample(group: Group, stage: StageConfig, rng: random.Random) -> RocDecision:
+    """GRPO-RoC on a finished group with the stage's settings (step 5)."""
+    return roc_downsample(
+        group, stage.n_keep, rng, selection=stage.roc_selection, min_per_class=stage.roc_min_per_class,
+        rounding=stage.roc_rounding,
+    )  # fmt: skip
 
 
 class TimedReward:

@@ -41,11 +41,11 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ..config import StageConfig
 from ..errors import TrainError
-from ..selection import RocDecision, roc_downsample
+from ..selection import RocDecision
 from ..types import Group, Problem
 from ._data import batch_for_step
 from ._stack import RolloutStack
-from ._state import RolloutResult, StreamState
+from ._state import RolloutResult, StreamState, downsample
 
 if TYPE_CHECKING:
     from ._metrics import MetricsWriter
@@ -124,11 +124,10 @@ class _Stream:
             self._batches = {step: batch_for_step(self.problems, b, seed=cfg.seed, stage=self.index, step=step)}
         return msgspec.structs.replace(self._batches[step][position % b])
 
-    def step_metrics(self, staleness: list[int], interrupted: Callable[[], int]) -> dict[str, float]:
-        """A step's ``async/`` figures, read once its sync is done."""
+    def step_metrics(self, interrupted: Callable[[], int]) -> dict[str, float]:
+        """A step's ``async/`` figures of the stream, read once its sync is done (the
+        trained groups' staleness is every mode's: ``_health.update_metrics``)."""
         return {
-            "async/staleness_mean": sum(staleness) / len(staleness),
-            "async/staleness_max": max(staleness),
             "async/turns_interrupted": interrupted(),  # by this step's sync, mostly
             "async/groups_in_flight": len(self.in_flight),
             "async/groups_queued": len(self.kept),
@@ -154,9 +153,7 @@ class _Stream:
         seed, name = self.trainer.config.run.seed, self.stage.name
         async for group in groups:
             position = self.in_flight.pop(id(group.problem))
-            decision = roc_downsample(
-                group, self.stage.n_keep, random.Random(f"{seed}/roc/{name}/{position}"), selection=self.stage.roc_selection
-            )
+            decision = downsample(group, self.stage, random.Random(f"{seed}/roc/{name}/{position}"))
             self.resolved[position] = (group, decision)
             if decision.group is None:
                 self.dropped.add(position)
@@ -232,9 +229,7 @@ async def run_streaming_stage(
             t0, reward0, interrupted0 = time.monotonic(), trainer.timed.seconds, interrupted()
             done = await stream.next_batch()
             done.seconds, done.reward_seconds = time.monotonic() - t0, trainer.timed.seconds - reward0
-            version = trainer.state.weight_version
-            staleness = [version - oldest_version(g, version) for g in done.kept]
-            extra = partial(stream.step_metrics, staleness, lambda since=interrupted0: interrupted() - since)
+            extra = partial(stream.step_metrics, lambda since=interrupted0: interrupted() - since)
             await trainer.learn_step(stack, stage, step, done, metrics, extra=extra)
             stream.trained(done)  # the sync is done: its room goes back to admission
             await trainer.after_step(stack, stage, step, metrics)

@@ -7,7 +7,7 @@
                          2-4. rollout, reward             (engine.stream -> groups)
                          5. GRPO-RoC downsample           (selection.roc_downsample)
                          6. GRPO update                   (driver.grpo_step)
-                         7. export + weight sync          (driver.export, stack.sync)
+                         7. export + weight sync          (_publish.publish)
                          8. metrics, samples, evaluation, checkpoint
 
 On-policy like rStar2: the rollout of step k+1 starts after the sync of step k
@@ -26,7 +26,6 @@ step), so a resumed run draws the same next batch.
 from __future__ import annotations
 
 import random
-import shutil
 import signal
 import sys
 import time
@@ -43,16 +42,18 @@ import msgspec
 
 from ..config import InferenceConfig, StageConfig, TrainConfig, to_toml
 from ..errors import TrainError
-from ..selection import roc_downsample
 from ..types import Group, Problem
 from ._ahead import rollouts
 from ._data import batch_for_step, load_problems
 from ._evaluate import evaluate
-from ._metrics import MetricsWriter, plot_metrics, rollout_metrics, write_samples
+from ._health import HealthWatch, update_metrics
+from ._metrics import MetricsWriter, plot_metrics, read_metrics, write_samples
 from ._progress import StepBar, show_progress
+from ._publish import Publisher, load_servers
 from ._stack import RolloutStack, rollout_stack
-from ._state import RolloutResult, TimedReward, TrainState, TrainSummary, prepare_model
+from ._state import RolloutResult, TimedReward, TrainState, TrainSummary, downsample, prepare_model
 from ._streaming import QUEUE_FILE, oldest_version, read_queue, run_streaming_stage
+from ._trajectories import record_step
 from ._weights import publish_weights
 
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ class Trainer:
         self.stopped = False
         self._work: anyio.CancelScope | None = None
         self._learner_lock = anyio.CapacityLimiter(1)
+        self.health = HealthWatch()  # a resumed run's history is read when the run starts
         self.checkpoint_files: Callable[[], dict[str, bytes]] | None = None
         """More state for each checkpoint (a streaming stage's queued groups)."""
 
@@ -157,7 +159,8 @@ class Trainer:
                     self.queued = read_queue((latest_checkpoint(self.run_dir / "checkpoints") / QUEUE_FILE).read_bytes())  # type: ignore[operator]
         weights = Path(self.state.weights_dir) if self.state.weights_dir else base
         if self.state.weights_dir and not weights.is_dir():
-            # replaced by a later sync (only the newest is kept) before a kill: write the learner's back
+            # A later step's sync replaced this export before the run was killed (only
+            # the newest is kept); the learner holds its weights again: write them back.
             await self._learn(self.driver.export, weights)
             publish_weights(weights, self.config.stage_rollout(self.state.stage))
         c = self.config
@@ -170,23 +173,25 @@ class Trainer:
             reward=c.reward, log_dir=self.run_dir, weight_sync=weight_sync,
         ) as stack:  # fmt: skip
             if self.state.weight_version:  # resumed: servers we started hold these weights but not their
-                await self._sync(stack, weights, self.state.weight_version)  # version; others may hold older ones
+                await load_servers(stack, weights, self.state.weight_version)  # version; others may hold older ones
             self.timed = stack.engine.reward = TimedReward(stack.grader)
-            with MetricsWriter(self.run_dir) as metrics, anyio.CancelScope() as self._work:
-                if self.stopped:  # asked before the work began
-                    self._work.cancel()
-                for index in range(self.state.stage, len(c.stages)):
-                    stage = c.stages[index]
-                    if stage.kind == "sft":
-                        await self._sft_stage(stack, stage, metrics)
-                    else:
-                        await self._rl_stage(stack, index, stage, metrics)
-                    self.state.stage, self.state.step_in_stage = index + 1, 0
-                if not self.state.evals or self.state.evals[-1]["rl_step"] != self.state.rl_step:
-                    await self._evaluate(stack, metrics, "final")
-            if self.stopped and self.state.stage < len(c.stages):
-                with anyio.CancelScope(shield=True):
-                    await self._checkpoint(self.state.step_in_stage)
+            self.health = HealthWatch(read_metrics(self.run_dir / "metrics.jsonl"))  # resumed: its medians too
+            async with Publisher(stack, self._learn, self.driver, current=weights) as self.publisher:
+                with MetricsWriter(self.run_dir) as metrics, anyio.CancelScope() as self._work:
+                    if self.stopped:  # asked before the work began
+                        self._work.cancel()
+                    for index in range(self.state.stage, len(c.stages)):
+                        stage = c.stages[index]
+                        if stage.kind == "sft":
+                            await self._sft_stage(stack, stage, metrics)
+                        else:
+                            await self._rl_stage(stack, index, stage, metrics)
+                        self.state.stage, self.state.step_in_stage = index + 1, 0
+                    if not self.state.evals or self.state.evals[-1]["rl_step"] != self.state.rl_step:
+                        await self._evaluate(stack, metrics, "final")
+                if self.stopped and self.state.stage < len(c.stages):
+                    with anyio.CancelScope(shield=True):
+                        await self._checkpoint(self.state.step_in_stage)
 
     # --- stages -------------------------------------------------------------------
 
@@ -206,7 +211,7 @@ class Trainer:
                 bar.advance(f"loss {stats.loss:.4f}")
                 await anyio.lowlevel.checkpoint()  # where a stop takes effect
         self.phase_seconds["sft"] += time.monotonic() - t0
-        await self._export_and_sync(stack)
+        await self._export_and_sync()
         await self._evaluate(stack, metrics, stage.name)
         await self._checkpoint(stage.steps)
 
@@ -250,7 +255,11 @@ class Trainer:
             values = await self._update(stack, stage, done)
             self.state.rl_step += 1
             self.state.step_in_stage = step + 1
-            metrics.write(self.state.rl_step, {"stage": stage.name, **values, **(extra() if extra else {})})
+            values.update(extra() if extra else {})
+            self.health.check(self.state.rl_step, values)  # warns when the mismatch or the ratio jumps
+            metrics.write(self.state.rl_step, {"stage": stage.name, **values})
+            record = partial(record_step, self.run_dir / "trajectories", self.state.rl_step, stage.name, done.decisions)
+            await anyio.to_thread.run_sync(record, stack.engine.tokenizer)  # every trajectory, for `rstar2 view`
 
     async def after_step(self, stack: RolloutStack, stage: StageConfig, step: int, metrics: MetricsWriter) -> None:
         """The evaluation and the checkpoint a step may be due."""
@@ -274,7 +283,7 @@ class Trainer:
                 batch, stage.n_oversample, max_turns=stage.max_turns, max_response_tokens=stage.max_response_tokens
             ) as stream:
                 async for group in stream:
-                    done.add(group, roc_downsample(group, stage.n_keep, rng, selection=stage.roc_selection))
+                    done.add(group, downsample(group, stage, rng))
             tg.cancel_scope.cancel()
         done.seconds = time.monotonic() - t0
         done.reward_seconds = self.timed.seconds - reward_before
@@ -287,17 +296,14 @@ class Trainer:
                           rl_step=self.state.rl_step + 1, stage=stage.name)  # fmt: skip
         oldest = self.state.weight_version - self.config.run.max_staleness
         fresh = done.trained = [g for g in done.kept if oldest_version(g, oldest) >= oldest]
-        values: dict[str, Any] = rollout_metrics(done.groups)
-        values.update({f"roc/dropped_{k}": v for k, v in done.dropped.items()})
-        values["roc/groups_kept"] = len(fresh)
-        values["async/stale_groups_dropped"] = len(done.kept) - len(fresh)
+        values = update_metrics(done, fresh, self.state.weight_version)
         update_s = sync_s = 0.0
         if fresh:  # a batch where every group was all-right or all-wrong teaches nothing
             t1 = time.monotonic()
             stats = await self._learn(self.driver.grpo_step, fresh)
             update_s = time.monotonic() - t1
             values.update({f"learner/{k}": v for k, v in msgspec.structs.asdict(stats).items()})
-            sync_s = await self._export_and_sync(stack)
+            sync_s = await self._export_and_sync()
         timings = {"rollout": done.seconds, "reward": done.reward_seconds, "update": update_s, "sync": sync_s}
         for phase, seconds in timings.items():
             values[f"time/{phase}_s"] = seconds
@@ -321,27 +327,13 @@ class Trainer:
 
     # --- weights, evaluation, checkpoints --------------------------------------------
 
-    async def _export_and_sync(self, stack: RolloutStack) -> float:
+    async def _export_and_sync(self) -> float:
         t0 = time.monotonic()
         version = self.state.weight_version + 1
         out = self.run_dir / "weights" / f"v{version:06d}"
-        # On disk whatever the transport: a broadcast sends this directory's tensors,
-        # and --resume, a restarted server or one the broadcast failed on load it.
-        await self._learn(self.driver.export, out)
-        publish_weights(out, self.config.stage_rollout(self.state.stage))  # what eval --model runs it with
-        await self._sync(stack, out, version)
-        previous = self.state.weights_dir
+        await self.publisher.publish(out, version, self.config.stage_rollout(self.state.stage))
         self.state.weight_version, self.state.weights_dir = version, str(out)
-        if previous and Path(previous).parent == out.parent:
-            shutil.rmtree(previous, ignore_errors=True)  # the servers hold the new ones now
         return time.monotonic() - t0
-
-    async def _sync(self, stack: RolloutStack, weights: Path, version: int) -> None:
-        if stack.sync is None:
-            raise TrainError("training needs token mode (inference.mode = \"tokens\"): chat endpoints cannot load weights")
-        await stack.sync.sync(weights, version)
-        if stack.fleet is not None:
-            stack.fleet.set_model(str(weights))  # a restarted server comes back with these
 
     async def _evaluate(self, stack: RolloutStack, metrics: MetricsWriter, label: str) -> None:
         section = self.config.eval
@@ -357,10 +349,13 @@ class Trainer:
         scores = [v for k, v in record.items() if k not in ("rl_step", "stage")]
         record["accuracy"] = sum(scores) / len(scores)
         self.state.evals.append(record)
-        metrics.write(self.state.rl_step, {f"eval/{k}": v for k, v in record.items() if k not in ("rl_step", "stage")})
-        self.phase_seconds["eval"] += time.monotonic() - t0
+        seconds = time.monotonic() - t0
+        values = {f"eval/{k}": v for k, v in record.items() if k not in ("rl_step", "stage")}
+        metrics.write(self.state.rl_step, {**values, "time/eval_s": seconds})  # stacked on the step's phases
+        self.phase_seconds["eval"] += seconds
 
     async def _checkpoint(self, step_in_stage: int) -> None:
+        await self.publisher.written()  # the checkpoint names the export: on disk first
         self.state.step_in_stage = step_in_stage
         root = self.run_dir / "checkpoints"
         files = self.checkpoint_files() if self.checkpoint_files else None  # it updates the state: first

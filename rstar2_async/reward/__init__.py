@@ -1,17 +1,22 @@
 """Step 4 of an RL step: what a finished trajectory is worth.
 
 The default is rStar2's math reward: the last ``\\boxed{}`` of the last ``<answer>``
-block (``_answer``), right when our normaliser (``_normalise``) or math-verify (in
-killable worker processes, ``_worker``) says it equals the gold answer.  A run may
-bring its own :data:`RewardFunction` (``[reward] function = "pkg.module:fn"``) with
+block (``_answer``), right when our comparer (``_normalise``, ``_compare``) or
+math-verify (in killable worker processes, ``_worker``) says it equals the gold
+answer.  Evaluation of outside models may grade leniently (``_lenient``: an answer
+written without a box is read from free text).  A run may bring its own
+:data:`RewardFunction` (``[reward] function = "pkg.module:fn"``, ``_function``) with
 the same timeout and worker guarantees (``_grader``).  The engine calls any
 :class:`Reward`; :class:`Grader` is the one shipped.
 """
 
 from ..errors import GraderBrokenError
 from ._answer import AnswerFormat, answer_format, extract_answer
-from ._grader import Grader, GraderStatistics, Reward, RewardFunction
-from ._normalise import MAX_ANSWER_CHARS, answers_match, normalize_answer
+from ._compare import answers_match
+from ._function import Reward, RewardFunction
+from ._grader import Grader, GraderStatistics
+from ._lenient import GradingMode, final_answer
+from ._normalise import MAX_ANSWER_CHARS, normalize_answer
 from ._score import GRADING_TIMEOUT_S, score
 from ._worker import WORKER_START_TIMEOUT_S
 
@@ -21,6 +26,7 @@ __all__ = [
     "Grader",
     "GraderBrokenError",
     "GraderStatistics",
+    "GradingMode",
     "MAX_ANSWER_CHARS",
     "Reward",
     "RewardFunction",
@@ -28,6 +34,7 @@ __all__ = [
     "answer_format",
     "answers_match",
     "extract_answer",
+    "final_answer",
     "normalize_answer",
     "score",
 ]

@@ -12,7 +12,7 @@ import re
 
 import msgspec
 
-__all__ = ["AnswerFormat", "answer_format", "extract_answer"]
+__all__ = ["AnswerFormat", "answer_format", "answer_region", "boxed_answers", "extract_answer"]
 
 
 class AnswerFormat(msgspec.Struct, frozen=True):
@@ -59,10 +59,11 @@ def _brace_pairs(text: str) -> dict[int, int]:
     return pairs
 
 
-def _last_boxed(text: str) -> str | None:
-    """Contents of the last readable box; boxes nested in a taken box do not count."""
+def boxed_answers(text: str) -> list[tuple[str, int, int]]:
+    """(contents, start, end) of every readable box, in order; boxes nested in a taken
+    box do not count.  Linear time."""
     pairs: dict[int, int] | None = None
-    last = None
+    found = []
     resume = 0
     for m in _BOX.finditer(text):
         if m.start() < resume:
@@ -80,12 +81,22 @@ def _last_boxed(text: str) -> str | None:
         else:
             continue
         if content:
-            last = content
-    return last
+            found.append((content, m.start(), resume))
+    return found
 
 
-def answer_format(text: str) -> AnswerFormat:
-    """Find the ``<answer>`` blocks and the final answer of one response.  Linear time."""
+def answer_region(text: str) -> tuple[int, int]:
+    """Where the final answer is looked for: the last complete ``<answer>`` block if it
+    holds a box, else the whole text (as `extract_answer` reads it)."""
+    blocks = _answer_blocks(text)[0]
+    if blocks and boxed_answers(text[blocks[-1][0] : blocks[-1][1]]):
+        return blocks[-1]
+    return 0, len(text)
+
+
+def _answer_blocks(text: str) -> tuple[list[tuple[int, int]], int]:
+    """The (start, end) of each complete ``<answer>`` block's contents, and the number
+    of unmatched tags."""
     blocks: list[tuple[int, int]] = []
     unmatched = 0
     open_at: int | None = None
@@ -98,7 +109,17 @@ def answer_format(text: str) -> AnswerFormat:
         else:
             blocks.append((open_at, m.start()))
             open_at = None
-    unmatched += open_at is not None
+    return blocks, unmatched + (open_at is not None)
+
+
+def _last_boxed(text: str) -> str | None:
+    boxes = boxed_answers(text)
+    return boxes[-1][0] if boxes else None
+
+
+def answer_format(text: str) -> AnswerFormat:
+    """Find the ``<answer>`` blocks and the final answer of one response.  Linear time."""
+    blocks, unmatched = _answer_blocks(text)
     in_block = _last_boxed(text[blocks[-1][0] : blocks[-1][1]]) if blocks else None
     return AnswerFormat(
         answer_blocks=len(blocks),

@@ -32,14 +32,15 @@ import enum
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol, final
+from typing import final
 
 import anyio
 import msgspec
 
-from .._plugins import load_object
-from ..errors import GraderBrokenError, PluginError
+from ..errors import GraderBrokenError
 from ..types import Problem
+from ._function import load_function
+from ._lenient import GradingMode
 from ._score import GRADING_TIMEOUT_S, alarm_seconds, quick_verdict
 from ._worker import (
     WORKER_FAILURES,
@@ -51,22 +52,10 @@ from ._worker import (
     reward_reply,
 )
 
-__all__ = ["Grader", "GraderStatistics", "Reward", "RewardFunction"]
+__all__ = ["Grader", "GraderStatistics"]
 
 _log = logging.getLogger(__name__)
 
-RewardFunction = Callable[[str, Problem], float] | Callable[[str, Problem], Awaitable[float]]
-"""A user's reward: ``(response_text, problem) -> float``, sync or async.
-``response_text`` is what the model generated over all its turns (tool responses
-left out), as the math grader reads it."""
-
-
-class Reward(Protocol):
-    """What the rollout engine calls when a trajectory ends (:class:`Grader` is one).
-
-    Must not raise for anything the response contains; cancellation propagates."""
-
-    async def reward(self, response_text: str, problem: Problem) -> float: ...
 
 class GraderStatistics(msgspec.Struct, frozen=True):
     """A snapshot of a `Grader`.  Counters cover its whole life."""
@@ -116,6 +105,8 @@ class Grader:
             alarms are set to a third of it, in whole seconds (off below 3 s).
         function: a ``"module:name"`` import path of a :data:`RewardFunction` to grade
             with instead of the math grader (sync: in the workers; async: on the loop).
+        mode: how the math grader finds the final answer: ``"strict"`` (rStar2's
+            boxed answer; training) or ``"lenient"`` (also free text; see `final_answer`).
 
     Resource handling: entering starts all workers and returns once each is ready (a
     start that overruns `WORKER_START_TIMEOUT_S` raises); an async ``function`` needs
@@ -126,21 +117,31 @@ class Grader:
 
     Raises:
         RuntimeError: entering a grader twice, or after it closed.
-        ValueError: `workers` < 1 or `timeout` <= 0.
+        ValueError: `workers` < 1, `timeout` <= 0 or an unknown `mode`.
         PluginError: ``function`` does not load or is not a function of two arguments.
     """
 
-    def __init__(self, workers: int = 2, *, timeout: float = GRADING_TIMEOUT_S, function: str | None = None) -> None:
+    def __init__(
+        self,
+        workers: int = 2,
+        *,
+        timeout: float = GRADING_TIMEOUT_S,
+        function: str | None = None,
+        mode: GradingMode = "strict",
+    ) -> None:
         if workers < 1:
             raise ValueError(f"workers: expected int >= 1, got {workers!r}")
         if not timeout > 0:
             raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
+        if mode not in ("strict", "lenient"):
+            raise ValueError(f"mode: expected 'strict' or 'lenient', got {mode!r}")
+        self._mode: GradingMode = mode
         self._max_workers = workers
         self._timeout = timeout
         self._function = function
         self._async_function: Callable[[str, Problem], Awaitable[float]] | None = None
         if function is not None:
-            fn = _load_function(function)
+            fn = load_function(function)
             self._async_function = fn if inspect.iscoroutinefunction(fn) else None
         self._state = _State.UNOPENED
         self._slots = anyio.Semaphore(workers)
@@ -230,12 +231,14 @@ class Grader:
             kind = reply.error.partition(":")[0]
             if kind not in self._logged:  # once per kind: a broken function fails every call
                 self._logged.add(kind)
-                _log.warning("reward function %s: %s (rewarded 0.0; later ones counted, not logged)", self._function, reply.error)
+                _log.warning(
+                    "reward function %s: %s (rewarded 0.0; later ones counted, not logged)", self._function, reply.error
+                )
         return self._count(reply.value)
 
     async def score(self, response_text: str, gold: str) -> float:
-        """Grade one response against the gold answer with the math grader: 1.0 if
-        right, else 0.0.
+        """Grade one response against the gold answer with the math grader, in this
+        grader's mode: 1.0 if right, else 0.0.
 
         Waits for a free worker when all are busy.  Cancellation-safe: a cancelled
         call leaves no request half-answered (its worker is killed and replaced) and
@@ -249,7 +252,7 @@ class Grader:
         self._check_open()
         if self._function is not None:
             raise RuntimeError(f"this Grader grades with {self._function}: call reward(response_text, problem)")
-        verdict, answer = quick_verdict(response_text, gold)
+        verdict, answer = quick_verdict(response_text, gold, self._mode)
         if verdict is not None:
             self._by_normaliser += verdict == 1.0
             self._without_worker += 1
@@ -307,14 +310,3 @@ class Grader:
             workers_started=self._started,
             function_errors=self._function_errors,
         )
-
-
-def _load_function(path: str) -> Callable[..., object]:
-    fn = load_object(path, field="reward.function")
-    try:
-        inspect.signature(fn).bind("response", None)
-    except TypeError:
-        raise PluginError(f"reward.function: {path!r} is not a function (response_text, problem) -> float") from None
-    except ValueError:  # no signature to read (a builtin): let the first call tell
-        pass
-    return fn

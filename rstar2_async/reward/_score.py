@@ -1,5 +1,9 @@
 """The math grader for plain synchronous code, and what it shares with `Grader`: the
-verdicts reached without math-verify and the worker's alarm."""
+verdicts reached without math-verify and the worker's alarm.
+
+Both grade in one of two modes (`GradingMode`, see ``_lenient``): ``"strict"``, the
+default and what training uses, reads rStar2's boxed answer only; ``"lenient"`` also
+reads a response's final answer from free text, for evaluating outside models."""
 
 from __future__ import annotations
 
@@ -8,8 +12,9 @@ import os
 import re
 import threading
 
-from ._answer import extract_answer
-from ._normalise import MAX_ANSWER_CHARS, answers_match
+from ._compare import answers_match
+from ._lenient import EQUALS, GradingMode, final_answer
+from ._normalise import MAX_ANSWER_CHARS
 from ._worker import GradeRequest, SyncWorker
 
 __all__ = ["GRADING_TIMEOUT_S", "alarm_seconds", "quick_verdict", "score"]
@@ -21,15 +26,28 @@ pathological expression (a tower of powers, a huge factorial) that is wrong anyw
 
 _PLAIN_INT = re.compile(r"\s*[-+]?\d{1,50}\s*")
 """An integer literal (no separators): exact, so the normaliser's "no" is final."""
+_SUBSCRIPT = re.compile(r"_\{?\w+\}?|\\[a-zA-Z]+")
+_UNKNOWN_EXPRESSION = re.compile(r"(?=.*[a-zA-Z])(?=.*[\d+\-*/^])")
+"""A letter beside a digit or an operator: ``3x + 2``, not ``x``, ``a_1`` or ``\\text{Area}``."""
 
 
-def quick_verdict(response_text: str, gold: str) -> tuple[float | None, str]:
+def _unsolved(answer: str, gold: str) -> bool:
+    """An equation whose left side is an expression in an unknown (``3x + 2 = 11``)
+    does not answer a gold answer with no ``=``; math-verify would compare its right
+    side (11) and accept it."""
+    sides = EQUALS.split(answer)
+    return len(sides) == 2 and "=" not in gold and bool(_UNKNOWN_EXPRESSION.match(_SUBSCRIPT.sub("", sides[0])))
+
+
+def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -> tuple[float | None, str]:
     """(verdict, answer): a verdict reached without math-verify, else (None, answer)."""
-    answer = extract_answer(response_text)
+    answer = final_answer(response_text, gold, mode=mode)
     if answer is None or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0, ""
     if answers_match(answer, gold):
         return 1.0, answer
+    if _unsolved(answer, gold):
+        return 0.0, answer
     if _PLAIN_INT.fullmatch(answer) and _PLAIN_INT.fullmatch(gold):
         return 0.0, answer  # two different integers: math-verify cannot disagree
     return None, answer
@@ -54,8 +72,11 @@ def _kill_sync_worker() -> None:
         _sync_worker = None
 
 
-def score(response_text: str, gold: str, *, timeout: float = GRADING_TIMEOUT_S) -> float:
+def score(response_text: str, gold: str, *, timeout: float = GRADING_TIMEOUT_S, mode: GradingMode = "strict") -> float:
     """Grade one response against the gold answer: 1.0 if right, else 0.0.
+
+    ``mode="strict"`` (the default, rStar2's format) grades the boxed answer only;
+    ``mode="lenient"`` also reads an answer written without a box (see `final_answer`).
 
     Synchronous, for plain code.  Calls from several threads are safe and take turns
     on this process's one worker; `timeout` bounds the grading itself, not the wait
@@ -67,12 +88,12 @@ def score(response_text: str, gold: str, *, timeout: float = GRADING_TIMEOUT_S) 
 
     Raises:
         GraderBrokenError: no worker could be started.
-        ValueError: `timeout` <= 0.
+        ValueError: `timeout` <= 0, or an unknown `mode`.
     """
     global _sync_worker
     if not timeout > 0:
         raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
-    verdict, answer = quick_verdict(response_text, gold)
+    verdict, answer = quick_verdict(response_text, gold, mode)
     if verdict is not None:
         return verdict
     request = GradeRequest(answer=answer, gold=gold, alarm_s=alarm_seconds(timeout))
@@ -85,5 +106,3 @@ def score(response_text: str, gold: str, *, timeout: float = GRADING_TIMEOUT_S) 
             _sync_worker = None
             return 0.0
     return 1.0 if reply.correct else 0.0
-
-

@@ -4,8 +4,10 @@ Rollouts are oversampled (``n_oversample`` per problem, rStar2: 32) and each fin
 group is downsampled to ``n`` (rStar2: 16) before the GRPO update:
 
 1. A group whose rewards are all equal carries no advantage signal: dropped whole.
-2. The kept share of positives equals their share in the oversampled group, rounded,
-   with at least one positive and one negative where both exist.
+2. Each class keeps its share of the oversampled group, rounded (rStar2's released
+   code: Python's ``round``, half to even), and a class that would fall below
+   ``min_per_class`` (rStar2: 2) is raised to that (or to all it has), the other
+   class taking the rest: :func:`split_counts`.
 3. Positives are filtered for quality by a penalty (lower is better)::
 
        penalty = tool_error_ratio + format_penalty
@@ -41,6 +43,7 @@ clean trajectory (penalty 0) is ~11x as likely as one with penalty 0.5, not
 infinitely more likely."""
 
 Selection = Literal["lowest_penalty", "inverse_penalty"]
+Rounding = Literal["half_even", "half_up"]
 
 
 class FormatVerdict(NamedTuple):
@@ -122,21 +125,52 @@ class RocDecision(msgspec.Struct, frozen=True):
     reason: str = ""
 
 
-def split_counts(num_pos: int, num_neg: int, n: int) -> tuple[int, int]:
+def split_counts(
+    num_pos: int, num_neg: int, n: int, *, min_per_class: int, rounding: Rounding
+) -> tuple[int, int]:
     """How many positives and negatives to keep out of ``num_pos + num_neg > n``.
 
-    The positive share of the oversampled group is kept (rounded half up), clamped
-    so both classes keep at least one member where both exist and neither asks for
-    more than it has. Always sums to ``n``.
+    rStar2's released rule (``rstar2_agent/down_sample/roc.py``), in its order:
+
+    1. each class keeps ``round(count * n / total)``, rounded half to even
+       (``"half_even"``, Python's ``round``) or half up (``"half_up"``);
+    2. if *both* classes round below ``min_per_class``, the group is kept whole:
+       ``(num_pos, num_neg)`` is returned (this needs ``n < 2 * min_per_class``);
+    3. negatives get ``n`` minus the positives' count (the two roundings already sum
+       to ``n`` except at a tie: always with half up, with half to even when ``n`` is
+       odd; the positives' rounding decides there, where rStar2's code fails its assert);
+    4. negatives below ``min(min_per_class, num_neg)`` are raised to it, positives
+       taking the rest; then positives below ``min(min_per_class, num_pos)`` likewise.
+
+    Otherwise always sums to ``n``.  For 32 kept to 16 with half to even and 2 per
+    class, 5 positives keep 2 and 2 positives keep both; half up with 1 per class
+    (this project's rule before) keeps 3 and 1.
+
+    Raises:
+        ValueError: ``rounding`` is neither ``"half_even"`` nor ``"half_up"``.
     """
     total = num_pos + num_neg
     assert total > n >= 1, f"split_counts needs num_pos + num_neg > n >= 1, got {total}, {n}"
-    k_pos = math.floor(n * num_pos / total + 0.5)
-    if num_pos and num_neg and n >= 2:
-        k_pos = min(max(k_pos, 1), n - 1)
-    k_pos = min(k_pos, num_pos)
-    k_neg = min(n - k_pos, num_neg)
-    return n - k_neg, k_neg
+    assert min_per_class >= 0, f"split_counts: min_per_class must be >= 0, got {min_per_class}"
+    k_pos = _round(num_pos * n / total, rounding)
+    if k_pos < min_per_class and _round(num_neg * n / total, rounding) < min_per_class:
+        return num_pos, num_neg
+    k_neg = n - k_pos
+    if k_neg < min(min_per_class, num_neg):
+        k_neg = min(min_per_class, num_neg)
+        k_pos = n - k_neg
+    if k_pos < min(min_per_class, num_pos):
+        k_pos = min(min_per_class, num_pos)
+        k_neg = n - k_pos
+    return k_pos, k_neg
+
+
+def _round(x: float, rounding: Rounding) -> int:
+    if rounding == "half_even":
+        return round(x)  # Python's: 2.5 -> 2, 3.5 -> 4 (x is exact at ties: count * n / total)
+    if rounding == "half_up":
+        return math.floor(x + 0.5)
+    raise ValueError(f"split_counts rounding: expected 'half_even' or 'half_up', got {rounding!r}")
 
 
 def roc_downsample(
@@ -145,6 +179,8 @@ def roc_downsample(
     rng: random.Random,
     *,
     selection: Selection = "lowest_penalty",
+    min_per_class: int = 2,
+    rounding: Rounding = "half_even",
     positive_threshold: float = 0.5,
     check: FormatCheck = default_format_check,
 ) -> RocDecision:
@@ -156,6 +192,8 @@ def roc_downsample(
             unless its rewards are all equal.
         rng: the only source of randomness; the same state gives the same decision.
         selection: how positives are chosen (module docstring).
+        min_per_class, rounding: how many of each class are kept (:func:`split_counts`;
+            the defaults are rStar2's).
         positive_threshold: a trajectory with reward > this is a positive.
         check: answer-format checker used by the penalty.
 
@@ -173,7 +211,7 @@ def roc_downsample(
     if len(trajs) <= n:
         return RocDecision(group, [t.sample_index for t in trajs], [], len(pos), len(neg))
 
-    k_pos, k_neg = split_counts(len(pos), len(neg), n)
+    k_pos, k_neg = split_counts(len(pos), len(neg), n, min_per_class=min_per_class, rounding=rounding)
     penalties = {i: trajectory_penalty(trajs[i], check) for i in pos}
     keep_pos, out_pos = _choose_positives(pos, penalties, k_pos, rng, selection)
     keep_neg = sorted(rng.sample(neg, k_neg))

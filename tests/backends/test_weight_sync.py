@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,11 +16,10 @@ import anyio
 import httpx
 import pytest
 
-from backends import SamplingParams
+from backends import BroadcastTransport, DiskTransport, PendingWeights, SamplingParams, WeightSync
 from backends._errors import WeightSyncError
 from backends._launcher import free_port
 from backends._pool import ServerPool
-from backends._weight_sync import DiskTransport, WeightSync
 from tests.fakes.fleet import FakeVLLM
 from tests.fakes.http import serve_http
 from tests.fakes.model import FakeByteTokenizer, FakeModelServer
@@ -180,8 +180,6 @@ async def test_broadcast_ranks_follow_each_servers_worker_count() -> None:
     # each worker at rank_offset + its rank, so the offsets are 1 and 3 of 7 ranks.
     import torch
 
-    from backends._weight_sync import BroadcastTransport
-
     fakes = [FakeVLLM(), FakeVLLM()]
     sender = FakeRecordingSender()
     async with fleet(*fakes) as pool:
@@ -199,8 +197,6 @@ async def test_broadcast_of_a_directory_sends_its_tensors_and_reloads_a_failed_s
     # left behind but reloads that same directory from disk.
     import torch
     from safetensors.torch import save_file
-
-    from backends._weight_sync import BroadcastTransport
 
     stored = {"w": torch.zeros(2, 3, dtype=torch.bfloat16), "b": torch.zeros(5)}
     save_file(stored, str(tmp_path / "model.safetensors"))
@@ -223,8 +219,6 @@ async def test_broadcast_over_gloo_to_receiver_processes(tmp_path: Path) -> None
     makes them read a safetensors directory into the same parameters."""
     import torch
     from safetensors.torch import save_file
-
-    from backends._weight_sync import BroadcastTransport
 
     weights = {
         "model.embed.weight": torch.arange(12, dtype=torch.float32).reshape(3, 4),
@@ -259,8 +253,6 @@ async def test_broadcast_falls_back_to_disk_for_good_once_a_server_left_the_grou
     import torch
     from safetensors.torch import save_file
 
-    from backends._weight_sync import BroadcastTransport
-
     save_file({"w": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
     fakes = [FakeVLLM(), FakeVLLM(fail_paths={"/update_weights"})]
     sender = FakeRecordingSender()
@@ -283,8 +275,6 @@ async def test_broadcast_falls_back_to_disk_for_good_once_a_server_left_the_grou
 async def test_broadcast_without_a_directory_fails_clearly_once_a_server_left(tmp_path: Path) -> None:
     import torch
 
-    from backends._weight_sync import BroadcastTransport
-
     fakes = [FakeVLLM(), FakeVLLM()]
     transport = BroadcastTransport(master_port=29600, sender=FakeRecordingSender())
     async with fleet(*fakes) as pool:
@@ -293,3 +283,59 @@ async def test_broadcast_without_a_directory_fails_clearly_once_a_server_left(tm
         pool.set_up(1, False)  # out of rotation at the next sync
         with pytest.raises(WeightSyncError, match=r"servers \[1\] left the broadcast group"):
             await sync.sync({"w": torch.ones(2)}, version=2)
+
+
+class FakeSignallingSender(FakeRecordingSender):
+    """Test double: records, and tells a waiting thread once ``count`` tensors went out."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+        self.all_sent = threading.Event()
+
+    def broadcast(self, tensor: object) -> None:
+        super().broadcast(tensor)
+        if len(self.sent) == self.count:
+            self.all_sent.set()
+
+
+@pytest.mark.parametrize("write_fails", [False, True])
+async def test_pending_weights_are_broadcast_before_their_directory_exists(tmp_path: Path, write_fails: bool) -> None:
+    # The trainer's path with the broadcast transport: the export is sent from memory
+    # while it is being written.  Every tensor goes out before the directory exists
+    # (were the broadcast waiting for it, this would time out); server 1's receive
+    # fails, and only its reload waits for the directory.  If the write fails, that
+    # server is taken out and the others keep the broadcast weights.
+    import torch
+    from safetensors.torch import save_file
+
+    tensors = {"w": torch.zeros(2, 3), "b": torch.ones(5)}
+    directory = tmp_path / "v000001"
+    pending = PendingWeights(tensors, directory)
+    fakes = [FakeVLLM(), FakeVLLM(fail_paths={"/update_weights"})]
+    sender = FakeSignallingSender(count=len(tensors))
+    reports = []
+
+    async def sync_and_record(sync: WeightSync) -> None:
+        reports.append(await sync.sync(pending, version=1))
+
+    async with fleet(*fakes) as pool:
+        sync = WeightSync(pool, BroadcastTransport(master_port=29600, sender=sender))
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sync_and_record, sync)
+                await anyio.to_thread.run_sync(sender.all_sent.wait)
+                assert not directory.exists()
+                if write_fails:
+                    pending.written(OSError("No space left on device"))
+                else:
+                    directory.mkdir()
+                    save_file(tensors, str(directory / "model.safetensors"))
+                    pending.written()
+    assert sender.sent == [(2, 3), (5,)]
+    assert fakes[0].weights == "initial" and fakes[0].version == "1"  # received by broadcast
+    if write_fails:
+        assert reports[0].servers == [0] and reports[0].removed == [1]
+    else:
+        assert reports[0].servers == [0, 1] and reports[0].retried == [1]
+        assert fakes[1].weights == str(directory.resolve()) and fakes[1].version == "1"

@@ -22,7 +22,7 @@ from rstar2_async.config import (
     read_rollout_record,
     to_toml,
 )
-from rstar2_async.recipe import Trainer
+from rstar2_async.recipe import Publisher, Trainer
 
 CPU_DEMO = Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.toml"
 TRAINED = RolloutConfig(system_prompt="Compute with the tool.", list_tools=False, max_turns=3, max_response_tokens=192)
@@ -123,13 +123,16 @@ async def test_the_trainer_publishes_each_export_with_its_rollout_settings(tmp_p
             return out
 
     class FakeSync:
+        transport = None  # the disk transport's path
+
         async def sync(self, weights: Path, version: int) -> None:
             synced.append((weights, version))
 
     trainer.driver = FakeDriver()  # type: ignore[assignment]
     stack = SimpleNamespace(sync=FakeSync(), fleet=None)
-    for _ in range(2):
-        await trainer._export_and_sync(stack)  # type: ignore[arg-type]
+    async with Publisher(stack, trainer._learn, trainer.driver) as trainer.publisher:  # type: ignore[arg-type]
+        for _ in range(2):
+            await trainer._export_and_sync()
     weights = trainer.run_dir / "weights"
     latest = weights / "latest"
     assert latest.is_symlink() and latest.resolve() == (weights / "v000002").resolve()

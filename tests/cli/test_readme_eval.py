@@ -54,7 +54,7 @@ class FakeTrain:
         self.weights = weights
 
     def __call__(self, config, *, resume: bool):  # type: ignore[no-untyped-def]
-        from rstar2_async.recipe import Trainer, TrainSummary
+        from rstar2_async.recipe import Publisher, Trainer, TrainSummary
 
         trainer = Trainer(config, resume=resume)
         weights = self.weights
@@ -64,6 +64,8 @@ class FakeTrain:
                 return Path(shutil.copytree(weights, out))
 
         class FakeSync:
+            transport = None  # the disk transport's path
+
             async def sync(self, directory: Path, version: int) -> None:
                 pass
 
@@ -71,9 +73,10 @@ class FakeTrain:
         stack = SimpleNamespace(sync=FakeSync(), fleet=None)
 
         async def exports() -> None:
-            for stage in (0, 1, 1):
-                trainer.state.stage = stage
-                await trainer._export_and_sync(stack)  # type: ignore[arg-type]
+            async with Publisher(stack, trainer._learn, trainer.driver) as trainer.publisher:  # type: ignore[arg-type]
+                for stage in (0, 1, 1):
+                    trainer.state.stage = stage
+                    await trainer._export_and_sync()
 
         anyio.run(exports)
         return TrainSummary(run_dir=str(trainer.run_dir), rl_steps=2, wall_s=0.0, evals=[], phase_seconds={}, plots=[])

@@ -96,7 +96,7 @@ DISTINCT: dict[str, Any] = {
         "affinity_queue_slack": 6, "expected_reservations": False, "expected_new_tokens": 555,
         "reserve_new_tokens": 444, "default_capacity_tokens": 99999,
     },
-    "reward": {"workers": 1, "timeout_s": 6.5},
+    "reward": {"workers": 1, "timeout_s": 6.5, "grading": "lenient"},
     "rollout": {"max_in_flight": 13, "tools": ["rstar2_async.rollout.tools:jupyter"]},
     "sandbox": {"workers": 1},
 }
@@ -128,7 +128,7 @@ async def test_inference_pool_and_reward_values_arrive_where_they_act(tmp_path: 
             timeout = client._http.timeout
             assert (timeout.connect, timeout.read, timeout.pool) == (3.5, 123.0, 7.5)
             assert client._http._transport._pool._max_connections == 77
-            assert (grader.statistics().max_workers, grader._timeout) == (1, 6.5)
+            assert (grader.statistics().max_workers, grader._timeout, grader._mode) == (1, 6.5, "lenient")
             assert engine.statistics().in_flight == 0 and engine._limiter.total_tokens == 13
             assert list(engine.toolbox.tools) == ["jupyter_code"]
         tg.cancel_scope.cancel()

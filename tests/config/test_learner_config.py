@@ -16,6 +16,8 @@ def test_defaults_are_rstar2s() -> None:
     assert (c.lr, c.warmup_steps, c.clip_low, c.clip_high, c.kl_coef, c.entropy_coef, c.mini_batches) == (
         1e-6, 20, 0.2, 0.28, 0.0, 0.0, 1,
     )  # fmt: skip
+    assert c.clip_c == 3.0  # verl's clip_ratio_c, which rStar2 trains with
+    assert LearnerConfig(clip_c=0).clip_c == 0 and LearnerConfig(clip_c=None).clip_c is None  # off
 
 
 @pytest.mark.parametrize(
@@ -28,6 +30,8 @@ def test_defaults_are_rstar2s() -> None:
         ({"clip_low": 1.5}, "learner.clip_low: expected float > 0 and < 1, got 1.5"),
         ({"learning_rate": 1e-6}, "unknown field `learning_rate`"),
         ({"clip_low": 0.3, "clip_high": 0.2}, "learner.clip_high (0.2) < learner.clip_low (0.3)"),
+        ({"clip_c": 0.5}, "learner.clip_c (0.5) must be > 1"),
+        ({"clip_c": -1}, "learner.clip_c: expected float >= 0 or none, got -1"),
     ],
 )
 def test_errors_name_the_field(data: dict, message: str) -> None:

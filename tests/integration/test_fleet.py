@@ -26,7 +26,7 @@ import pytest
 from backends import SamplingParams
 from backends._fleet import Fleet, FleetConfig
 from backends._pool import ServerPool
-from backends._weight_sync import DiskTransport, WeightSync
+from backends import DiskTransport, WeightSync
 from tests.integration.conftest import TINY_MAX_MODEL_LEN
 
 pytestmark = [pytest.mark.vllm, pytest.mark.anyio]

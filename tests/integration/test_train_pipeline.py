@@ -91,12 +91,24 @@ def test_sft_then_rl_through_the_real_stack(tmp_path: Path, monkeypatch: pytest.
     assert any(r["rollout/tool_calls_mean"] > r["rollout/tool_errors_mean"] for r in rl)  # calls that ran
     tool_runs = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert tool_runs and any(s["tool_calls"] for s in tool_runs)
+    # Every trajectory of every RL step is recorded for `rstar2 view`, with RoC's decision.
+    index = (run / "trajectories" / "index.jsonl").read_text().splitlines()
+    assert len(index) == sum(r["rollout/trajectories"] for r in records if "rollout/trajectories" in r)
+    assert any('"kept"' in row for row in index)
     # Weight sync: the SFT export moved the server to version 1 and greedy evaluation
     # on it differs from the untrained model's (which never emits a tool call).
     assert any(s["weight_version"] >= 1 for s in tool_runs)
     assert (run / "weights").is_dir() and any((run / "weights").iterdir())
     assert summary.evals[0]["stage"] == "sft" and summary.evals[-1]["stage"] == "final"
     assert (run / "plots" / "reward.png").stat().st_size > 1000
+    # The training-health signals of every trained step (recipe/_health.py).
+    trained = [r for r in rl if "learner/loss" in r]
+    health = ["learner/logprob_diff_mean", "learner/logprob_diff_max", "learner/entropy", "learner/clip_frac_low",
+              "learner/clip_frac_high", "learner/clip_frac_dual", "learner/ratio_max", "rollout/response_tokens_max",
+              "rollout/finish_token_budget", "rollout/tool_error_rate", "roc/all_equal_share", "async/staleness_max"]  # fmt: skip
+    assert trained and all(k in r for r in trained for k in health)
+    assert all(r["learner/entropy"] > 0 and 0 <= r["learner/logprob_diff_mean"] <= r["learner/logprob_diff_max"] for r in trained)
+    assert (run / "plots" / "mismatch.png").stat().st_size > 1000
     assert (run / "tensorboard").is_dir()
     assert {"rollout", "sft", "eval"} <= {k for k, v in summary.phase_seconds.items() if v > 0}
     # The hard stage sampled every problem, kept those not solved every time (stored

@@ -155,6 +155,29 @@ def test_export_carries_the_tokenizer(tiny_chat_model: Path, tmp_path: Path) -> 
     assert tok.apply_chat_template(msgs, tokenize=False) == ref.apply_chat_template(msgs, tokenize=False)
 
 
+@pytest.mark.parametrize("stage", [0, 3])
+def test_a_pending_export_writes_what_save_hf_checkpoint_writes(tiny_chat_model: Path, tmp_path: Path, stage: int) -> None:
+    # The broadcast transport sends a gathered export while it is written: the
+    # directory must be the one save_hf_checkpoint writes, byte for byte, even when
+    # the learner has moved on before the write.
+    from rstar2_async.config import LearnerConfig
+    from rstar2_async.learn import Learner, gather_export, save_hf_checkpoint
+
+    learner = Learner(LearnerConfig(zero_stage=stage, precision="bf16", gradient_checkpointing=False), tiny_chat_model)
+    direct = save_hf_checkpoint(learner, tmp_path / "direct")
+    pending = gather_export(learner)
+    assert direct is not None and pending is not None
+    if stage == 0:
+        with torch.no_grad():
+            for p in learner.module.parameters():
+                p.add_(1.0)  # the learner's next step, before the write
+    later = pending.write(tmp_path / "later")
+    names = sorted(p.name for p in direct.iterdir())
+    assert names == sorted(p.name for p in later.iterdir()) and "model.safetensors" in names
+    for name in names:
+        assert (direct / name).read_bytes() == (later / name).read_bytes(), name
+
+
 def test_two_processes_match_one(tiny_lm: Path, tmp_path: Path, stage_runs) -> None:  # noqa: ANN001
     """ZeRO-0/2/3 on 2 gloo ranks: each rank gets half the batch; losses and the
     exported ZeRO-3 weights equal the single-process run's."""

@@ -1,4 +1,4 @@
-"""The export's write half (``_export.write_safetensors_dir``): files safetensors and
+"""The export's write half (``_export_writer.write_safetensors_dir``): files safetensors and
 transformers read, the shard plan, atomic publication, and errors that publish nothing."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from rstar2_async.learn._export import TensorSpec, write_safetensors_dir
+from rstar2_async.learn._export_writer import TensorSpec, write_safetensors_dir
 
 
 def _tensors() -> dict[str, torch.Tensor]:

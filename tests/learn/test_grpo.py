@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rstar2_async.learn import collate, group_advantages, policy_loss, sequences_from_groups
+from rstar2_async.learn import collate, group_advantages, logprob_diff, policy_loss, sequences_from_groups
 from rstar2_async.types import Group, Problem, Trajectory, Turn
 
 
@@ -67,6 +67,52 @@ def test_kl_entropy_and_is_weight_by_hand() -> None:
     assert loss.item() == pytest.approx(-1.0 - 0.02) and float(st["entropy"]) == pytest.approx(2.0)
     loss, _ = _loss([-1.0], [-1.0], [1.0], [1.0], is_weight=torch.tensor([0.5]))
     assert loss.item() == pytest.approx(-0.5)
+
+
+def test_dual_clip_by_hand() -> None:
+    # clip 0.2 / 0.28, clip_c 3.  Per token, verl's max(-A r, -A clip(r)) then, for A < 0,
+    # min(that, -A * 3):
+    # t0: A=-1,   r=5   -> max(5, 1.28) = 5, capped at 3          (dual)
+    # t1: A=-2,   r=2   -> max(4, 2.56) = 4, cap 6 not reached
+    # t2: A=+1,   r=5   -> max(-5, -1.28) = -1.28                 (clipped high; no cap for A > 0)
+    # t3: A=-1,   r=0.5 -> max(0.5, 0.8) = 0.8, cap 3             (clipped low)
+    # t4: A=-0.5, r=10  -> masked out
+    ratios, adv = [5.0, 2.0, 5.0, 0.5, 10.0], [-1.0, -2.0, 1.0, -1.0, -0.5]
+    mask = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0])
+    old = torch.full((5,), -2.0)
+
+    def run(**kw):
+        logp = torch.tensor([-2.0 + math.log(r) for r in ratios], requires_grad=True)
+        loss, st = policy_loss(logp, old, torch.tensor(adv), mask, clip_low=0.2, clip_high=0.28, **kw)
+        return logp, loss, st
+
+    logp, loss, st = run(clip_c=3.0)
+    assert loss.item() == pytest.approx(3.0 + 4.0 - 1.28 + 0.8, abs=1e-5)
+    assert {k: float(v) for k, v in st.items()} == pytest.approx(
+        {"clipped": 2, "clipped_low": 1, "clipped_high": 1, "clipped_dual": 1, "ratio": 12.5, "ratio_max": 5.0}
+    )
+    loss.backward()
+    # Capped and clipped tokens get no gradient; t1: d(-A r)/dlogp = -A r = 4.
+    assert logp.grad.tolist() == pytest.approx([0.0, 4.0, 0.0, 0.0, 0.0], abs=1e-5)
+    # Off (None or 0): the pessimistic bound alone, 5 for t0; no clipped_dual stat.
+    for off in (None, 0.0):
+        _, loss, st = run(clip_c=off)
+        assert loss.item() == pytest.approx(5.0 + 4.0 - 1.28 + 0.8, abs=1e-5) and "clipped_dual" not in st
+    # The importance weight applies after the cap (verl's rollout_is_weights): t0 -> 3 * 0.5.
+    _, loss, _ = run(clip_c=3.0, is_weight=torch.tensor([0.5, 1.0, 1.0, 1.0, 1.0]))
+    assert loss.item() == pytest.approx(1.5 + 4.0 - 1.28 + 0.8, abs=1e-5)
+    # The cap binds from ratio 3 on (A = -1): at 2.9 not yet, at 3.5 it does.
+    for r, want in ((2.9, 2.9), (3.5, 3.0)):
+        lp = torch.tensor([math.log(r)])
+        got = policy_loss(lp, torch.zeros(1), torch.tensor([-1.0]), torch.ones(1), clip_low=0.2, clip_high=0.28, clip_c=3.0)
+        assert got[0].item() == pytest.approx(want, abs=1e-5)
+
+
+def test_logprob_diff_by_hand() -> None:
+    total, top = logprob_diff(
+        torch.tensor([-1.0, -2.0, -3.0, -0.1]), torch.tensor([-1.5, -2.0, -1.0, -0.4]), torch.tensor([1.0, 1.0, 0.0, 1.0])
+    )  # |0.5|, 0, masked (2.0), |0.3|
+    assert float(total) == pytest.approx(0.8) and float(top) == pytest.approx(0.5)
 
 
 def test_sequences_mask_tool_tokens_and_align_targets() -> None:

@@ -102,10 +102,66 @@ async def test_broadcast_sync_sends_the_export_to_every_server(export: tuple[Pat
         ) as stack:
             assert stack.sync is not None and stack.pool is not None
             with anyio.fail_after(120):
-                report = await stack.sync.sync(out, version=1)  # as the trainer's _sync does
+                report = await stack.sync.sync(out, version=1)  # as a resumed run's load_servers does
             assert stack.pool.weight_version == 1
         # Broadcast, and no server needed the disk fallback: what they hold came over gloo.
         assert report.transport == "broadcast" and report.servers == [0, 1]
         assert report.retried == [] and report.removed == []
         for port in ports:
             await assert_holds(port, exported, version="1")
+
+
+@pytest.mark.anyio
+async def test_publish_broadcasts_the_learners_weights_while_it_writes_them(
+    export: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # What the trainer does after each update with the broadcast transport: one
+    # gather into memory, the broadcast from it, the export written in the
+    # background.  The servers end with exactly the bytes of that export, none
+    # through the disk path.
+    from functools import partial
+
+    from safetensors.torch import load_file
+
+    from rstar2_async.config import LearnerConfig
+    from rstar2_async.learn import Learner, LearnerDriver
+    from rstar2_async.recipe import Publisher
+
+    base, _ = export
+    out = tmp_path / "weights" / "v000002"
+    async with weight_receivers(2) as ports:
+        config = train_config(
+            inference={"base_urls": [f"http://127.0.0.1:{p}/v1" for p in ports], "model": "m"},
+            weight_sync={**BROADCAST, "master_port": free_port("127.0.0.1"), "ranks_per_server": 1, "sender": "gloo"},
+            sandbox={"workers": 1, "warmup": ""},
+            reward={"workers": 1},
+        )
+        assert config.inference is not None
+        with pytest.MonkeyPatch.context() as mp:
+            for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
+                mp.setenv(name, value)
+            mp.setenv("MASTER_PORT", str(free_port("127.0.0.1")))
+            learner = Learner(LearnerConfig(zero_stage=0, precision="bf16", gradient_checkpointing=False), base)
+        try:
+            async with rollout_stack(
+                rollout=config.rollout, inference=config.inference, sandbox=config.sandbox, tokenizer_dir=base,
+                reward=config.reward, weight_sync=config.weight_sync,
+            ) as stack:  # fmt: skip
+                assert stack.pool is not None
+
+                async def learn(fn: Any, *args: Any) -> Any:
+                    return await anyio.to_thread.run_sync(partial(fn, *args))
+
+                with anyio.fail_after(120):
+                    async with Publisher(stack, learn, LearnerDriver(learner)) as publisher:
+                        report = await publisher.publish(out, 2)
+                        assert stack.pool.weight_version == 2
+                        await publisher.written()
+                        assert (out / "config.json").is_file()
+        finally:
+            learner.close()
+        assert report.transport == "broadcast" and report.servers == [0, 1] and report.retried == []
+        exported = {n: t for f in sorted(out.glob("*.safetensors")) for n, t in load_file(f).items()}
+        assert "lm_head.weight" in exported and {str(t.dtype) for t in exported.values()} == {"torch.bfloat16"}
+        for port in ports:
+            await assert_holds(port, exported, version="2")

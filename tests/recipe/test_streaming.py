@@ -28,7 +28,7 @@ PROBLEMS = [Problem(id=f"p{i}", problem="q", answer="1") for i in range(7)]
 
 
 def stage(steps: int) -> StageConfig:
-    return StageConfig(name="rl", kind="rl", data="unused", steps=steps, batch_problems=B, n_oversample=N, n_keep=2)
+    return StageConfig(name="rl", kind="rl", data="unused", steps=steps, batch_problems=B, n_oversample=N, n_keep=2, roc_min_per_class=1)
 
 
 class FakeEngine:

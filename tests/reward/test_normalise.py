@@ -83,6 +83,53 @@ SAME = [
     ("(0,9) \\cup (9,36)", "(9, 36) \\cup (0, 9)"),
     ("\\left[ \\frac{\\pi^2}{8}, \\frac{5 \\pi^2}{4} \\right]", "[\\frac{\\pi^{2}}{8},\\frac{5\\pi^2}{4}]"),
     ("\\begin{pmatrix} -1/3 \\\\ 2/3 \\end{pmatrix}", "\\begin{pmatrix}-1/3\\\\2/3\\end{pmatrix}"),
+    # matrices in any environment, cell by cell
+    (r"\begin{bmatrix} -1 & 0 \\ 0 & -1 \end{bmatrix}", r"\begin{pmatrix} -1 & 0 \\ 0 & -1 \end{pmatrix}"),
+    (r"\left(\begin{array}{cc} 1 & 2 \\ 3 & 4 \end{array}\right)", r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}"),
+    (r"\left[\begin{matrix} 1 & 2 \end{matrix}\right]", r"\begin{pmatrix} 1 & 2 \end{pmatrix}"),
+    (r"\begin{pmatrix} -\frac13 \\ 0.5 \\ \end{pmatrix}", r"\begin{pmatrix} -1/3 \\ 1/2 \end{pmatrix}"),
+    # a leading "Answer:"
+    (r"\text{Answer: } 42", "42"),
+    ("Answer: 42", "42"),
+    ("**Answer:** 42", "42"),
+    (r"\textbf{Final answer:} \frac12", "0.5"),
+    ("The answer is 7", "7"),
+    # relations
+    (r"x \neq 5", "x != 5"),
+    (r"x \ne 5", "x ≠ 5"),
+    (r"x \geq 2", "x ≥ 2"),
+    (r"a \leqslant b", "a <= b"),
+    (r"x \gt 2", "x > 2"),
+    # intervals and sets in other notations
+    (r"]2, \infty[", r"(2,\infty)"),
+    ("[3,4[", "[3,4)"),
+    ("]3,4]", "(3,4]"),
+    (r"\mathbb{R}", r"(-\infty,\infty)"),
+    (r"\emptyset", r"\varnothing"),
+    (r"\{\}", "∅"),
+    (r"\lbrace 1, 2\rbrace", r"\{1,2\}"),
+    (r"\{3,5,7\}", "3, 5, 7"),
+    ("x > 2", r"(2,\infty)"),
+    ("2 < x", r"(2,\infty)"),
+    (r"x \geq 5", r"[5,\infty)"),
+    (r"x \le 0", r"(-\infty, 0]"),
+    (r"-\sqrt3 < x < \sqrt3", r"(-\sqrt{3}, \sqrt{3})"),
+    (r"3 > x \geq 1", "[1,3)"),
+    (r"x<2 \text{ or } x>3", r"(-\infty, 2) \cup (3, \infty)"),
+    (r"(-\infty,2)∪(3,\infty)", r"(-\infty, 2) \cup (3, \infty)"),
+    (r"\{1\pm\sqrt{5},-2\}", r"\{-2, 1+\sqrt{5}, 1-\sqrt{5}\}"),
+    (r"1 \pm \sqrt{19}", r"1+\sqrt{19}, 1-\sqrt{19}"),
+    # thousands, degrees, units, repeating decimals
+    ("14{,}916", "14916"),
+    (r"14\ 916", "14916"),
+    (r"90{}^\circ", "90"),
+    (r"\text{90 degrees}", "90"),
+    (r"\text{5.4 cents}", "5.4"),
+    (r"5 \text{ m/s}", "5"),
+    (r"0.\overline{3}", r"\frac13"),
+    (r"0.1\overline{6}", "1/6"),
+    (r"-1.\overline{142857}", "-8/7"),
+    ("f(x) = 2x+3", "2x+3"),
 ]
 
 DIFFERENT = [
@@ -106,6 +153,29 @@ DIFFERENT = [
     ("5", ""),
     ("\\frac{\\pi}{2}", "\\frac{\\pi}{3}"),
     ("9^{9^{9}}", "9^{9^{8}}"),
+    # near misses of the equivalences above
+    (r"\begin{bmatrix} -1 & 0 \\ 0 & 1 \end{bmatrix}", r"\begin{pmatrix} -1 & 0 \\ 0 & -1 \end{pmatrix}"),
+    (r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}", r"\begin{pmatrix} 1 & 2 & 3 & 4 \end{pmatrix}"),  # shape
+    (r"\begin{vmatrix} 1 & 2 \\ 3 & 4 \end{vmatrix}", r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}"),
+    (r"\text{Answer: } 17", "7"),
+    (r"x \neq 5", "5"),
+    (r"x \neq 5", "x = 5"),
+    (r"x \geq 2", "x > 2"),
+    ("x > 2", r"[2,\infty)"),
+    (r"x \geq 2", r"(2,\infty)"),
+    ("x < 0", r"(-\infty, 0]"),
+    (r"3 \leq x < 4", "(3,4]"),
+    (r"x < 2 \text{ or } x \geq 3", r"(-\infty, 2) \cup (3, \infty)"),
+    ("x < 2 \text{ or } y > 3", r"(-\infty, 2) \cup (3, \infty)"),  # two variables
+    ("a < b", "c < b"),  # two inequalities compare as written
+    ("]2,3[", "[2,3]"),
+    (r"\{0\}", r"\emptyset"),
+    (r"\mathbb{R}", r"(0,\infty)"),
+    ("3, 5", r"\{3, 5, 7\}"),
+    (r"1 \pm \sqrt{19}", r"1+\sqrt{19}"),
+    (r"0.\overline{3}", "0.3"),
+    (r"0.\overline{3}", "0.333"),
+    (r"\text{5.4 cents}", "54"),
 ]
 
 

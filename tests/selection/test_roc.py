@@ -106,13 +106,93 @@ def test_lowest_penalty_keeps_cleanest_positives() -> None:
     }
 
 
-def test_split_counts_by_hand() -> None:
-    assert split_counts(16, 16, 16) == (8, 8)
-    assert split_counts(1, 31, 16) == (1, 15)  # 0.5 rounds up, and >= 1 anyway
-    assert split_counts(31, 1, 16) == (15, 1)  # at least one negative
-    assert split_counts(3, 29, 16) == (2, 14)  # 1.5 -> 2
-    assert split_counts(20, 2, 16) == (15, 1)  # 14.5 -> 15
-    assert split_counts(2, 20, 16) == (1, 15)  # 1.45 -> 1
+# Every split of a 32-group kept to 16, worked out by hand from rStar2's released rule
+# (rstar2_agent/down_sample/roc.py): keep round(count * 16 / 32) of each class with
+# Python's round (half to even), raise a class below 2 to min(2, its size), the
+# other class taking the rest.  num_pos: (kept positives, kept negatives).
+RSTAR2_32_TO_16 = {
+    1: (1, 15),   # 0.5 -> 0, raised to all 1 it has
+    2: (2, 14),   # 1 -> raised to 2
+    3: (2, 14),   # 1.5 -> 2
+    4: (2, 14),
+    5: (2, 14),   # 2.5 -> 2 (half up keeps 3)
+    6: (3, 13),
+    7: (4, 12),   # 3.5 -> 4
+    8: (4, 12),
+    9: (4, 12),   # 4.5 -> 4
+    10: (5, 11),
+    11: (6, 10),  # 5.5 -> 6
+    12: (6, 10),
+    13: (6, 10),  # 6.5 -> 6
+    14: (7, 9),
+    15: (8, 8),   # 7.5 -> 8, and 17 negatives: 8.5 -> 8
+    16: (8, 8),
+    17: (8, 8),   # 8.5 -> 8
+    18: (9, 7),
+    19: (10, 6),  # 9.5 -> 10
+    20: (10, 6),
+    21: (10, 6),  # 10.5 -> 10
+    22: (11, 5),
+    23: (12, 4),  # 11.5 -> 12
+    24: (12, 4),
+    25: (12, 4),  # 12.5 -> 12
+    26: (13, 3),
+    27: (14, 2),  # 13.5 -> 14
+    28: (14, 2),
+    29: (14, 2),  # 14.5 -> 14; negatives 1.5 -> 2
+    30: (14, 2),  # negatives 1 -> raised to 2
+    31: (15, 1),  # negatives 0.5 -> 0, raised to the 1 there is
+}
+
+
+@pytest.mark.parametrize("num_pos", sorted(RSTAR2_32_TO_16))
+def test_split_counts_rstar2_table(num_pos: int) -> None:
+    got = split_counts(num_pos, 32 - num_pos, 16, min_per_class=2, rounding="half_even")
+    assert got == RSTAR2_32_TO_16[num_pos]
+
+
+def test_split_counts_half_up_one_per_class() -> None:
+    # This project's rule before (still available): half up, at least 1 of each.
+    # It differs from rStar2's in 9 of the 31 splits, by one trajectory.
+    old = {1: (1, 15), 2: (1, 15), 5: (3, 13), 9: (5, 11), 13: (7, 9), 17: (9, 7), 21: (11, 5),
+           25: (13, 3), 29: (15, 1), 30: (15, 1), 31: (15, 1), 3: (2, 14), 16: (8, 8)}  # fmt: skip
+    for num_pos, split in old.items():
+        assert split_counts(num_pos, 32 - num_pos, 16, min_per_class=1, rounding="half_up") == split
+    differ = [p for p in RSTAR2_32_TO_16 if split_counts(p, 32 - p, 16, min_per_class=1, rounding="half_up")
+              != RSTAR2_32_TO_16[p]]  # fmt: skip
+    assert differ == [2, 5, 9, 13, 17, 21, 25, 29, 30]
+    assert split_counts(20, 2, 16, min_per_class=1, rounding="half_up") == (15, 1)  # 14.5 -> 15
+    assert split_counts(2, 20, 16, min_per_class=1, rounding="half_up") == (1, 15)  # 1.45 -> 1
+
+
+def test_split_counts_other_sizes_by_hand() -> None:
+    # 12 kept to 8 (the CPU demo): 2 positives -> 1.33 -> 1, raised to 2.
+    assert split_counts(2, 10, 8, min_per_class=2, rounding="half_even") == (2, 6)
+    assert split_counts(11, 1, 8, min_per_class=2, rounding="half_even") == (7, 1)
+    # n odd, a tie in both classes (1.5 and 1.5): half to even rounds both to 2 (sum 4);
+    # the positives' count decides, the negatives take the rest.
+    assert split_counts(2, 2, 3, min_per_class=0, rounding="half_even") == (2, 1)
+    # 3 positives of 6 kept to 3: 1.5 -> 2 (half even), negatives 1.5 -> 2, sum 4 -> (2, 1).
+    assert split_counts(3, 3, 3, min_per_class=1, rounding="half_even") == (2, 1)
+    # Half up at a tie: positives 2.5 -> 3.
+    assert split_counts(5, 27, 16, min_per_class=0, rounding="half_up") == (3, 13)
+
+
+def test_split_counts_keeps_whole_group_when_both_classes_round_below_min() -> None:
+    # 4 kept to 2 with 2 + 2: each class rounds to 1 < 2: rStar2 keeps all 4.
+    assert split_counts(2, 2, 2, min_per_class=2, rounding="half_even") == (2, 2)
+    # 5 kept to 2: 1.2 -> 1 positive, 0.8 -> 1 negative, both below 2: kept whole.
+    assert split_counts(3, 2, 2, min_per_class=2, rounding="half_even") == (3, 2)
+    # Only one class below: raised, the other gives way (no whole group).
+    assert split_counts(4, 1, 2, min_per_class=2, rounding="half_even") == (2, 0)
+    trajs = [traj(i, 1.0 if i < 2 else 0.0) for i in range(4)]
+    d = roc_downsample(Group(PROBLEM, trajs), 2, random.Random(0))
+    assert d.kept == [0, 1, 2, 3] and d.dropped == []
+
+
+def test_split_counts_rejects_an_unknown_rounding() -> None:
+    with pytest.raises(ValueError, match="half_even"):
+        split_counts(5, 27, 16, min_per_class=2, rounding="nearest")  # type: ignore[arg-type]
 
 
 @st.composite
@@ -130,10 +210,14 @@ def groups(draw: st.DrawFn) -> tuple[Group, int]:
 
 
 @settings(max_examples=200, deadline=None)
-@given(groups(), st.integers(0, 2**32), st.sampled_from(["lowest_penalty", "inverse_penalty"]))
-def test_roc_properties(gn: tuple[Group, int], seed: int, selection: str) -> None:
+@given(
+    groups(), st.integers(0, 2**32), st.sampled_from(["lowest_penalty", "inverse_penalty"]),
+    st.integers(0, 3), st.sampled_from(["half_even", "half_up"]),
+)  # fmt: skip
+def test_roc_properties(gn: tuple[Group, int], seed: int, selection: str, m: int, rounding: str) -> None:
     group, n = gn
-    d = roc_downsample(group, n, random.Random(seed), selection=selection)  # type: ignore[arg-type]
+    kw = {"selection": selection, "min_per_class": m, "rounding": rounding}
+    d = roc_downsample(group, n, random.Random(seed), **kw)  # type: ignore[arg-type]
     rewards = group.rewards
     n_pos = sum(r > 0.5 for r in rewards)
     n_neg = len(rewards) - n_pos
@@ -145,14 +229,17 @@ def test_roc_properties(gn: tuple[Group, int], seed: int, selection: str) -> Non
         return
     assert d.group is not None
     assert [t.sample_index for t in d.group.trajectories] == d.kept
-    assert len(d.kept) == min(n, len(rewards))
     k_pos = sum(rewards[i] > 0.5 for i in d.kept)
     k_neg = len(d.kept) - k_pos
-    if len(rewards) > n:
-        # Ratio kept (within rounding), both classes present when n allows it.
-        assert abs(k_pos - n * n_pos / len(rewards)) <= 1 or k_pos in (1, n - 1)
-        if n >= 2:
-            assert k_pos >= 1 and k_neg >= 1
+    if len(rewards) > n >= 2 * m:
+        assert len(d.kept) == n
+        # Each class keeps at least min(m, what it has); otherwise its share, within rounding.
+        assert k_pos >= min(m, n_pos) and k_neg >= min(m, n_neg)
+        assert abs(k_pos - n * n_pos / len(rewards)) <= 1 or min(m, n_pos) <= k_pos <= m or k_neg <= m
+    elif len(rewards) > n:
+        assert len(d.kept) in (n, len(rewards))  # kept whole when both classes round below m
+    else:
+        assert len(d.kept) == len(rewards)
     if selection == "lowest_penalty":
         pens = {i: trajectory_penalty(group.trajectories[i]) for i in range(len(rewards)) if rewards[i] > 0.5}
         kept_pos = [pens[i] for i in d.kept if i in pens]
@@ -160,7 +247,7 @@ def test_roc_properties(gn: tuple[Group, int], seed: int, selection: str) -> Non
         if kept_pos and dropped_pos:
             assert max(kept_pos) <= min(dropped_pos)
     # Deterministic: the same seed gives the same decision.
-    assert roc_downsample(group, n, random.Random(seed), selection=selection) == d  # type: ignore[arg-type]
+    assert roc_downsample(group, n, random.Random(seed), **kw) == d  # type: ignore[arg-type]
 
 
 def test_inverse_penalty_prefers_clean_positives() -> None:
@@ -171,13 +258,13 @@ def test_inverse_penalty_prefers_clean_positives() -> None:
     negs = [traj(10 + i, 0.0) for i in range(10)]
     group = Group(PROBLEM, [clean, *dirty, *negs])
     rng = random.Random(0)
-    hits = sum(0 in roc_downsample(group, 2, rng, selection="inverse_penalty").kept for _ in range(400))
+    hits = sum(0 in roc_downsample(group, 2, rng, selection="inverse_penalty", min_per_class=1).kept for _ in range(400))
     assert hits > 300
     # Negatives are uniform: each of the 10 is kept about 1/10 of the time.
     rng = random.Random(1)
     counts = [0] * 20
     for _ in range(1000):
-        for i in roc_downsample(group, 2, rng).kept:
+        for i in roc_downsample(group, 2, rng, min_per_class=1).kept:
             counts[i] += 1
     assert counts[0] == 1000
     assert all(50 < c < 160 for c in counts[10:])

@@ -1,0 +1,142 @@
+"""Training-health signals: the figures verl and slime users read every step, and a
+warning when the train/inference mismatch or the importance ratio jumps.
+
+Every RL step's record (``metrics.jsonl``, TensorBoard, the plots) holds:
+
+- from the learner (``learner/...``, :class:`rstar2_async.learn.GrpoStats`):
+  ``logprob_diff_mean`` / ``logprob_diff_max``, the mean and max of
+  ``|learner logprob - sampling logprob|`` on loss tokens (the learner's before any
+  optimizer step; see the field docs for which tokens), ``entropy`` on loss tokens
+  (always measured), ``clip_frac`` and its parts ``clip_frac_low`` / ``clip_frac_high``
+  / ``clip_frac_dual``, ``ratio_mean`` / ``ratio_max``;
+- from the rollout (``rollout/...``, :func:`rollout_metrics`): response length mean and
+  max, the share that hit the token budget, tool calls per trajectory, the tool error rate;
+- from RoC and the trainer (:func:`update_metrics`): ``roc/all_equal_share`` (the share
+  of finished groups RoC dropped because every reward was equal; rStar2 reports more
+  than 70% by the end of its stage 2) and ``async/staleness_mean`` / ``_max`` (weight
+  versions between a trained group's oldest token and the weights it trains).
+
+:func:`jump_warnings` and :func:`update_metrics` are pure (STYLE habit 7);
+:class:`HealthWatch` keeps the history and prints the warnings.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, NamedTuple
+
+from ..types import Group
+from ._metrics import rollout_metrics
+from ._state import RolloutResult
+from ._streaming import oldest_version
+
+__all__ = ["JUMP_FACTOR", "WATCHED", "HealthWatch", "Watch", "jump_warnings", "update_metrics"]
+
+JUMP_FACTOR: Final = 3.0
+"""A watched figure jumps when it exceeds this many times the median of its last
+:data:`WINDOW` steps: the step-to-step noise of these figures is well under 2x, while a
+weight sync that failed (the servers sample from older weights than the learner
+thinks) moves the mismatch by several times at once."""
+
+WINDOW: Final = 20
+"""Steps of history the running median is taken over."""
+
+MIN_HISTORY: Final = 3
+"""Steps of history needed before the relative rule applies (the ceiling always does)."""
+
+
+class Watch(NamedTuple):
+    """A figure to watch: it jumps above ``ceiling`` always, and above
+    ``JUMP_FACTOR`` x its running median once it is also above ``floor`` (so that
+    noise around an exact zero, as on an fp32 learner and server, never warns)."""
+
+    key: str
+    floor: float
+    ceiling: float
+    meaning: str
+
+
+WATCHED: Final = (
+    Watch("learner/logprob_diff_mean", 0.01, 0.3, "train/inference mismatch: is the weight sync broken?"),
+    Watch("learner/ratio_max", 2.0, 50.0, "importance ratio: stale or mismatched samples?"),
+)
+"""The mismatch (a correct bf16 sync is typically 0.01-0.05 nats a token; 0.3 means
+the sampled tokens are ~35% likelier or less likely under the learner on average)
+and the largest ratio (rare tokens reach 2-10 on-policy; 50 is far outside)."""
+
+
+def jump_warnings(
+    step: int, values: Mapping[str, Any], history: Mapping[str, Sequence[float]], watched: Sequence[Watch] = WATCHED
+) -> list[str]:
+    """One line for each watched figure of ``values`` that jumps against ``history``
+    (its earlier values, oldest first; only the last :data:`WINDOW` count).  Figures
+    missing from ``values`` (a step with nothing to train) are skipped."""
+    lines = []
+    for w in watched:
+        v = values.get(w.key)
+        if not isinstance(v, (int, float)) or not math.isfinite(v):
+            continue
+        past = list(history.get(w.key, ()))[-WINDOW:]
+        median = statistics.median(past) if len(past) >= MIN_HISTORY else None
+        if v > w.ceiling:
+            why = f"above {w.ceiling:g}"
+        elif median is not None and v > w.floor and v > JUMP_FACTOR * median:
+            why = f"{v / median:.1f}x its running median {median:.4g}" if median > 0 else "its running median is 0"
+        else:
+            continue
+        lines.append(f"step {step}: {w.key} = {v:.4g}, {why} ({w.meaning})")
+    return lines
+
+
+class HealthWatch:
+    """The driver of :func:`jump_warnings`: keeps the watched figures' recent history
+    and reports each step's warnings.
+
+    ``records``: the run's earlier ``metrics.jsonl`` records, so a resumed run keeps
+    its running medians."""
+
+    def __init__(self, records: Sequence[Mapping[str, Any]] = (), watched: Sequence[Watch] = WATCHED) -> None:
+        self.watched = watched
+        self.history: dict[str, list[float]] = {w.key: [] for w in watched}
+        for r in records:
+            self._add(r)
+
+    def check(self, step: int, values: dict[str, Any]) -> list[str]:
+        """Warnings for this step's ``values``, which then join the history.  Each is
+        printed to stderr and all go into ``values["health/warnings"]`` (the step's
+        JSONL record keeps them)."""
+        lines = jump_warnings(step, values, self.history, self.watched)
+        self._add(values)
+        for line in lines:
+            print(f"rstar2 train: warning: {line}", file=sys.stderr, flush=True)
+        if lines:
+            values["health/warnings"] = " | ".join(lines)
+        return lines
+
+    def _add(self, values: Mapping[str, Any]) -> None:
+        for key, past in self.history.items():
+            v = values.get(key)
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                past.append(float(v))
+                del past[:-WINDOW]
+
+
+def update_metrics(done: RolloutResult, trained: Sequence[Group], version: int) -> dict[str, Any]:
+    """A step's rollout, RoC and staleness figures.
+
+    ``trained``: the groups the update trains (``done.kept`` less those too stale);
+    ``version``: the weights the update starts from."""
+    values: dict[str, Any] = rollout_metrics(done.groups)
+    values.update({f"roc/dropped_{k}": v for k, v in done.dropped.items()})
+    values["roc/groups_kept"] = len(trained)
+    # Only an all-equal group is dropped whole: a kept group always keeps someone.
+    values["roc/all_equal_share"] = (len(done.groups) - len(done.kept)) / max(len(done.groups), 1)
+    values["async/stale_groups_dropped"] = len(done.kept) - len(trained)
+    if trained:
+        staleness = [version - oldest_version(g, version) for g in trained]
+        values["async/staleness_mean"] = sum(staleness) / len(staleness)
+        values["async/staleness_max"] = max(staleness)
+    return values

@@ -1,0 +1,150 @@
+"""Step 7 of an RL step: the learner's new weights onto every server.
+
+:meth:`Publisher.publish` exports the weights to the run's ``weights/vNNNNNN``
+directory (``--resume``, a restarted server and a server a broadcast failed on load
+it) and has the weight sync move every server to them:
+
+- **disk** transport: rank 0 writes the export (gathered bucket by bucket and
+  written as it comes), then every server reads it.
+- **broadcast** transport: the weights are gathered into rank 0's memory once and
+  broadcast from there, while a background task writes the same tensors to the
+  directory; ``publish`` returns once the servers hold the weights, so the next
+  rollout and update do not wait for the disk.  Only what needs the directory waits
+  for it: a server that must load from disk, the next export (one at a time: the
+  in-memory copy is rank 0's memory, 28 GB for a 14B model in bf16), a checkpoint
+  (:meth:`Publisher.written`: the checkpoint names the directory) and the end of
+  the run.
+
+A failed write is fatal (the run stops, like a failed export): it surfaces from
+the publisher's task group.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self, final
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+
+from backends import BroadcastTransport, PendingWeights, SyncReport, WeightSync
+
+from ..config import RolloutConfig
+from ..errors import TrainError
+from ._stack import RolloutStack
+from ._weights import publish_weights
+
+if TYPE_CHECKING:
+    from ..learn import LearnerDriver, PendingExport
+
+__all__ = ["Publisher", "load_servers"]
+
+Learn = Callable[..., Awaitable[Any]]
+"""``learn(fn, *args)``: the trainer's way to run learner work off the event loop,
+one call at a time."""
+
+
+@final
+class Publisher:
+    """Step 7 for one run.  Use as ``async with Publisher(...)``: the context owns the
+    background writes and waits for the last one on exit.
+
+    Args:
+        stack: the rollout stack whose weight sync (and fleet) get the weights.
+        learn: the trainer's serialised learner call.
+        driver: the learner (every rank's, through the driver).
+        current: the directory the servers hold now; an export that replaces one
+            under the same parent deletes it once the new one is on disk.
+    """
+
+    def __init__(self, stack: RolloutStack, learn: Learn, driver: LearnerDriver, current: Path | None = None) -> None:
+        self.sync = _weight_sync(stack)
+        self.stack = stack
+        self.learn = learn
+        self.driver = driver
+        self.current = current
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._written = anyio.Event()
+        self._written.set()  # nothing being written
+
+    async def __aenter__(self) -> Self:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        assert self._tg is not None
+        return await self._tg.__aexit__(exc_type, exc, tb)
+
+    async def publish(self, out: Path, version: int, rollout: RolloutConfig | None = None) -> SyncReport:
+        """Export the learner's current weights to ``out`` and move every server in
+        rotation to them as ``version``; returns once the servers hold them (with the
+        broadcast transport, possibly before ``out`` is written: see the module doc).
+        Once ``out`` is on disk it holds ``rollout`` (the settings the weights were
+        trained with: ``rstar2 eval --model`` runs them) and a ``latest`` link beside
+        it names it (not for ``rollout=None``: an export outside a run).
+
+        Raises:
+            WeightSyncError: no server took the weights.
+            OSError: the export could not be written (disk transport; with broadcast
+                the error surfaces from the context instead).
+        """
+        assert self._tg is not None, "use Publisher as an async context manager"
+        await self.written()
+        if not isinstance(self.sync.transport, BroadcastTransport):
+            await self.learn(self.driver.export, out)
+            report = await self.sync.sync(out, version)
+            self._published(out, rollout)
+            return report
+        pending = await self.learn(self.driver.gather_export)
+        weights = PendingWeights(pending.tensors, out)
+        self._written = anyio.Event()
+        self._tg.start_soon(self._write, pending, out, rollout, weights, self._written)
+        return await self.sync.sync(weights, version)
+
+    async def written(self) -> None:
+        """Wait until the last export is on disk (a checkpoint names it)."""
+        await self._written.wait()
+
+    async def _write(
+        self, pending: PendingExport, out: Path, rollout: RolloutConfig | None, weights: PendingWeights, done: anyio.Event
+    ) -> None:
+        error: BaseException | None = None
+        try:
+            # Plain file I/O on copies the learner no longer touches: no learner lock.
+            await anyio.to_thread.run_sync(pending.write, out)
+            self._published(out, rollout)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            weights.written(error)  # wakes the servers that wait to load from disk
+            done.set()
+
+    def _published(self, out: Path, rollout: RolloutConfig | None) -> None:
+        if rollout is not None:
+            publish_weights(out, rollout)
+        if self.stack.fleet is not None:
+            self.stack.fleet.set_model(str(out))  # a restarted server comes back with these
+        previous, self.current = self.current, out
+        if previous is not None and previous != out and previous.parent == out.parent:
+            shutil.rmtree(previous, ignore_errors=True)  # the servers hold the new ones now
+
+
+async def load_servers(stack: RolloutStack, weights: Path, version: int) -> None:
+    """Move every server to an export already on disk (a resumed run's)."""
+    await _weight_sync(stack).sync(weights, version)
+    if stack.fleet is not None:
+        stack.fleet.set_model(str(weights))
+
+
+def _weight_sync(stack: RolloutStack) -> WeightSync:
+    if stack.sync is None:
+        raise TrainError("training needs token mode (inference.mode = \"tokens\"): chat endpoints cannot load weights")
+    return stack.sync

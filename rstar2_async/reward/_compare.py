@@ -1,0 +1,240 @@
+"""Our rule-based comparer: are two canonical forms (``_normalise``) the same answer?
+
+Numbers are exact rationals; tuples and intervals are ordered, sets and comma lists
+unordered (a set equals a list of the same items); unions are unordered; matrices
+compare cell by cell; an inequality in one variable equals the interval it describes
+(``x > 2`` and ``(2,\\infty)``, ``x<2 \\text{ or } x>3`` and a union), but two
+inequalities compare only as written.  Pure, bounded (`_MAX_ITEMS`, `_MAX_DIGITS`),
+and biased towards "no": what it cannot read is left to math-verify.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from ._normalise import MAX_ANSWER_CHARS, normalize_answer
+
+__all__ = ["answers_match", "list_items"]
+
+_MAX_DIGITS = 200
+"""Digit strings longer than this are compared as text, never converted to numbers
+(Python refuses int() on more than 4300 digits, and nothing real is that long)."""
+
+_MAX_ITEMS = 64
+"""Most elements compared in one tuple/list/set (the unordered match is quadratic)."""
+
+_INT = r"[-+]?\d+"
+_DEC = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)"
+_DECIMAL = re.compile(_DEC)
+_SLASH = re.compile(rf"({_INT})/({_INT})")
+_FRAC = re.compile(rf"([-+]?)\\frac\{{({_DEC})\}}\{{({_DEC})\}}")
+_MIXED = re.compile(r"([-+]?)(\d+)\\frac\{(\d+)\}\{(\d+)\}")
+_REPEATING = re.compile(r"([-+]?)(\d*)\.(\d*)\\overline\{(\d{1,50})\}")  # 0.1\overline{6} = 1/6
+_MATRIX = re.compile(r"\\begin\{pmatrix\}(.*)\\end\{pmatrix\}")
+
+
+def _to_number(s: str) -> Fraction | None:
+    """Read a canonical form as an exact rational, or None if it is not a plain number."""
+    if len(s) > _MAX_DIGITS:
+        return None
+    try:
+        if _DECIMAL.fullmatch(s):
+            return Fraction(s)
+        if m := _SLASH.fullmatch(s):
+            return Fraction(int(m[1]), int(m[2]))
+        if m := _FRAC.fullmatch(s):
+            value = Fraction(m[2]) / Fraction(m[3])
+            return -value if m[1] == "-" else value
+        if m := _REPEATING.fullmatch(s):
+            fixed, repeating = m[3], m[4]
+            value = int(m[2] or 0) + Fraction(int(fixed or 0), 10 ** len(fixed))
+            value += Fraction(int(repeating), (10 ** len(repeating) - 1) * 10 ** len(fixed))
+            return -value if m[1] == "-" else value
+        if m := _MIXED.fullmatch(s):
+            numerator, denominator = int(m[3]), int(m[4])
+            if numerator >= denominator:  # not a mixed number: `2\frac{5}{4}` is a product
+                return None
+            value = int(m[2]) + Fraction(numerator, denominator)
+            return -value if m[1] == "-" else value
+    except ZeroDivisionError:
+        return None
+    return None
+
+
+def _split_top_level(s: str, sep: str) -> list[str]:
+    """Split at `sep` where it is outside every (), [], {}, `\\{ \\}` and environment."""
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    i = 0
+    while i < len(s):
+        if s.startswith(("\\{", "\\begin{"), i):
+            depth += 1
+            i += 2
+            continue
+        if s.startswith(("\\}", "\\end{"), i):
+            depth -= 1
+            i += 2
+            continue
+        c = s[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif depth == 0 and s.startswith(sep, i):
+            parts.append(s[start:i])
+            start = i + len(sep)
+            i = start
+            continue
+        i += 1
+    parts.append(s[start:])
+    return parts
+
+
+def _compound(s: str) -> tuple[str, list[str], bool] | None:
+    """Split a matrix, tuple, interval, set, union or list into (kind, items, ordered)."""
+    if m := _MATRIX.fullmatch(s):
+        rows = _split_top_level(m[1], "\\\\")
+        if rows and rows[-1] == "":  # a trailing `\\` before `\end`
+            rows.pop()
+        cells = [_split_top_level(r, "&") for r in rows]
+        if cells and all(len(r) == len(cells[0]) for r in cells):
+            return f"matrix{len(cells)}x{len(cells[0])}", [c for r in cells for c in r], True
+        return None
+    if len(union := _split_top_level(s, "\\cup")) > 1:
+        return "cup", union, False
+    if s.startswith("\\{") and s.endswith("\\}"):
+        return "list", _plus_minus(_split_top_level(s[2:-2], ",")), False  # a set is compared as a list
+    # A tuple or interval only if the outer pair encloses everything: `(1,2)+(3,4)` is none.
+    if s[:1] in "([" and s[-1:] in ")]" and len(_split_top_level(s[1:-1], ",")) > 1 and _encloses(s):
+        return s[0] + s[-1], _split_top_level(s[1:-1], ","), True
+    if len(items := _split_top_level(s, ",")) > 1 or len(_split_top_level(s, "\\pm")) == 2:
+        return "list", _plus_minus(items), False
+    return None
+
+
+def _plus_minus(items: list[str]) -> list[str]:
+    """List items with one top-level ``\\pm`` spelt out: ``1\\pm\\sqrt{5}`` is two."""
+    out = []
+    for item in items:
+        if len(parts := _split_top_level(item, "\\pm")) == 2:
+            out += [parts[0] + "+" + parts[1], parts[0] + "-" + parts[1]]
+        else:
+            out.append(item)
+    return out
+
+
+def _encloses(s: str) -> bool:
+    depth = 0
+    for i, c in enumerate(s):
+        depth += c in "([{"
+        depth -= c in ")]}"
+        if depth == 0 and i < len(s) - 1:
+            return False
+    return True
+
+
+# --- inequalities as intervals ------------------------------------------------------
+
+_BOUND = r"[^<>=!,]+?"
+_CHAIN = re.compile(rf"(?P<lo>{_BOUND})(?P<op1><=?|>=?)(?P<var>[a-zA-Z])(?P<op2><=?|>=?)(?P<hi>{_BOUND})")
+_LEFT = re.compile(rf"(?P<var>[a-zA-Z])(?P<op><=?|>=?)(?P<bound>{_BOUND})")
+_RIGHT = re.compile(rf"(?P<bound>{_BOUND})(?P<op><=?|>=?)(?P<var>[a-zA-Z])")
+_OR = re.compile(r"\\cup|\\lor|\\vee|or")
+
+
+def _ray(bound: str, op: str) -> str:
+    """`x op bound` as an interval."""
+    closed = op.endswith("=")
+    if op[0] == ">":
+        return ("[" if closed else "(") + bound + ",\\infty)"
+    return "(-\\infty," + bound + ("]" if closed else ")")
+
+
+def _one_interval(s: str) -> tuple[str, str] | None:
+    """(variable, interval) of one canonical inequality in one variable, or None."""
+    if (m := _CHAIN.fullmatch(s)) and m["op1"][0] == m["op2"][0]:
+        lo, hi, op1, op2 = m["lo"], m["hi"], m["op1"], m["op2"]
+        if op1[0] == ">":  # `3 > x > 1` is `1 < x < 3`
+            lo, hi, op1, op2 = hi, lo, op2.replace(">", "<"), op1.replace(">", "<")
+        left = "[" if op1.endswith("=") else "("
+        return m["var"], left + lo + "," + hi + ("]" if op2.endswith("=") else ")")
+    if m := _LEFT.fullmatch(s):
+        return m["var"], _ray(m["bound"], m["op"])
+    if m := _RIGHT.fullmatch(s):  # `2 < x` is `x > 2`
+        flipped = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[m["op"]]
+        return m["var"], _ray(m["bound"], flipped)
+    return None
+
+
+def _as_interval(s: str) -> str | None:
+    """A canonical inequality (or several joined by "or") as an interval or union;
+    None unless every part is an inequality in the same one variable."""
+    if "<" not in s and ">" not in s:
+        return None
+    parts = [_one_interval(p) for p in _OR.split(s)]
+    if any(p is None for p in parts) or len({p[0] for p in parts if p}) != 1:
+        return None
+    return "\\cup".join(p[1] for p in parts if p)
+
+
+# --- comparison --------------------------------------------------------------------
+
+
+def _same(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    x, y = _to_number(a), _to_number(b)
+    if x is not None or y is not None:
+        return x is not None and y is not None and x == y
+    ca, cb = _compound(a), _compound(b)
+    if ca is None or cb is None:
+        return False
+    (kind_a, items_a, ordered), (kind_b, items_b, _) = ca, cb
+    if kind_a != kind_b or len(items_a) != len(items_b) or len(items_a) > _MAX_ITEMS:
+        return False
+    if ordered:
+        return all(_same(p, q) for p, q in zip(items_a, items_b))
+    remaining = list(items_b)
+    for p in items_a:
+        for j, q in enumerate(remaining):
+            if _same(p, q):
+                del remaining[j]
+                break
+        else:
+            return False
+    return True
+
+
+def answers_match(pred: str, gold: str) -> bool:
+    """True when `pred` is recognisably the same answer as `gold`.
+
+    Both are final answers (the inside of ``\\boxed{}``), not whole responses.
+    Numbers are compared exactly (``0.5`` equals ``\\frac{1}{2}``; ``0.333`` does not
+    equal ``\\frac13``); tuples and intervals element by element in order, sets and
+    comma lists in any order, matrices cell by cell; an inequality against an
+    interval as the interval it describes.  Never raises; False when in doubt or when
+    either side is empty or longer than `MAX_ANSWER_CHARS`.
+    """
+    if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
+        return False
+    p, g = normalize_answer(pred), normalize_answer(gold)
+    if not (p and g):
+        return False
+    if _same(p, g):
+        return True
+    # One side an inequality, the other not: read the inequality as an interval.
+    ip, ig = _as_interval(p), _as_interval(g)
+    if (ip is None) != (ig is None):
+        return _same(ip or p, ig or g)
+    return False
+
+
+def list_items(answer: str) -> list[str]:
+    """The parts of an answer that is an unordered list or set (``3, 5, 7``,
+    ``\\{1, 2\\}``), canonical; ``[answer]`` for any other answer."""
+    s = normalize_answer(answer) if len(answer) <= MAX_ANSWER_CHARS else answer
+    if (c := _compound(s)) is not None and c[0] == "list":
+        return c[1]
+    return [s]

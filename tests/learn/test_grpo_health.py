@@ -1,0 +1,69 @@
+"""The training-health figures of a real GRPO update (DeepSpeed on CPU): the
+train/inference logprob mismatch, entropy measured without an entropy bonus, and the
+split clip fractions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+import torch
+
+pytestmark = pytest.mark.usefixtures("single_process_env")
+
+SHIFT = 0.3
+"""The sampling logprobs below are the policy's own minus this on every generated token."""
+
+
+def groups_sampled_by(model_path: Path) -> list:
+    """``fixed_groups(0)`` with each generated token's sampling logprob set to the
+    model's own logprob minus ``SHIFT``: a server that is off by exactly that much."""
+    from _learnkit import fixed_groups
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    out = []
+    for g in fixed_groups(0):
+        trajs = []
+        for t in g.trajectories:
+            ids = torch.tensor([t.prompt_ids + t.response_ids])
+            with torch.no_grad():
+                logp = torch.log_softmax(model(ids).logits[0].float(), -1)  # [L, V]
+            p = len(t.prompt_ids)
+            own = [float(logp[p - 1 + i, tok]) for i, tok in enumerate(t.response_ids)]
+            lps = [o - SHIFT if m else 0.0 for o, m in zip(own, t.loss_mask)]
+            trajs.append(msgspec.structs.replace(t, logprobs=lps))
+        out.append(msgspec.structs.replace(g, trajectories=trajs))
+    return out
+
+
+@pytest.mark.parametrize("tis_cap", [None, 2.0])
+def test_mismatch_entropy_and_clip_fractions(tiny_lm: Path, tis_cap: float | None) -> None:
+    from rstar2_async.config import LearnerConfig
+    from rstar2_async.learn import Learner, grpo_step
+
+    groups = groups_sampled_by(tiny_lm)
+    cfg = LearnerConfig(
+        precision="fp32", zero_stage=0, lr=1e-2, warmup_steps=0, gradient_checkpointing=False, micro_batch_tokens=96,
+        tis_cap=tis_cap, entropy_coef=0.0,
+    )  # fmt: skip
+    st = grpo_step(Learner(cfg, tiny_lm), groups)
+    # The learner's logprob before any update is the model's: every token is off by SHIFT.
+    assert st.logprob_diff_mean == pytest.approx(SHIFT, abs=1e-4)
+    assert st.logprob_diff_max == pytest.approx(SHIFT, abs=1e-4)
+    # Without TIS the ratio is pi_learner / pi_sampler = e^0.3 on every token: above
+    # 1 + clip_high, so exactly the positive-advantage tokens are clipped (high).
+    if tis_cap is None:
+        assert st.ratio_mean == pytest.approx(1.3498588, abs=1e-4)
+        assert st.ratio_max == pytest.approx(1.3498588, abs=1e-4)
+        ts = [t for g in groups for t in g.trajectories]
+        positive = sum(sum(t.loss_mask) for t in ts if t.reward > 0.5) / sum(sum(t.loss_mask) for t in ts)
+        assert st.clip_frac_high == pytest.approx(positive) and 0 < positive < 1
+        assert st.clip_frac_low == 0.0 and st.clip_frac_dual == 0.0
+    else:  # against the learner's own old policy: exactly 1, nothing clipped
+        assert st.ratio_mean == pytest.approx(1.0, abs=1e-6) and st.ratio_max == pytest.approx(1.0, abs=1e-6)
+        assert st.clip_frac == 0.0
+    assert st.clip_frac == pytest.approx(st.clip_frac_low + st.clip_frac_high)
+    # Entropy is measured with entropy_coef = 0: a 32-token vocabulary near uniform at init.
+    assert 3.0 < st.entropy <= torch.log(torch.tensor(32.0)).item() + 1e-5

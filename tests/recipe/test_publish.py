@@ -1,0 +1,114 @@
+"""Step 7 (``recipe._publish.Publisher``): with the broadcast transport, ``publish``
+returns once the servers hold the weights while the export is still being written;
+what needs the directory waits for it; a failed write stops the run."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from backends import BroadcastTransport, DiskTransport, WeightSync
+from rstar2_async.recipe import Publisher
+from tests.backends.test_weight_sync import FakeRecordingSender, fleet
+from tests.fakes.fleet import FakeVLLM
+
+pytestmark = pytest.mark.anyio
+
+
+class FakeExport:
+    """Test double of ``learn.PendingExport``: its write blocks until released, then
+    writes a marker file (or fails)."""
+
+    def __init__(self, tensors: dict[str, Any], fail: bool = False) -> None:
+        self.tensors = tensors
+        self.release = threading.Event()
+        self.fail = fail
+
+    def write(self, out: Path) -> Path:
+        self.release.wait(timeout=60)
+        if self.fail:
+            raise OSError(28, "No space left on device")
+        out.mkdir(parents=True)
+        (out / "model.safetensors").write_bytes(b"weights")
+        return out
+
+
+class FakeDriver:
+    """Test double of ``learn.LearnerDriver``: hands out prepared exports."""
+
+    def __init__(self, *exports: FakeExport) -> None:
+        self.exports = list(exports)
+        self.exported: list[Path] = []
+
+    def gather_export(self) -> FakeExport:
+        return self.exports.pop(0)
+
+    def export(self, out: Path) -> None:
+        out.mkdir(parents=True)
+        self.exported.append(out)
+
+
+class FakeStack:
+    """What the publisher reads of a rollout stack."""
+
+    def __init__(self, sync: WeightSync) -> None:
+        self.sync, self.fleet = sync, None
+
+
+async def learn(fn: Any, *args: Any) -> Any:
+    return await anyio.to_thread.run_sync(fn, *args)
+
+
+async def test_broadcast_publish_returns_before_the_export_is_written(tmp_path: Path) -> None:
+    import torch
+
+    first, second = FakeExport({"w": torch.zeros(2)}), FakeExport({"w": torch.ones(2)})
+    driver = FakeDriver(first, second)
+    base = tmp_path / "weights" / "v000000"
+    base.mkdir(parents=True)
+    async with fleet(FakeVLLM()) as pool:
+        sync = WeightSync(pool, BroadcastTransport(master_port=29600, sender=FakeRecordingSender()))
+        with anyio.fail_after(60):
+            async with Publisher(FakeStack(sync), learn, driver, current=base) as publisher:  # type: ignore[arg-type]
+                v1 = tmp_path / "weights" / "v000001"
+                report = await publisher.publish(v1, 1)
+                # The servers hold version 1; its directory is not written yet, and the
+                # one it replaces is kept until it is.
+                assert report.servers == [0] and pool.weight_version == 1
+                assert not v1.exists() and base.is_dir()
+                first.release.set()
+                await publisher.written()
+                assert v1.is_dir() and not base.exists()
+                second.release.set()
+                await publisher.publish(tmp_path / "weights" / "v000002", 2)
+            # Leaving the context waits for the last write.
+            assert (tmp_path / "weights" / "v000002").is_dir() and not v1.exists()
+
+
+async def test_a_failed_background_write_stops_the_run(tmp_path: Path) -> None:
+    import torch
+
+    export = FakeExport({"w": torch.zeros(2)}, fail=True)
+    async with fleet(FakeVLLM()) as pool:
+        sync = WeightSync(pool, BroadcastTransport(master_port=29600, sender=FakeRecordingSender()))
+        with pytest.raises(BaseExceptionGroup) as info, anyio.fail_after(60):
+            async with Publisher(FakeStack(sync), learn, FakeDriver(export)) as publisher:  # type: ignore[arg-type]
+                await publisher.publish(tmp_path / "v000001", 1)
+                export.release.set()
+                await anyio.sleep_forever()  # the run goes on until the write's error stops it
+    assert info.group_contains(OSError, match="No space left")
+    assert not (tmp_path / "v000001").exists()
+
+
+async def test_disk_publish_writes_then_syncs(tmp_path: Path) -> None:
+    driver = FakeDriver()
+    out = tmp_path / "v000001"
+    async with fleet(FakeVLLM()) as pool:
+        publisher = Publisher(FakeStack(WeightSync(pool, DiskTransport())), learn, driver)  # type: ignore[arg-type]
+        async with publisher:
+            report = await publisher.publish(out, 1)
+    assert driver.exported == [out] and report.transport == "disk" and pool.weight_version == 1

@@ -1,0 +1,105 @@
+"""The trajectory recorder: every trajectory of a step, with RoC's decision, its turns
+split into text and tool calls, and an index whose byte ranges point at the records."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from rstar2_async.recipe import IndexRow, TrajectoryRecord, record_step, to_record
+from rstar2_async.selection import roc_downsample, trajectory_penalty
+from rstar2_async.types import Group, Problem, ToolCall, ToolResult, Trajectory, Turn
+
+
+def _trajectory(index: int, reward: float) -> Trajectory:
+    # turn 1: 3 generated tokens (ids 10..12) + 2 appended (20, 21); turn 2: 2 generated (30, 31)
+    result = ToolResult("ok", "4", 0.1, ToolCall("python", {"code": "print(2 + 2)"}))
+    turns = [Turn(0, 3, 2, 5, "stop", [result]), Turn(5, 2, 0, 6, "stop", [], num_answer_blocks=1)]
+    text = 'A<tool_call>{"name": "python"}</tool_call>' + "<tool_response>\n4\n</tool_response>" + "B<answer>\\boxed{4}</answer>"
+    return Trajectory(
+        problem_id="p1", sample_index=index, prompt_ids=[1], response_ids=[10, 11, 12, 20, 21, 30, 31],
+        loss_mask=[1, 1, 1, 0, 0, 1, 1], logprobs=[0.0] * 7, turns=turns, finish_reason="answer", weight_version=5,
+        response_text=text, reward=reward,
+    )  # fmt: skip
+
+
+def test_record_with_a_decoder_splits_each_turn_by_its_tokens() -> None:
+    r = to_record(_trajectory(0, 1.0), Problem("p1", "2+2?", "4"), step=3, stage="rl", roc="kept", decode=lambda ids: ",".join(map(str, ids)))
+    assert [t.text for t in r.turns] == ["10,11,12", "30,31"]
+    assert [t.tool_text for t in r.turns] == ["20,21", ""]
+    assert [t.trained_tokens for t in r.turns] == [3, 2]
+    assert r.turns[0].tools[0].code == "print(2 + 2)" and r.turns[0].tools[0].output == "4"
+    assert (r.answer, r.gold, r.problem, r.roc) == ("4", "4", "2+2?", "kept")
+    assert r.penalty == trajectory_penalty(_trajectory(0, 1.0))
+
+
+def test_record_without_a_decoder_splits_the_transcript_at_the_tool_turns() -> None:
+    r = to_record(_trajectory(0, 1.0), None, step=1, stage="eval")
+    assert r.turns[0].text == 'A<tool_call>{"name": "python"}</tool_call>'
+    assert r.turns[0].tool_text == "<tool_response>\n4\n</tool_response>"
+    assert r.turns[1].text == "B<answer>\\boxed{4}</answer>"
+
+
+def test_record_step_writes_every_trajectory_with_its_roc_decision_and_an_index_of_byte_ranges(tmp_path: Path) -> None:
+    group = Group(Problem("p1", "2+2?", "4"), [_trajectory(i, float(i % 2)) for i in range(6)])
+    decision = roc_downsample(group, 4, random.Random(0))
+    assert record_step(tmp_path, 7, "rl", [(group, decision)]) == 6
+    rows = [msgspec.json.decode(line, type=IndexRow) for line in (tmp_path / "index.jsonl").read_bytes().splitlines()]
+    data = (tmp_path / "records.jsonl").read_bytes()
+    records = [msgspec.json.decode(data[r.offset:r.offset + r.length], type=TrajectoryRecord) for r in rows]
+    assert [r.sample_index for r in records] == list(range(6))
+    kept = {r.sample_index for r in records if r.roc == "kept"}
+    assert kept == set(decision.kept)
+    assert {r.sample_index: r.roc for r in records if r.roc != "kept"} == {d.sample_index: d.reason for d in decision.dropped}
+    assert all(r.step == 7 and r.tool_calls == 1 for r in rows)
+
+
+def test_a_partial_index_line_left_by_a_killed_run_is_cut_before_appending(tmp_path: Path) -> None:
+    group = Group(Problem("p1", "2+2?", "4"), [_trajectory(i, float(i % 2)) for i in range(2)])
+    decision = roc_downsample(group, 4, random.Random(0))
+    record_step(tmp_path, 1, "rl", [(group, decision)])
+    with (tmp_path / "index.jsonl").open("ab") as f:
+        f.write(b'[123, 4')  # killed mid-line
+    record_step(tmp_path, 2, "rl", [(group, decision)])
+    rows = [msgspec.json.decode(line, type=IndexRow) for line in (tmp_path / "index.jsonl").read_bytes().splitlines()]
+    assert [r.step for r in rows] == [1, 1, 2, 2]
+
+
+class FakeMetrics:
+    def __init__(self) -> None:
+        self.lines: list[tuple[int, dict]] = []
+
+    def write(self, step: int, values: dict) -> None:
+        self.lines.append((step, values))
+
+
+@pytest.mark.anyio
+async def test_the_trainer_records_every_trajectory_of_a_step_with_its_decision(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from rstar2_async.config import TrainConfig, convert
+    from rstar2_async.recipe import Trainer
+    from rstar2_async.recipe._state import RolloutResult
+
+    stage = {"name": "rl", "kind": "rl", "data": "unused.jsonl"}
+    trainer = Trainer(convert({"run": {"out_dir": str(tmp_path), "name": "r"}, "model": {"tiny": {}}, "stages": [stage]}, TrainConfig), resume=False)
+
+    async def no_lr(stage, step):  # the learner is not under test
+        return None
+
+    async def update(stack, stage, done):
+        return {"rollout/trajectories": len(done.groups)}
+
+    trainer._set_lr, trainer._update = no_lr, update  # type: ignore[method-assign]
+    groups = [Group(Problem(f"p{k}", "2+2?", "4"), [msgspec.structs.replace(_trajectory(i, float((i + k) % 2)), problem_id=f"p{k}") for i in range(6)]) for k in range(2)]
+    done = RolloutResult([g.problem for g in groups])
+    for g in groups:
+        done.add(g, roc_downsample(g, 4, random.Random(0)))
+    stack = SimpleNamespace(engine=SimpleNamespace(tokenizer=None))
+    await trainer.learn_step(stack, trainer.config.stages[0], 0, done, FakeMetrics())  # type: ignore[arg-type]
+    rows = [msgspec.json.decode(line, type=IndexRow) for line in (tmp_path / "r" / "trajectories" / "index.jsonl").read_bytes().splitlines()]
+    assert [(r.step, r.problem_id, r.sample_index) for r in rows] == [(1, f"p{k}", i) for k in range(2) for i in range(6)]
+    assert sum(r.roc == "kept" for r in rows) == 8

@@ -1,0 +1,121 @@
+"""The lenient grading mode: where a response without rStar2's format puts its answer."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rstar2_async.reward import Grader, extract_answer, final_answer, score
+
+FREE_TEXT = [
+    # anchored answers, rightmost first
+    ("The answer is 42.", "42"),
+    ("So the final answer is $\\frac{1}{2}$.", "\\frac{1}{2}"),
+    ("**Answer:** 14,916", "14,916"),
+    ("**Answer: 42**", "42"),
+    ("Answer: x = 5", "x = 5"),
+    ("#### 72", "72"),
+    ("**Final Answer**\n\\[ 42 \\]", "42"),
+    ("Final Answer: The final answer is $5$. I hope it is correct.", "5"),
+    ("The answer is 7, not 5.", "7"),
+    ("The answer is 5 (since $2+3 = 5$).", "5"),
+    ("Therefore, the final answer is 105. Check: 102 is too big.", "105"),
+    ("The solutions are $x = -2$ and $x = 1$.", "-2, 1"),
+    ("The answer is $\\frac{3}{2}$ or $\\frac{2}{3}$.", "\\frac{3}{2}, \\frac{2}{3}"),
+    # no anchor: the rightmost math span or number
+    ("We get \\[ x = \\frac{3}{4} \\]", "x = \\frac{3}{4}"),
+    ("We get \\[ 3 + 4 = 7 \\]", "7"),
+    ("The plane is \\[ 5x - 7y + 11z + 4 = 0 \\]", "5x - 7y + 11z + 4 = 0"),
+    ("Thus $x \\in (2, \\infty)$.", "x \\in (2, \\infty)"),
+    ("so we have 1,234,567 ways", "1,234,567"),
+    ("That leaves 45% of the class.", "45%"),
+    ("He pays $5 and gets $3 back, so he has 18 dollars.", "18"),  # currency, not math
+    ("The result is 3.14.", "3.14"),
+    # negations and questions are never the answer
+    ("7 is the answer, not 5", "7"),
+    ("The answer is not 5. It is 7.", "7"),
+    ("The answer is 5? No. Recounting gives 6.", "6"),
+    ("The answer is not 5.", None),
+    ("no numbers here", None),
+    ("", None),
+]
+
+
+@pytest.mark.parametrize(("text", "answer"), FREE_TEXT)
+def test_free_text_answer(text: str, answer: str | None) -> None:
+    assert final_answer(text, mode="lenient") == answer
+    assert final_answer(text, mode="strict") is None  # no box, no answer
+
+
+@pytest.mark.parametrize(
+    ("text", "gold", "answer"),
+    [
+        ("The primes are \\boxed{3}, \\boxed{5}, and \\boxed{7}.", "3, 5, 7", "3, 5, 7"),
+        ("(a) \\boxed{3} (b) \\boxed{5}", "\\{3,5\\}", "3, 5"),
+        ("$x_1 = \\boxed{1}$ and $x_2 = \\boxed{2}$", "1, 2", "1, 2"),
+        ("<answer>\\boxed{1} and \\boxed{-2}</answer>", "1,-2", "1, -2"),
+        # not one answer in parts: the last box, as strict mode reads it
+        ("\\boxed{3} wait, let me recheck... \\boxed{5}", "3, 5", "5"),
+        ("\\boxed{2}, \\boxed{3}, \\boxed{5}", "3, 5", "5"),  # three in a row for two parts
+        ("\\boxed{6} \\boxed{7}", "42", "7"),  # a one-part gold
+        ("\\boxed{3} and \\boxed{5}", "(3, 5)", "5"),  # a tuple is one part
+        ("<answer>\\boxed{24}</answer> Actually \\boxed{42} and \\boxed{1}", "42, 1", "24"),
+    ],
+)
+def test_several_boxes_for_a_multi_part_gold(text: str, gold: str, answer: str) -> None:
+    assert final_answer(text, gold, mode="lenient") == answer
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["<answer>\\boxed{3}</answer> The answer is 4.", "\\boxed{3} then the answer is 4", "The answer is 4. \\boxed{3}"],
+)
+def test_a_box_wins_over_free_text(text: str) -> None:
+    assert final_answer(text, mode="lenient") == extract_answer(text) == "3"
+
+
+def test_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="mode"):
+        final_answer("\\boxed{1}", mode="loose")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="mode"):
+        score("\\boxed{1}", "1", mode="loose")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="mode"):
+        Grader(mode="loose")  # type: ignore[arg-type]
+
+
+def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
+    degenerate = ["\\[" * 100_000, "$" * 100_000, "answer is " * 50_000, "1, " * 100_000, "$$ x" * 50_000]
+    start = time.perf_counter()
+    for text in degenerate:
+        final_answer(text, "1, 2", mode="lenient")
+    assert time.perf_counter() - start < 2.0
+
+
+@pytest.mark.parametrize(
+    ("response", "gold", "strict", "lenient"),
+    [
+        ("The answer is 42.", "42", 0.0, 1.0),
+        ("<answer>42</answer>", "42", 0.0, 1.0),
+        ("Answer: $\\dfrac{14}{3}$", "\\frac{14}{3}", 0.0, 1.0),
+        ("The answer is $\\pi/2$.", "\\frac{\\pi}{2}", 0.0, 1.0),  # math-verify settles it
+        ("The answer is 7, not 42.", "42", 0.0, 0.0),
+        ("<answer>\\boxed{42}</answer>", "42", 1.0, 1.0),
+        ("$$3x + 2 = 11$$", "11", 0.0, 0.0),  # an unsolved equation answers nothing
+        ("<answer>\\boxed{3x + 2 = 11}</answer>", "11", 0.0, 0.0),
+        ("<answer>\\boxed{x = 11}</answer>", "11", 1.0, 1.0),
+    ],
+)
+def test_score_in_both_modes(response: str, gold: str, strict: float, lenient: float) -> None:
+    assert score(response, gold) == strict  # strict is the default
+    assert (score(response, gold, mode="strict"), score(response, gold, mode="lenient")) == (strict, lenient)
+
+
+@pytest.mark.anyio
+async def test_grader_grades_in_its_mode() -> None:
+    async with Grader(workers=1, timeout=5.0) as strict, Grader(workers=1, timeout=5.0, mode="lenient") as lenient:
+        for grader, expected in ((strict, 0.0), (lenient, 1.0)):
+            assert await grader.score("So the area is $\\pi/2$.", "\\frac{\\pi}{2}") == expected
+            assert await grader.score("The answer is 1,000.", "1000") == expected
+            assert await grader.score("The answer is 7, not 5.", "5") == 0.0
+        assert (lenient.statistics().graded, lenient.statistics().correct) == (3, 2)
