@@ -11,7 +11,7 @@ evaluation, never training.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Self, final
+from typing import Any, Final, Self, final
 
 import anyio
 import httpx
@@ -21,6 +21,8 @@ from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavaila
 from ._types import ChatCompletion, FinishReason, SamplingParams
 
 _FINISH: dict[str | None, FinishReason] = {"stop": "stop", "length": "length", None: "abort"}
+_UNREACHABLE: Final = (openai.APIConnectionError, openai.InternalServerError)
+"""Answers that may change: asked again next time."""
 
 
 @final
@@ -32,6 +34,12 @@ class ChatClient:
             ChatClient closes it on exit.
         model: the model (Azure: deployment) name.
         extra_body: engine-specific fields passed through (e.g. ``{"top_k": 20}``).
+
+    Against a server that reports its context (vLLM: ``max_model_len`` on
+    ``/v1/models``, asked once), each request's ``max_tokens`` is clamped to what the
+    context leaves after the conversation, which vLLM's ``/tokenize`` counts; a
+    conversation that fills it gets an empty ``length`` completion without a request.
+    Other servers are sent ``max_tokens`` unchanged.
     """
 
     def __init__(self, client: openai.AsyncOpenAI, *, model: str, extra_body: dict[str, Any] | None = None) -> None:
@@ -39,6 +47,10 @@ class ChatClient:
         self.model = model
         self.extra_body = extra_body or {}
         self._closed = False
+        self._context: int | None = None
+        self._context_known = False
+        self._context_lock = anyio.Lock()
+        self._tokenize = True  # until the server shows it has no /tokenize
 
     @classmethod
     def from_url(
@@ -87,6 +99,9 @@ class ChatClient:
         """
         if self._closed:
             raise BackendClosed("ChatClient is closed")
+        max_tokens = await self._clamp(messages, max_tokens)
+        if max_tokens <= 0:
+            return ChatCompletion(text="", finish_reason="length", completion_tokens=0)
         extra = dict(self.extra_body)
         if sampling.top_k > 0:
             extra.setdefault("top_k", sampling.top_k)
@@ -115,3 +130,41 @@ class ChatClient:
             finish_reason=_FINISH.get(choice.finish_reason, "stop"),
             completion_tokens=usage.completion_tokens if usage else 0,
         )
+
+    async def _clamp(self, messages: list[dict[str, str]], max_tokens: int) -> int:
+        if not self._context_known:
+            async with self._context_lock:  # one question, however many turns start at once
+                if not self._context_known:
+                    self._context, self._context_known = await self._ask_context_length()
+        if self._context is None:
+            return max_tokens
+        prompt = await self._count(messages) if self._tokenize else None
+        return min(max_tokens, self._context - (prompt or 0))
+
+    async def _ask_context_length(self) -> tuple[int | None, bool]:
+        """``(max_model_len, known)`` from the model list; ``known`` is False when
+        the server could not answer (asked again on the next turn)."""
+        try:
+            page = await self._client.models.list()
+        except _UNREACHABLE:
+            return None, False
+        except openai.OpenAIError:
+            return None, True
+        cards = [m for m in page.data if m.id == self.model] or page.data[:1]
+        length = (cards[0].model_extra or {}).get("max_model_len") if cards else None
+        return (length if isinstance(length, int) else None), True
+
+    async def _count(self, messages: list[dict[str, str]]) -> int | None:
+        """The conversation's prompt tokens (chat template and generation prompt
+        included) by vLLM's ``/tokenize``, beside ``/v1``; None if not counted."""
+        root = str(self._client.base_url).rstrip("/").removesuffix("/v1")
+        body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        try:
+            counted = await self._client.post(f"{root}/tokenize", body=body, cast_to=object)
+        except _UNREACHABLE:
+            return None
+        except openai.OpenAIError:
+            self._tokenize = False  # no such endpoint: the context alone bounds max_tokens
+            return None
+        count = counted.get("count") if isinstance(counted, dict) else None
+        return count if isinstance(count, int) else None

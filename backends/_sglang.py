@@ -179,6 +179,8 @@ class SGLangTokenClient(CompletionClient):
         api_key, timeout, max_connections, retry, transport: as for ``TokenClient``.
     """
 
+    models_path = "/v1/models"  # OpenAI-style cards with max_model_len, beside the native API
+
     def __init__(
         self,
         base_url: str,

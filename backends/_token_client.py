@@ -43,6 +43,16 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
+class _ModelCard(msgspec.Struct):
+    id: str = ""
+    max_model_len: int | None = None
+    """vLLM's (and SGLang's) context length: prompt plus generated tokens."""
+
+
+class _Models(msgspec.Struct):
+    data: list[_ModelCard] = []
+
+
 class _Response(msgspec.Struct):
     choices: list[_Choice]
     weight_version: int | str | None = None
@@ -50,6 +60,7 @@ class _Response(msgspec.Struct):
 
 
 _decoder: Final = msgspec.json.Decoder(_Response)
+_models_decoder: Final = msgspec.json.Decoder(_Models)
 _encoder: Final = msgspec.json.Encoder()
 _FINISH: Final[dict[str | None, FinishReason]] = {"stop": "stop", "length": "length", "abort": "abort", None: "abort"}
 
@@ -78,7 +89,15 @@ class CompletionClient:
 
     Use as ``async with client``; the client owns its connection pool and closes it
     on exit.
+
+    Each request's ``max_tokens`` is clamped to what the server's context leaves
+    after the prompt: the context length (``max_model_len`` on ``GET /v1/models``) is
+    learnt once, on the first generation.  A server that does not report it is
+    sent ``max_tokens`` unchanged.
     """
+
+    models_path: str = "/models"
+    """Where the server lists its models, relative to ``base_url``."""
 
     def __init__(
         self,
@@ -110,6 +129,9 @@ class CompletionClient:
         self._urls: dict[str, httpx.URL] = {}
         self._state = State.UNOPENED
         self._generations = self._resumed = 0
+        self._context: int | None = None
+        self._context_known = False
+        self._context_lock = anyio.Lock()
 
     async def __aenter__(self) -> Self:
         if self._state is not State.UNOPENED:
@@ -135,6 +157,10 @@ class CompletionClient:
         resumed from the tokens it produced, up to :data:`MAX_RESUMES` times; the
         result then reads as one generation.
 
+        ``max_tokens`` is clamped to the server's context (:meth:`context_length`)
+        minus the prompt; a prompt that fills the context gets no tokens and
+        ``finish_reason == "length"``, without a request.
+
         Raises:
             BackendClosed: the client was closed.
             RequestRejected: the server answered 4xx (a bad request; not retried).
@@ -148,8 +174,11 @@ class CompletionClient:
         logprobs: list[float] = []
         versions: list[int] = []
         finish: FinishReason = "abort"
+        context = self._context if self._context_known else await self.context_length()  # the hot path: no await
         for _ in range(MAX_RESUMES + 1):
             remaining = max_tokens - len(token_ids)
+            if context is not None:  # vLLM refuses a request whose prompt + max_tokens exceeds it
+                remaining = min(remaining, context - len(prompt_ids) - len(token_ids))
             if remaining <= 0:
                 finish = "length"
                 break
@@ -163,7 +192,35 @@ class CompletionClient:
                 break
             self._resumed += 1
         self._generations += 1
-        return Completion(token_ids=token_ids, logprobs=logprobs, finish_reason=finish, weight_version=min(versions))
+        version = min(versions, default=self.weight_version)  # no part: the prompt filled the context
+        return Completion(token_ids=token_ids, logprobs=logprobs, finish_reason=finish, weight_version=version)
+
+    async def context_length(self) -> int | None:
+        """The server's context length (prompt plus generation), asked once and
+        kept; ``None`` when the server does not report it.  A server that cannot
+        be reached is asked again on the next call (the generation itself then
+        fails and is retried as usual)."""
+        if not self._context_known:
+            async with self._context_lock:  # one request, however many turns start at once
+                if not self._context_known:
+                    self._context, self._context_known = await self._ask_context_length()
+        return self._context
+
+    async def _ask_context_length(self) -> tuple[int | None, bool]:
+        """``(max_model_len, known)``: ``known`` is False when the answer may change
+        (no connection, a 5xx), so it is asked again."""
+        try:
+            response = await self._http.get(self.models_path)
+        except httpx.TransportError:
+            return None, False
+        if response.status_code >= 500:
+            return None, False
+        try:
+            cards = _models_decoder.decode(response.content).data if response.status_code < 400 else []
+        except msgspec.DecodeError:
+            cards = []
+        ours = [c for c in cards if c.id == self.model] or cards[:1]
+        return (ours[0].max_model_len if ours else None), True
 
     def statistics(self) -> TokenClientStatistics:
         return TokenClientStatistics(generations=self._generations, resumed=self._resumed)

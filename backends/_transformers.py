@@ -74,8 +74,9 @@ class TransformersBackend:
         model_dir: what ``AutoModelForCausalLM.from_pretrained`` loads (e.g. an export).
         device: ``"cpu"``, ``"cuda:0"``...
         dtype: of weights and activations (logprobs are computed in float32 anyway).
-        max_model_len: prompt + ``max_tokens`` limit, enforced as vLLM does
-            (default: the config's ``max_position_embeddings``, if any).
+        max_model_len: the context, prompt plus generation: ``max_tokens`` is
+            clamped to what it leaves after the prompt, as the token clients clamp
+            it for a server (default: the config's ``max_position_embeddings``, if any).
 
     Resource handling:
         ``async with backend`` loads the model (in a worker thread) and drops it on
@@ -157,7 +158,8 @@ class TransformersBackend:
 
         Waits while paused or loading weights.  Ends with ``stop`` at an EOS id of the
         config or generation config (included), ``length`` at ``max_tokens``, or
-        ``abort`` (the tokens so far, maybe none) at ``pause("abort")``.  The weights
+        ``abort`` (the tokens so far, maybe none) at ``pause("abort")``; a prompt that
+        fills ``max_model_len`` gets no tokens and ``length``.  The weights
         never change during a generation; it carries the version set when it was
         admitted.  ``sampling.seed`` makes it reproducible (a ``torch.Generator`` per
         request: concurrent ones do not disturb each other).
@@ -167,13 +169,15 @@ class TransformersBackend:
 
         Raises:
             RequestRejected: empty prompt, ids outside the vocabulary, ``max_tokens``
-                < 1, over ``max_model_len``, or sampling values vLLM refuses.
+                < 1, or sampling values vLLM refuses.
             BackendClosed: closed before or during the call.
             ServerError: torch failed (e.g. out of memory).
         """
         self._check_open("generate")
         prompt = list(prompt_ids)  # the caller's list is only lent
         self._validate(prompt, max_tokens, sampling)
+        if self.max_model_len is not None:
+            max_tokens = min(max_tokens, self.max_model_len - len(prompt))
         self._waiting += 1
         try:
             while self._holds:
@@ -213,12 +217,10 @@ class TransformersBackend:
         return Completion(tokens, logprobs, finish, weight_version=version)
 
     def _validate(self, prompt: list[int], max_tokens: int, s: SamplingParams) -> None:
-        limit = self.max_model_len
         for wrong, problem in (
             (not prompt, "empty prompt"),
             (not all(isinstance(t, int) and 0 <= t < self._vocab for t in prompt), f"ids outside [0, {self._vocab})"),
             (max_tokens < 1, f"max_tokens must be >= 1, got {max_tokens}"),
-            (limit is not None and len(prompt) + max_tokens > limit, f"prompt + max_tokens over max_model_len {limit}"),
             (s.temperature < 0 or not 0 < s.top_p <= 1 or (s.top_k != -1 and s.top_k < 1), f"bad sampling: {s}"),
         ):
             if wrong:

@@ -5,8 +5,16 @@ OpenAI-compatible endpoint.  Sampling is always explicit: --temperature and --to
 are required.  Every sample is kept in OUT/<dataset>/samples.jsonl; running the same
 command again resumes without redoing finished samples.
 
+A checkpoint of `rstar2 train` carries the rollout settings it was trained with
+(rollout.toml: system prompt, tools, turns, response budget); --model uses them
+unless --config or the flags say otherwise.  --config takes an eval config or a
+training config (its [rollout], [inference], [server], [pool], [sandbox], [reward]
+and [data]).  Errored samples are counted apart, not as wrong answers; when more
+than 10% of a data set's samples error, the first error is printed and the exit
+status is 1 (running the command again redoes the errored samples).
+
 Examples:
-  rstar2 eval --model runs/demo/final --data aime24 --n 4 --temperature 0.6 --top-p 0.95
+  rstar2 eval --model runs/demo/weights/latest --data aime24 --n 4 --temperature 0.6 --top-p 0.95
   rstar2 eval --model DIR --engine transformers --data DATA.jsonl --n 1 --temperature 0 --top-p 1  (no server)
   OPENAI_API_KEY=... rstar2 eval --endpoint https://api.example.com/v1 --served-model m \\
       --data math500 --limit 50 --n 1 --temperature 0 --top-p 1
@@ -24,8 +32,13 @@ import msgspec
 
 if TYPE_CHECKING:
     from rstar2_async.config import EvalConfig
+    from rstar2_async.recipe import EvalSummary
 
 HELP = "evaluate a checkpoint or an OpenAI-compatible endpoint on math sets (avg@n, pass@n, maj@n)"
+
+MAX_ERROR_SHARE = 0.1
+"""Above this share of errored samples in a data set the command fails: its metrics
+describe too few of the samples asked for to be reported as the model's."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,7 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-response-tokens", type=int, default=None, help="override rollout.max_response_tokens")
     p.add_argument(
         "--config", type=Path,
-        help="TOML with [rollout], [inference], [server], [pool], [sandbox], [reward], [data] sections (all optional)",
+        help="TOML with [rollout], [inference], [server], [pool], [sandbox], [reward], [data] sections (all optional), "
+        "or a training config (rstar2 train's, or a run's config.toml)",
     )  # fmt: skip
     p.add_argument("--out", type=Path, default=None, help="output directory (default runs/eval/<model>)")
     p.add_argument(
@@ -62,9 +76,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _resolve(args: argparse.Namespace) -> EvalConfig:
-    from rstar2_async.config import EvalConfig, convert, load_toml
+    import sys
 
-    config = load_toml(args.config, EvalConfig) if args.config else EvalConfig()
+    from rstar2_async.config import ROLLOUT_RECORD, EvalConfig, convert, eval_sections, read_rollout_record
+
+    merged = msgspec.to_builtins(EvalConfig())
+    given, training = eval_sections(args.config) if args.config else ({}, False)
+    recorded = read_rollout_record(args.model) if args.model else None
+    if recorded is not None:  # the checkpoint's own settings, under --config's and the flags
+        merged = _merge(merged, {"rollout": msgspec.to_builtins(recorded)})
+        under = ", under --config's [rollout]" if "rollout" in given else ""
+        print(f"rstar2 eval: rollout settings from {args.model / ROLLOUT_RECORD} (as trained){under}", file=sys.stderr)
+    elif args.model and "rollout" not in given:
+        print(f"rstar2 eval: {args.model} has no {ROLLOUT_RECORD}: default rollout settings (--config sets them)", file=sys.stderr)
+    if training:
+        print(f"rstar2 eval: {args.config} is a training config: its rollout, server and reward settings apply", file=sys.stderr)
+    merged = _merge(merged, given)
     overrides: dict = {"rollout": {"sampling": {}}, "inference": {}, "server": {}, "reward": {}}
     if args.engine is not None:
         if not args.model:
@@ -87,9 +114,8 @@ def _resolve(args: argparse.Namespace) -> EvalConfig:
         overrides["inference"]["model"] = args.served_model
     # A chat model was not trained on rStar2's format: grade what it writes, boxed or not.
     chat = bool(args.endpoint) and not args.tokenizer
-    overrides["reward"]["grading"] = args.grading or config.reward.grading or ("lenient" if chat else "strict")
-    merged = _merge(msgspec.to_builtins(config), overrides)
-    return convert(merged, EvalConfig)
+    overrides["reward"]["grading"] = args.grading or merged["reward"].get("grading") or ("lenient" if chat else "strict")
+    return convert(_merge(merged, overrides), EvalConfig)
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -125,7 +151,7 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
 
     # Labels: a set's name, or a file's stem.  Loaded up front to fail fast on bad names.
     datasets = {resolve(name).stem: load_problems(name, limit=args.limit, fields=config.data) for name in args.data}
-    name = args.model.name if args.model else config.inference.model.replace("/", "_")
+    name = args.model.resolve().name if args.model else config.inference.model.replace("/", "_")
     out = args.out or Path("runs/eval") / name
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.toml").write_text(to_toml(config))
@@ -153,13 +179,31 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
     table = Table(
         title=f"{name}: n={args.n}, temperature={args.temperature}, top_p={args.top_p}, grading={config.reward.grading}"
     )
-    for column in ("data set", "problems", "avg@n", "pass@n", "maj@n", "tokens", "turns", "tool calls", "tool errors"):
+    columns = ("data set", "problems", "avg@n", "errors", "pass@n", "maj@n", "tokens", "turns", "tool calls", "tool errors")
+    for column in columns:
         table.add_column(column, justify="right")
     for s in summaries:
         table.add_row(
-            s.dataset, str(s.problems), f"{s.avg_at_n:.3f}", f"{s.pass_at_n:.3f}", f"{s.maj_at_n:.3f}",
-            f"{s.mean_response_tokens:.0f}", f"{s.mean_turns:.2f}", f"{s.mean_tool_calls:.2f}", f"{s.mean_tool_errors:.2f}",
-        )
+            s.dataset, str(s.problems), f"{s.avg_at_n:.3f}", f"{s.errors}/{s.problems * s.n}", f"{s.pass_at_n:.3f}",
+            f"{s.maj_at_n:.3f}", f"{s.mean_response_tokens:.0f}", f"{s.mean_turns:.2f}", f"{s.mean_tool_calls:.2f}",
+            f"{s.mean_tool_errors:.2f}",
+        )  # fmt: skip
     Console(stderr=True).print(table)
     print(msgspec.json.encode(summaries).decode())
+    return _errors_status(summaries)
+
+
+def _errors_status(summaries: list[EvalSummary]) -> int:
+    """1, with the first error on stderr, when a data set errored on more than
+    :data:`MAX_ERROR_SHARE` of its samples; else 0."""
+    import sys
+
+    for s in summaries:
+        if s.errors > MAX_ERROR_SHARE * s.problems * s.n:
+            print(
+                f"rstar2 eval: {s.errors} of {s.problems * s.n} samples of {s.dataset} errored (more than "
+                f"{MAX_ERROR_SHARE:.0%}; avg@n is over the other {s.problems * s.n - s.errors}): the first: {s.first_error}",
+                file=sys.stderr,
+            )
+            return 1
     return 0

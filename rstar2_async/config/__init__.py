@@ -8,9 +8,9 @@ Importing this package imports neither torch nor any engine.
 """
 
 from ..errors import ConfigError
-from ._eval import EvalConfig
+from ._eval import ROLLOUT_RECORD, EvalConfig, eval_sections, read_rollout_record, write_rollout_record
 from ._inference import InferenceConfig, LocalServerConfig, PoolConfig, WeightSyncConfig
-from ._io import convert, load_toml, to_toml
+from ._io import convert, load_toml, read_toml, to_toml
 from ._learner import LearnerConfig
 from ._memory import USABLE_FRACTION, MemoryPlan, ModelShape, plan_memory
 from ._reward import DataConfig, RewardConfig
@@ -36,6 +36,7 @@ __all__ = [
     "ModelConfig",
     "ModelShape",
     "PoolConfig",
+    "ROLLOUT_RECORD",
     "RewardConfig",
     "RolloutConfig",
     "RunConfig",
@@ -46,7 +47,11 @@ __all__ = [
     "USABLE_FRACTION",
     "WeightSyncConfig",
     "convert",
+    "eval_sections",
     "load_toml",
     "plan_memory",
+    "read_rollout_record",
+    "read_toml",
     "to_toml",
+    "write_rollout_record",
 ]

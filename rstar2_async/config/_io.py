@@ -32,14 +32,22 @@ def load_toml(path: str | Path, cls: type[T]) -> T:
     Raises:
         ConfigError: the file is missing, is not valid TOML, or a field is invalid.
     """
+    return convert(read_toml(path), cls)
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A TOML file's tables, unconverted.
+
+    Raises:
+        ConfigError: the file is missing or is not valid TOML.
+    """
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return convert(data, cls)
 
 
 def convert(data: Any, cls: type[T], *, prefix: str = "") -> T:

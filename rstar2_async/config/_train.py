@@ -188,6 +188,14 @@ class TrainConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
                 'stop; use "abort" (the default in streaming mode)'
             )
 
+    def stage_rollout(self, index: int) -> RolloutConfig:
+        """The rollout settings stage ``index`` runs with: ``[rollout]`` with the
+        stage's ``max_turns`` and ``max_response_tokens`` where it sets them (an index
+        past the end: the last stage's, what a finished run trained with last)."""
+        stage = self.stages[min(index, len(self.stages) - 1)]
+        limits = {"max_turns": stage.max_turns, "max_response_tokens": stage.max_response_tokens}
+        return msgspec.structs.replace(self.rollout, **{k: v for k, v in limits.items() if v is not None})
+
     def _check_broadcast(self) -> None:
         """The broadcast needs the servers' token-mode admin calls and their exact
         worker count (a wrong one hangs the rendezvous instead of failing)."""

@@ -1,5 +1,9 @@
 """Evaluation through the rollout engine: avg@n, pass@n, maj@n, lengths, tool use.
 
+Errors are not answers: a sample that ended as ``error`` (a request the server
+refused, a server that stayed down) is counted apart, and every metric is computed
+over the samples that ran.
+
 Every sample is appended to ``samples.jsonl`` the moment it finishes, so an
 interrupted evaluation resumes without redoing a finished sample; a line cut short
 by a crash is dropped on resume.
@@ -8,9 +12,10 @@ by a crash is dropped on resume.
 from __future__ import annotations
 
 import collections
+import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import msgspec
@@ -32,11 +37,14 @@ class EvalSummary(msgspec.Struct, frozen=True):
     temperature: float
     top_p: float
     avg_at_n: float
-    """Mean reward over all samples (avg@n, "pass@1 averaged over n samples")."""
+    """Mean reward over the samples that ran (avg@n, "pass@1 averaged over n
+    samples"); errored samples are left out (``errors``); NaN when none ran."""
     pass_at_n: float
-    """Share of problems with at least one correct sample."""
+    """Share of problems with at least one correct sample, over the problems with
+    a sample that ran."""
     maj_at_n: float
-    """Share of problems whose most frequent (normalised) answer is correct."""
+    """Share of problems whose most frequent (normalised) answer is correct, over
+    the same problems."""
     mean_response_tokens: float
     mean_turns: float
     mean_tool_calls: float
@@ -44,6 +52,10 @@ class EvalSummary(msgspec.Struct, frozen=True):
     finish_reasons: dict[str, int]
     resumed_samples: int = 0
     wall_s: float = 0.0
+    errors: int = 0
+    """Samples that ended as ``error``: not answers, so in no metric above."""
+    first_error: str = ""
+    """The first errored sample's error (what went wrong, for the message)."""
 
 
 _trajectory_decoder = msgspec.json.Decoder(Trajectory)
@@ -52,7 +64,9 @@ _encoder = msgspec.json.Encoder()
 
 def load_finished(path: Path, problems: Sequence[Problem]) -> dict[tuple[str, int], Trajectory]:
     """Samples already in ``path`` for these problems.  A trailing partial line (the
-    process died mid-write) is cut off the file so that appends stay line-aligned."""
+    process died mid-write) is cut off the file so that appends stay line-aligned.
+    An errored sample is not finished: running again redoes it (its new line,
+    later in the file, is the one read from then on)."""
     if not path.exists():
         return {}
     data = path.read_bytes()
@@ -63,7 +77,7 @@ def load_finished(path: Path, problems: Sequence[Problem]) -> dict[tuple[str, in
     finished: dict[tuple[str, int], Trajectory] = {}
     for line in complete.splitlines():
         t = _trajectory_decoder.decode(line)
-        if t.problem_id in wanted:
+        if t.problem_id in wanted and t.finish_reason != "error":
             finished[t.problem_id, t.sample_index] = t
     return finished
 
@@ -85,22 +99,33 @@ def majority_correct(group: Group) -> bool:
     return correct[key]
 
 
+def _mean(values: Iterable[float]) -> float:
+    values = list(values)
+    return statistics.fmean(values) if values else math.nan
+
+
 def summarize(dataset: str, groups: Sequence[Group], *, n: int, temperature: float, top_p: float) -> EvalSummary:
-    samples = [t for g in groups for t in g.trajectories]
+    """The metrics of ``groups``, over the samples that did not end as ``error``."""
+    everything = [t for g in groups for t in g.trajectories]
+    errored = [t for t in everything if t.finish_reason == "error"]
+    ran = [Group(g.problem, kept) for g in groups if (kept := [t for t in g.trajectories if t.finish_reason != "error"])]
+    samples = [t for g in ran for t in g.trajectories]
     return EvalSummary(
         dataset=dataset,
         problems=len(groups),
         n=n,
         temperature=temperature,
         top_p=top_p,
-        avg_at_n=statistics.fmean((t.reward or 0.0) for t in samples),
-        pass_at_n=statistics.fmean(float(max(g.rewards) > 0.5) for g in groups),
-        maj_at_n=statistics.fmean(float(majority_correct(g)) for g in groups),
-        mean_response_tokens=statistics.fmean(sum(turn.num_generated for turn in t.turns) for t in samples),
-        mean_turns=statistics.fmean(t.num_turns for t in samples),
-        mean_tool_calls=statistics.fmean(t.num_tool_calls for t in samples),
-        mean_tool_errors=statistics.fmean(t.num_tool_errors for t in samples),
-        finish_reasons=dict(collections.Counter(t.finish_reason for t in samples)),
+        avg_at_n=_mean((t.reward or 0.0) for t in samples),
+        pass_at_n=_mean(float(max(g.rewards) > 0.5) for g in ran),
+        maj_at_n=_mean(float(majority_correct(g)) for g in ran),
+        mean_response_tokens=_mean(sum(turn.num_generated for turn in t.turns) for t in samples),
+        mean_turns=_mean(t.num_turns for t in samples),
+        mean_tool_calls=_mean(t.num_tool_calls for t in samples),
+        mean_tool_errors=_mean(t.num_tool_errors for t in samples),
+        finish_reasons=dict(collections.Counter(t.finish_reason for t in everything)),
+        errors=len(errored),
+        first_error=errored[0].error if errored else "",
     )
 
 

@@ -33,8 +33,10 @@ import anyio.to_thread
 
 from backends import BroadcastTransport, PendingWeights, SyncReport, WeightSync
 
+from ..config import RolloutConfig
 from ..errors import TrainError
 from ._stack import RolloutStack
+from ._weights import publish_weights
 
 if TYPE_CHECKING:
     from ..learn import LearnerDriver, PendingExport
@@ -80,10 +82,13 @@ class Publisher:
         assert self._tg is not None
         return await self._tg.__aexit__(exc_type, exc, tb)
 
-    async def publish(self, out: Path, version: int) -> SyncReport:
+    async def publish(self, out: Path, version: int, rollout: RolloutConfig | None = None) -> SyncReport:
         """Export the learner's current weights to ``out`` and move every server in
         rotation to them as ``version``; returns once the servers hold them (with the
         broadcast transport, possibly before ``out`` is written: see the module doc).
+        Once ``out`` is on disk it holds ``rollout`` (the settings the weights were
+        trained with: ``rstar2 eval --model`` runs them) and a ``latest`` link beside
+        it names it (not for ``rollout=None``: an export outside a run).
 
         Raises:
             WeightSyncError: no server took the weights.
@@ -95,24 +100,26 @@ class Publisher:
         if not isinstance(self.sync.transport, BroadcastTransport):
             await self.learn(self.driver.export, out)
             report = await self.sync.sync(out, version)
-            self._published(out)
+            self._published(out, rollout)
             return report
         pending = await self.learn(self.driver.gather_export)
         weights = PendingWeights(pending.tensors, out)
         self._written = anyio.Event()
-        self._tg.start_soon(self._write, pending, out, weights, self._written)
+        self._tg.start_soon(self._write, pending, out, rollout, weights, self._written)
         return await self.sync.sync(weights, version)
 
     async def written(self) -> None:
         """Wait until the last export is on disk (a checkpoint names it)."""
         await self._written.wait()
 
-    async def _write(self, pending: PendingExport, out: Path, weights: PendingWeights, done: anyio.Event) -> None:
+    async def _write(
+        self, pending: PendingExport, out: Path, rollout: RolloutConfig | None, weights: PendingWeights, done: anyio.Event
+    ) -> None:
         error: BaseException | None = None
         try:
             # Plain file I/O on copies the learner no longer touches: no learner lock.
             await anyio.to_thread.run_sync(pending.write, out)
-            self._published(out)
+            self._published(out, rollout)
         except BaseException as exc:
             error = exc
             raise
@@ -120,7 +127,9 @@ class Publisher:
             weights.written(error)  # wakes the servers that wait to load from disk
             done.set()
 
-    def _published(self, out: Path) -> None:
+    def _published(self, out: Path, rollout: RolloutConfig | None) -> None:
+        if rollout is not None:
+            publish_weights(out, rollout)
         if self.stack.fleet is not None:
             self.stack.fleet.set_model(str(out))  # a restarted server comes back with these
         previous, self.current = self.current, out

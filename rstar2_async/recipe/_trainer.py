@@ -54,6 +54,7 @@ from ._stack import RolloutStack, rollout_stack
 from ._state import RolloutResult, TimedReward, TrainState, TrainSummary, downsample, prepare_model
 from ._streaming import QUEUE_FILE, oldest_version, read_queue, run_streaming_stage
 from ._trajectories import record_step
+from ._weights import publish_weights
 
 if TYPE_CHECKING:
     from ..learn import LearnerDriver
@@ -161,6 +162,7 @@ class Trainer:
             # A later step's sync replaced this export before the run was killed (only
             # the newest is kept); the learner holds its weights again: write them back.
             await self._learn(self.driver.export, weights)
+            publish_weights(weights, self.config.stage_rollout(self.state.stage))
         c = self.config
         streaming = c.run.mode == "streaming"
         weight_sync = msgspec.structs.replace(c.weight_sync, pause_mode=c.weight_sync.pause_mode or ("abort" if streaming else "wait"))
@@ -329,7 +331,7 @@ class Trainer:
         t0 = time.monotonic()
         version = self.state.weight_version + 1
         out = self.run_dir / "weights" / f"v{version:06d}"
-        await self.publisher.publish(out, version)
+        await self.publisher.publish(out, version, self.config.stage_rollout(self.state.stage))
         self.state.weight_version, self.state.weights_dir = version, str(out)
         return time.monotonic() - t0
 

@@ -171,7 +171,7 @@ async def test_max_tokens_gives_length_with_exactly_that_many(tiny: Tiny) -> Non
 async def test_bad_requests_are_rejected(tiny: Tiny) -> None:
     async with TransformersBackend(tiny.dir, max_model_len=32) as backend:
         for prompt, n, sampling in [
-            ([], 4, GREEDY), ([64], 4, GREEDY), ([-1], 4, GREEDY), ([1], 0, GREEDY), ([1] * 30, 3, GREEDY),
+            ([], 4, GREEDY), ([64], 4, GREEDY), ([-1], 4, GREEDY), ([1], 0, GREEDY),
             ([1], 4, SamplingParams(top_p=0.0)), ([1], 4, SamplingParams(top_k=0)),
             ([1], 4, SamplingParams(temperature=-1.0)),
         ]:  # fmt: skip
@@ -179,6 +179,14 @@ async def test_bad_requests_are_rejected(tiny: Tiny) -> None:
                 await backend.generate(prompt, max_tokens=n, sampling=sampling)
             assert info.value.status == 400
         assert (await backend.generate([1] * 29, max_tokens=3, sampling=GREEDY)).finish_reason == "length"
+
+
+async def test_max_tokens_is_clamped_to_the_context(tiny: Tiny) -> None:
+    async with TransformersBackend(tiny.dir, max_model_len=32) as backend:
+        over = await backend.generate([1] * 30, max_tokens=3, sampling=GREEDY)  # 2 tokens of room
+        full = await backend.generate([1] * 32, max_tokens=3, sampling=GREEDY)
+    assert over.finish_reason == "length" and len(over.token_ids) <= 2
+    assert (full.token_ids, full.finish_reason) == ([], "length")
 
 
 # -- concurrency, cancellation ---------------------------------------------------------------

@@ -113,3 +113,37 @@ def test_a_grader_that_cannot_start_is_one_line(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "rstar2 eval: GraderBrokenError: grading worker failed to start" in err and "Traceback" not in err
+
+
+class FakeRefusingServer(FakeModelServer):
+    """Refuses (400, as for a context too long) every request about a problem marked ``(refused)``."""
+
+    async def __call__(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        if b"(refused)" in body:
+            return 400, b'{"error": {"message": "max_tokens is too large", "code": 400}}'
+        return await super().__call__(method, path, body)
+
+
+@pytest.mark.parametrize(("refused", "problems", "status"), [(1, 3, 1), (1, 10, 0)])  # 33% errored; 10%, not more
+def test_errors_are_counted_apart_and_too_many_fail_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], refused: int, problems: int, status: int
+) -> None:
+    rows = [
+        {"id": f"t{i}", "problem": f"What is {i}*7?{' (refused)' if i < refused else ''}", "answer": str(i * 7)}
+        for i in range(problems)
+    ]  # fmt: skip
+    data = tmp_path / "toy.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with anyio.from_thread.start_blocking_portal() as portal:
+        future, port = portal.start_task(serve_http, FakeRefusingServer())
+        argv = ["eval", "--endpoint", f"http://127.0.0.1:{port}/v1", "--served-model", "m", "--data", str(data),
+                "--n", "2", "--temperature", "0.7", "--top-p", "0.9", "--out", str(tmp_path / "out")]  # fmt: skip
+        assert main(argv) == status
+        future.cancel()
+    out, err = capsys.readouterr()
+    [summary] = json.loads(out.strip().splitlines()[-1])
+    assert summary["errors"] == 2 * refused and summary["avg_at_n"] == 1.0  # over the samples that ran
+    assert summary["finish_reasons"] == {"answer": 2 * (problems - refused), "error": 2 * refused}
+    assert f"{2 * refused}/{2 * problems}" in err  # the table's errors column
+    assert json.loads((tmp_path / "out" / "toy" / "summary.json").read_text())["errors"] == 2 * refused
+    assert ("max_tokens is too large" in err) == bool(status)  # the first error, when the command fails

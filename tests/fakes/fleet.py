@@ -51,7 +51,7 @@ class FakeVLLM:
         return not self._resumed.is_set()
 
     def paths(self) -> list[str]:
-        return [r.path for r in self.log if r.path not in ("/metrics", "/health", "/v1/completions")]
+        return [r.path for r in self.log if r.path not in ("/metrics", "/health", "/v1/completions", "/v1/models")]
 
     async def __call__(self, method: str, target: str, body: bytes) -> tuple[int, bytes]:
         if self.dead:
@@ -62,6 +62,8 @@ class FakeVLLM:
         self.log.append(Recorded(method, path, query, parsed))
         if path in self.fail_paths:
             return 500, b'{"error": "injected failure"}'
+        if path == "/v1/models":
+            return await self.scripted(method, path, body)
         if path == "/v1/completions":
             if self.hang:
                 await anyio.sleep_forever()

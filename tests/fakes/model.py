@@ -103,6 +103,11 @@ def arithmetic_policy(conversation: str) -> str:
     return f"Let me compute.\n<tool_call>{json.dumps(call)}</tool_call>"
 
 
+def _chat_prompt(messages: list[dict[str, str]]) -> str:
+    """A chat as the fake's template renders it, up to the assistant's turn."""
+    return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + "<|im_start|>assistant\n"
+
+
 @dataclass
 class FakeModelServer:
     """An OpenAI ``/v1/completions`` endpoint (vLLM's token-id dialect) whose
@@ -112,6 +117,11 @@ class FakeModelServer:
     ``drop_first`` connections closed without an answer, ``abort_every`` (every k-th
     request returns half its tokens with ``finish_reason: "abort"``), ``garbage_first``
     requests answered with bytes that are not JSON.
+
+    ``GET /v1/models`` and ``POST /tokenize`` are answered before the knobs and not
+    recorded in ``requests``: 404, or with ``max_model_len`` set, a model card that
+    reports it and the count of a chat's prompt (one token a byte); a request whose
+    prompt + ``max_tokens`` exceeds it is then refused with a 400, as vLLM does.
     """
 
     policy: Callable[[str], str] = arithmetic_policy
@@ -122,9 +132,17 @@ class FakeModelServer:
     abort_every: int = 0
     garbage_first: int = 0
     weight_version: int | None = None
+    max_model_len: int | None = None
     requests: list[dict] = field(default_factory=list)
 
     async def __call__(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        if path in ("/v1/models", "/tokenize"):
+            if self.max_model_len is None:
+                return 404, b'{"error": "not found"}'
+            if path == "/tokenize":
+                return 200, msgspec.json.encode({"count": len(_chat_prompt(json.loads(body)["messages"]))})
+            card = {"id": "m", "object": "model", "max_model_len": self.max_model_len}
+            return 200, msgspec.json.encode({"object": "list", "data": [card]})
         n = len(self.requests)
         request = json.loads(body) if body else {}
         self.requests.append(request)
@@ -137,10 +155,15 @@ class FakeModelServer:
         if n < self.garbage_first:
             return 200, b"\x00\xffnot json"
         if path == "/v1/chat/completions":
+            prompt_tokens = len(_chat_prompt(request["messages"]))
+            if self.max_model_len is not None and prompt_tokens + request["max_tokens"] > self.max_model_len:
+                return 400, self._too_long(request["max_tokens"], prompt_tokens)
             return 200, self._chat(request, n)
         if path != "/v1/completions":
             return 404, b'{"error": "not found"}'
         prompt: list[int] = request["prompt"]
+        if self.max_model_len is not None and len(prompt) + request["max_tokens"] > self.max_model_len:
+            return 400, self._too_long(request["max_tokens"], len(prompt))
         text = self.policy(self.tokenizer.decode(prompt))
         # A resumed request already holds the start of the answer: continue it.
         done = self.tokenizer.decode(prompt).rsplit("<|im_start|>assistant\n", 1)[-1]
@@ -162,16 +185,22 @@ class FakeModelServer:
             payload["weight_version"] = self.weight_version
         return 200, msgspec.json.encode(payload)
 
+    def _too_long(self, max_tokens: int, prompt_tokens: int) -> bytes:
+        message = f"max_tokens={max_tokens} is too large: the prompt has {prompt_tokens} tokens of {self.max_model_len}"
+        return msgspec.json.encode({"error": {"message": message, "code": 400}})
 
     def _chat(self, request: dict, n: int) -> bytes:
         """The same policy behind the chat API (text in, text out)."""
         conversation = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in request["messages"])
-        text = self.policy(conversation + "<|im_start|>assistant\n")
+        text, finish, limit = self.policy(_chat_prompt(request["messages"])), "stop", request.get("max_tokens")
+        if limit is not None and len(text.encode()) + 1 > limit:  # one token a byte, and the end token
+            text, finish = text.encode()[:limit].decode(errors="ignore"), "length"
         message = {"role": "assistant", "content": text}
-        usage = {"prompt_tokens": len(conversation), "completion_tokens": len(text.encode()) + 1, "total_tokens": 0}
+        generated = len(text.encode()) + (finish == "stop")
+        usage = {"prompt_tokens": len(conversation), "completion_tokens": generated, "total_tokens": 0}
         payload = {
             "id": f"chat-{n}", "object": "chat.completion", "created": 0, "model": request["model"],
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": usage,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage,
         }
         return msgspec.json.encode(payload)
 

@@ -4,15 +4,17 @@ scripted server over HTTP."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 
 from backends import TokenClient
 from rstar2_async.config import RolloutConfig
 from rstar2_async.errors import DatasetError
-from rstar2_async.recipe import evaluate, load_finished, load_problems, majority_correct
+from rstar2_async.recipe import evaluate, load_finished, load_problems, majority_correct, summarize
 from rstar2_async.reward import Grader
 from rstar2_async.rollout import RolloutEngine
 from rstar2_async.types import Group, Problem, Trajectory
@@ -85,3 +87,34 @@ def test_datasets_load_and_errors_are_clear(tmp_path: Path) -> None:
     bad.write_text('{"problem": "x", "answer": "1"}\n{"problem": "y"}\n')
     with pytest.raises(DatasetError, match=r"bad.jsonl:2: Object missing required field `answer`"):
         load_problems(bad)
+
+
+def test_errored_samples_are_counted_apart_not_as_wrong_answers() -> None:
+    def t(i: int, reward: float | None, finish: str = "answer", error: str = "") -> Trajectory:
+        return Trajectory("p", i, [], [], [], [], [], finish, 0, response_text="\\boxed{1}", reward=reward, error=error)  # type: ignore[arg-type]
+
+    refused = "RequestRejected: HTTP 400: too long"
+    groups = [
+        Group(Problem("a", "", "1"), [t(0, 1.0), t(1, None, "error", refused)]),
+        Group(Problem("b", "", "1"), [t(0, 0.0), t(1, 1.0)]),
+        Group(Problem("c", "", "1"), [t(0, None, "error", "ServerUnavailable: down"), t(1, None, "error", "x")]),
+    ]
+    s = summarize("toy", groups, n=2, temperature=1.0, top_p=1.0)
+    assert s.avg_at_n == 2 / 3  # over the 3 samples that ran; counting errors as wrong would give 1/3
+    assert (s.errors, s.first_error) == (3, refused)
+    assert s.pass_at_n == 1.0 and s.problems == 3  # over the problems with a sample that ran
+    assert s.finish_reasons == {"answer": 3, "error": 3}
+    nothing = summarize("toy", groups[2:], n=2, temperature=1.0, top_p=1.0)
+    assert nothing.errors == 2 and math.isnan(nothing.avg_at_n) and math.isnan(nothing.pass_at_n)
+
+
+def test_errored_samples_are_redone_on_resume(tmp_path: Path) -> None:
+    def t(i: int, finish: str) -> Trajectory:
+        return Trajectory("q0", i, [], [], [], [], [], finish, 0, error="refused" if finish == "error" else "")  # type: ignore[arg-type]
+
+    path = tmp_path / "samples.jsonl"
+    path.write_bytes(b"".join(msgspec.json.encode(x) + b"\n" for x in (t(0, "answer"), t(1, "error"))))
+    assert set(load_finished(path, problems())) == {("q0", 0)}  # sample 1 is run again
+    with path.open("ab") as f:  # as the rerun appends it
+        f.write(msgspec.json.encode(t(1, "token_budget")) + b"\n")
+    assert load_finished(path, problems())["q0", 1].finish_reason == "token_budget"

@@ -92,7 +92,7 @@ async def test_groups_stream_out_before_the_batch_ends() -> None:
 
     class SlowOnOne(FakeModelServer):
         async def __call__(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
-            if "1*1" in self.tokenizer.decode(json.loads(body)["prompt"]):
+            if body and "1*1" in self.tokenizer.decode(json.loads(body)["prompt"]):  # not GET /v1/models
                 await anyio.sleep(3600)  # never finishes unless cancelled
             return await super().__call__(method, path, body)
 
@@ -226,7 +226,7 @@ async def test_client_rejects_4xx_without_retry() -> None:
 
     def handler(request: httpx.Request) -> httpx.Response:
         nonlocal calls
-        calls += 1
+        calls += request.url.path.endswith("/completions")  # not the GET /v1/models
         return httpx.Response(400, json={"error": "prompt too long"})
 
     async with TokenClient("http://x/v1", model="m", transport=httpx.MockTransport(handler)) as client:
