@@ -69,6 +69,8 @@ class FakeServer:
             await self.back.wait()
         if request.path == b"/metrics":
             return HTTPResponse(200, _METRICS, b"text/plain")
+        if request.path == b"/v1/models":  # asked once per client: no context length to clamp to
+            return HTTPResponse(200, b'{"data": []}')
         self.requests += 1
         if self.fault == "garbage":
             return HTTPResponse(200, b'{"choices": [{"token_ids": [1, 2], "logprobs": nul')
