@@ -23,6 +23,16 @@ def train_config(**sections: Any) -> TrainConfig:
     return convert({"model": {"path": "m"}, "stages": STAGES, **sections}, TrainConfig)
 
 
+def broadcast_config(ports: list[int]) -> TrainConfig:
+    """A config whose weight sync broadcasts over gloo to the receivers on ``ports``."""
+    return train_config(
+        inference={"base_urls": [f"http://127.0.0.1:{p}/v1" for p in ports], "model": "m"},
+        weight_sync={**BROADCAST, "master_port": free_port("127.0.0.1"), "ranks_per_server": 1, "sender": "gloo"},
+        sandbox={"workers": 1, "warmup": ""},
+        reward={"workers": 1},
+    )
+
+
 def test_default_is_todays_disk_sync() -> None:
     ws = train_config().weight_sync
     assert (ws.transport, ws.pause_mode, ws.sender) == ("disk", None, "nccl")  # None: wait on-policy, abort streaming
@@ -85,12 +95,7 @@ async def test_broadcast_sync_sends_the_export_to_every_server(export: tuple[Pat
     exported = {n: t for f in sorted(out.glob("*.safetensors")) for n, t in load_file(f).items()}
     assert "lm_head.weight" in exported and {str(t.dtype) for t in exported.values()} == {"torch.bfloat16"}
     async with weight_receivers(2) as ports:
-        config = train_config(
-            inference={"base_urls": [f"http://127.0.0.1:{p}/v1" for p in ports], "model": "m"},
-            weight_sync={**BROADCAST, "master_port": free_port("127.0.0.1"), "ranks_per_server": 1, "sender": "gloo"},
-            sandbox={"workers": 1, "warmup": ""},
-            reward={"workers": 1},
-        )
+        config = broadcast_config(ports)
         assert config.inference is not None
         async with rollout_stack(
             rollout=config.rollout,
@@ -130,12 +135,7 @@ async def test_publish_broadcasts_the_learners_weights_while_it_writes_them(
     base, _ = export
     out = tmp_path / "weights" / "v000002"
     async with weight_receivers(2) as ports:
-        config = train_config(
-            inference={"base_urls": [f"http://127.0.0.1:{p}/v1" for p in ports], "model": "m"},
-            weight_sync={**BROADCAST, "master_port": free_port("127.0.0.1"), "ranks_per_server": 1, "sender": "gloo"},
-            sandbox={"workers": 1, "warmup": ""},
-            reward={"workers": 1},
-        )
+        config = broadcast_config(ports)
         assert config.inference is not None
         with pytest.MonkeyPatch.context() as mp:
             for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
