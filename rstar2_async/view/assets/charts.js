@@ -95,7 +95,8 @@ function seriesOf(records, key, xaxis, weight) {
   const pts = records.filter((r) => typeof r[key] === "number" && isFinite(r[key]));
   const t0 = records.length && records[0].wall_time ? records[0].wall_time : 0;
   const xs = pts.map((r) => (xaxis === "wall" ? ((r.wall_time || t0) - t0) / 60 : r.step));
-  return {name: key, xs, ys: smooth(pts.map((r) => r[key]), weight)};
+  // Evaluations are a few points each measured once: smoothing would draw values nobody measured.
+  return {name: key, xs, ys: smooth(pts.map((r) => r[key]), key.startsWith("eval/") ? 0 : weight)};
 }
 
 function numericKeys(records) {
