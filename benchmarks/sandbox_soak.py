@@ -81,23 +81,24 @@ def worker_pids(pool_id: str) -> list[int]:
 
 async def _chaos(pool: SandboxPool, rng: random.Random, counts: Counter[str]) -> None:
     """Every second a SIGKILL (every fifth a SIGSTOP) to a worker that was there a second
-    ago (one still starting is not yet a worker; the pool retries a start that dies, too)."""
+    ago (one still starting is not yet a worker; the pool retries a start that dies, too).
+    The first strike comes at once, on a worker of the opened pool, so even a run shorter
+    than a second has its chaos."""
     tick = 0
-    before: set[int] = set()
+    before = set(worker_pids(pool.id))  # the pool is open: these workers have started
     while True:
-        await anyio.sleep(1.0)
         tick += 1
         now = set(worker_pids(pool.id))
         pids, before = sorted(now & before), now
-        if not pids:
-            continue
-        victim = rng.choice(pids)
-        sig = signal.SIGSTOP if tick % 5 == 0 else signal.SIGKILL
-        try:
-            os.kill(victim, sig)
-            counts[sig.name] += 1
-        except ProcessLookupError:
-            pass
+        if pids:
+            victim = rng.choice(pids)
+            sig = signal.SIGSTOP if tick % 5 == 0 else signal.SIGKILL
+            try:
+                os.kill(victim, sig)
+                counts[sig.name] += 1
+            except ProcessLookupError:
+                pass
+        await anyio.sleep(1.0)
 
 
 async def run(calls: int, *, workers: int, chaos: bool, time_budget_s: float, seed: int = 0) -> dict:
