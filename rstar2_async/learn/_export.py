@@ -111,6 +111,12 @@ def _materialise(
         yield out
 
 
+def _follow_gathers(learner: Learner, dtype: torch.dtype) -> None:
+    """A rank other than 0's part of an export: every gather rank 0 runs, nothing kept."""
+    for _ in _buckets(learner, bucket_mb=None, dtype=dtype, copy=None):
+        pass
+
+
 def save_hf_checkpoint(
     learner: Learner,
     out_dir: str | Path,
@@ -131,9 +137,7 @@ def save_hf_checkpoint(
     """
     dtype = dtype or learner.dtype
     if learner.rank != 0:
-        for _ in _buckets(learner, bucket_mb=None, dtype=dtype, copy=None):
-            pass  # take part in every gather
-        return None
+        return _follow_gathers(learner, dtype)
     buckets = _buckets(learner, bucket_mb=None, dtype=dtype, copy=False)
     specs = [
         TensorSpec(name, dtype, tuple(getattr(p, "ds_shape", p.shape)))
@@ -156,9 +160,7 @@ def gather_export(learner: Learner, *, dtype: torch.dtype | None = None) -> Pend
     """
     dtype = dtype or learner.dtype
     if learner.rank != 0:
-        for _ in _buckets(learner, bucket_mb=None, dtype=dtype, copy=None):
-            pass  # take part in every gather
-        return None
+        return _follow_gathers(learner, dtype)
     tensors = {name: t for bucket in _buckets(learner, bucket_mb=None, dtype=dtype, copy=True) for name, t in bucket}
     return PendingExport(tensors, _side_files(learner, dtype), learner.config.export_shard_mb * 2**20)
 

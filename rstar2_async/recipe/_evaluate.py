@@ -21,7 +21,7 @@ from pathlib import Path
 import msgspec
 
 from ..config import SamplingConfig
-from ..reward import extract_answer, normalize_answer
+from ..reward import Grader, GradingMode, final_answer, normalize_answer
 from ..rollout import RolloutEngine
 from ..types import Group, Problem, Trajectory
 
@@ -82,12 +82,16 @@ def load_finished(path: Path, problems: Sequence[Problem]) -> dict[tuple[str, in
     return finished
 
 
-def majority_correct(group: Group) -> bool:
-    """Whether the most frequent normalised answer in the group is a correct one."""
+def majority_correct(group: Group, *, mode: GradingMode = "strict") -> bool:
+    """Whether the most frequent normalised answer in the group is a correct one.
+
+    ``mode`` must be the grading mode the rewards came from: a lenient grade of an
+    unboxed answer is a vote only if the answer is read the same lenient way.
+    """
     votes: collections.Counter[str] = collections.Counter()
     correct: dict[str, bool] = {}
     for t in group.trajectories:
-        answer = extract_answer(t.response_text)
+        answer = final_answer(t.response_text, group.problem.answer, mode=mode)
         if answer is None:
             continue
         key = normalize_answer(answer)
@@ -104,8 +108,11 @@ def _mean(values: Iterable[float]) -> float:
     return statistics.fmean(values) if values else math.nan
 
 
-def summarize(dataset: str, groups: Sequence[Group], *, n: int, temperature: float, top_p: float) -> EvalSummary:
-    """The metrics of ``groups``, over the samples that did not end as ``error``."""
+def summarize(
+    dataset: str, groups: Sequence[Group], *, n: int, temperature: float, top_p: float, mode: GradingMode = "strict"
+) -> EvalSummary:
+    """The metrics of ``groups``, over the samples that did not end as ``error``;
+    ``mode``: the grading mode of their rewards (maj@n reads answers the same way)."""
     everything = [t for g in groups for t in g.trajectories]
     errored = [t for t in everything if t.finish_reason == "error"]
     ran = [Group(g.problem, kept) for g in groups if (kept := [t for t in g.trajectories if t.finish_reason != "error"])]
@@ -118,7 +125,7 @@ def summarize(dataset: str, groups: Sequence[Group], *, n: int, temperature: flo
         top_p=top_p,
         avg_at_n=_mean((t.reward or 0.0) for t in samples),
         pass_at_n=_mean(float(max(g.rewards) > 0.5) for g in ran),
-        maj_at_n=_mean(float(majority_correct(g)) for g in ran),
+        maj_at_n=_mean(float(majority_correct(g, mode=mode)) for g in ran),
         mean_response_tokens=_mean(sum(turn.num_generated for turn in t.turns) for t in samples),
         mean_turns=_mean(t.num_turns for t in samples),
         mean_tool_calls=_mean(t.num_tool_calls for t in samples),
@@ -159,8 +166,9 @@ async def evaluate(
 
         groups = await engine.run(problems, n, sampling=sampling, finished=finished, on_trajectory=append)
     sampling = sampling or engine.config.sampling
+    mode: GradingMode = engine.reward.mode if isinstance(engine.reward, Grader) else "strict"
     summary = msgspec.structs.replace(
-        summarize(dataset, groups, n=n, temperature=sampling.temperature, top_p=sampling.top_p),
+        summarize(dataset, groups, n=n, temperature=sampling.temperature, top_p=sampling.top_p, mode=mode),
         resumed_samples=len(finished),
         wall_s=time.monotonic() - t0,
     )

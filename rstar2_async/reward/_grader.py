@@ -152,6 +152,11 @@ class Grader:
         self._timeouts = self._crashes = self._started = self._function_errors = 0
         self._logged: set[str] = set()
 
+    @property
+    def mode(self) -> GradingMode:
+        """How the math grader finds a response's final answer (``"strict"`` or ``"lenient"``)."""
+        return self._mode
+
     async def __aenter__(self) -> Grader:
         if self._state is not _State.UNOPENED:
             raise RuntimeError(f"cannot open a Grader that is {self._state.value}")

@@ -57,14 +57,14 @@ def test_eval_names_a_bad_data_set(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown data set 'nope'" in capsys.readouterr().err
 
 
-def test_eval_names_an_unreachable_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
+def test_eval_names_an_unreachable_endpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import socket
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     argv = ["eval", "--endpoint", f"http://127.0.0.1:{port}/v1", "--served-model", "m", "--data", "aime24",
-            "--temperature", "0", "--top-p", "1", "--limit", "1"]  # fmt: skip
+            "--temperature", "0", "--top-p", "1", "--limit", "1", "--out", str(tmp_path / "out")]  # fmt: skip
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "no inference endpoint is reachable" in err and f"127.0.0.1:{port}" in err

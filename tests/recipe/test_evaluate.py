@@ -74,6 +74,19 @@ def test_majority_vote_uses_normalised_answers() -> None:
     assert not majority_correct(Group(Problem("p", "", "1/2"), votes))
 
 
+def test_majority_vote_reads_answers_as_the_grading_mode_did() -> None:
+    def t(i: int, text: str, reward: float) -> Trajectory:
+        return Trajectory("p", i, [], [], [], [], [], "answer", 0, response_text=text, reward=reward)
+
+    # two unboxed right answers (graded right leniently) against one boxed wrong one
+    votes = [t(0, "So the answer is 7.", 1.0), t(1, "Answer: 7", 1.0), t(2, "\\boxed{3}", 0.0)]
+    group = Group(Problem("p", "", "7"), votes)
+    assert majority_correct(group, mode="lenient")
+    assert not majority_correct(group)  # strict sees only the boxed 3
+    s = summarize("toy", [group], n=3, temperature=1.0, top_p=1.0, mode="lenient")
+    assert s.maj_at_n == 1.0
+
+
 def test_load_finished_ignores_other_problems(tmp_path: Path) -> None:
     assert load_finished(tmp_path / "none.jsonl", problems()) == {}
 
