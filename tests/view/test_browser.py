@@ -77,6 +77,10 @@ def test_the_pages_render_filter_and_show_a_tool_call_in_a_real_browser(run_dir:
         assert [points for points, _ in drawn[1]["lines"]] == [2, 2]  # evaluations at steps 2 and 4
         assert drawn[2]["bars"] == 4 * 4 + 2  # four phases stacked per step, evaluation on top at steps 2 and 4
         page.screenshot(shots / "curves.png")
+        # Tiny values (a train/inference mismatch of a few 1e-6 nats): every tick label inside the chart.
+        ticks = page.js("""[...lineChart(document.body, 'tiny', [{name: 'm', xs: [1, 2, 3], ys: [2.4e-6, 9.1e-6, 5e-6]}])
+            .querySelectorAll('text.tick')].map(t => [t.textContent, t.getBBox().x])""")
+        assert len(ticks) > 3 and all(x >= 0 for _, x in ticks), ticks
 
         # The table: the first page of every trajectory, then a filter chosen in the form.
         _open(page, view_url + "#/trajectories")

@@ -12,8 +12,11 @@ function esc(s) {
 function fmt(v) {
   if (v === null || v === undefined || v === "") return "";
   if (typeof v !== "number") return esc(v);
+  const a = Math.abs(v);
+  // Tiny and huge values (a mismatch of 2e-6 nats) in exponent form: fixed digits overflow the axis.
+  if (a >= 1e6 || (a > 0 && a < 1e-3)) return v.toExponential(1).replace("e+", "e");
   if (Number.isInteger(v)) return String(v);
-  return Math.abs(v) >= 100 ? v.toFixed(1) : v.toPrecision(3);
+  return a >= 100 ? v.toFixed(1) : v.toPrecision(3);
 }
 
 function el(tag, attrs = {}, parent = null) {
