@@ -59,7 +59,7 @@ class PoolAdmission:
         self._state = PoolState.UNOPENED
         # session -> the arrival of its first turn: its place in the "session" order
         self._first_turns: dict[Hashable, int] = {}
-        self._changed = anyio.Event()
+        self._changed: anyio.Event | None = None  # made by drained(), set by the next change
         # The turns waiting, keyed (-remaining budget, arrival): the order of admission.
         self._queue: WaitQueue[Waiter] = WaitQueue(dispatcher)
         self._arrivals = itertools.count()
@@ -91,12 +91,16 @@ class PoolAdmission:
             while (ticket := waiter.ticket) is None:
                 if self._state is not PoolState.OPEN:
                     raise BackendClosed(f"ServerPool is {self._state.name}")
-                now = time.monotonic()
-                if waiter.deadline is not None and now >= waiter.deadline:
-                    raise ServerUnavailable(f"no server up for {self.unavailable_timeout_s:g} s")
-                waiter.event = anyio.Event()
-                with anyio.move_on_after(None if waiter.deadline is None else waiter.deadline - now):
+                if waiter.deadline is None:  # the common wait: no cancel scope to enter and leave
                     await waiter.event.wait()
+                else:
+                    now = time.monotonic()
+                    if now >= waiter.deadline:
+                        raise ServerUnavailable(f"no server up for {self.unavailable_timeout_s:g} s")
+                    with anyio.move_on_after(waiter.deadline - now):
+                        await waiter.event.wait()
+                if waiter.ticket is None:  # woken to look again (a deadline, the pool closing)
+                    waiter.event = anyio.Event()
         except BaseException:
             if waiter.ticket is None:
                 self._queue.remove(waiter)
@@ -180,8 +184,9 @@ class PoolAdmission:
 
     def _notify(self) -> None:
         self._admit()
-        self._changed.set()
-        self._changed = anyio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     @contextlib.asynccontextmanager
     async def held(self) -> AsyncIterator[None]:
@@ -196,8 +201,7 @@ class PoolAdmission:
 
     async def drained(self, index: int) -> None:
         """Wait until no request of ours is in flight on server ``index``."""
-        while True:
-            changed = self._changed
-            if self._dispatcher.statistics().servers[index].in_flight == 0:
-                return
-            await changed.wait()
+        while self._dispatcher.statistics().servers[index].in_flight:
+            if self._changed is None:
+                self._changed = anyio.Event()
+            await self._changed.wait()

@@ -277,8 +277,11 @@ class ServerPool(PoolAdmission):
             server = self.servers[ticket.server]
             generated: int | None = None  # reported only for turns that ran to their end
             try:
-                with anyio.fail_after(self.request_timeout_s):
+                if self.request_timeout_s is None:  # no cancel scope to enter and leave on every turn
                     part = await server.client.generate(prompt, max_tokens=remaining, sampling=sampling)
+                else:
+                    with anyio.fail_after(self.request_timeout_s):
+                        part = await server.client.generate(prompt, max_tokens=remaining, sampling=sampling)
                 if part.finish_reason != "abort":
                     generated = len(part.token_ids)
             except (ServerUnavailable, BadResponse, TimeoutError) as exc:

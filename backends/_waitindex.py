@@ -116,6 +116,16 @@ class Blocks:
             self._highs = (max(self.hi_p, default=NONE), max(self.hi_pn, default=NONE))
         return self._highs
 
+    def fits_any(self, room: int, c: int) -> bool:
+        """Whether some request's reservation fits ``room`` (``first_fit`` from the start finds one)."""
+        lo_p, lo_pn = self.lows()
+        return lo_p <= room - c or lo_pn <= room
+
+    def may_be_over(self, cap: int, c: int) -> bool:
+        """False when no request's reservation is over ``cap`` (``first_over`` finds none)."""
+        hi_p, hi_pn = self.highs()
+        return hi_p > cap - c and hi_pn > cap
+
     def add(self, w: Waiting, p: int, pn: int) -> None:
         w._queue = self
         if self._lows is not None:

@@ -22,7 +22,7 @@ import heapq
 import itertools
 import math
 import operator
-from collections.abc import Hashable, Iterator
+from collections.abc import Collection, Hashable, Iterator
 from itertools import compress, count
 from typing import Generic, TypeVar, cast, final
 
@@ -153,7 +153,30 @@ class WaitQueue(Generic[W]):
         if c < self._c:
             grown |= self._opened(c)
         self._c = c
+        if not self._fresh and not self._may_fit(grown, c):
+            self._record(grown)  # what a pass that finds nothing to try learns
+            return []
         return cast("list[W]", _Pass(self, grown, c).run())
+
+    def _may_fit(self, servers: set[int], c: int) -> bool:
+        """Whether a pass over the rooms of ``servers`` could find a request to try.
+
+        False only when each queue's least sizes (or, for a request going alone to
+        an idle server, its most) rule out every request: then each of the pass's
+        searches would come back empty, and the pass is skipped.  It is the most
+        common pass: a release whose room fits no waiting request (the request
+        that fits it best comes back after its tool call).
+        """
+        if not servers:
+            return False
+        rooms = {s: self._room(s) for s in servers}
+        idle = bool(self._d._idle) and self._d.policy == "budget"
+        if self._avoid and (idle or self._avoid.fits_any(max(r + self._extra(s) for s, r in rooms.items()), c)):
+            return True
+        if self._new and (self._new.fits_any(max(rooms.values()), c) or (idle and self._new.may_be_over(self._cap(), c))):
+            return True
+        homes = self._homes
+        return any(homes[s] and homes[s].fits_any(r + self._extra(s), c) for s, r in rooms.items())
 
     # -- filing --------------------------------------------------------------------
 
@@ -219,6 +242,18 @@ class WaitQueue(Generic[W]):
     def _cap(self) -> int:
         return max(self._d._servers[i].usable for i in self._d._up)
 
+    def _record(self, servers: Collection[int]) -> None:
+        """Tighten what the queue knows of the servers a pass had in play, for the
+        next fall of the expected length."""
+        for s in servers:
+            extra = self._extra(s)
+            self._seen[s] = self._room(s)
+            self._need[s] = self._homes[s].least_p() - extra if self._homes[s] else ANY
+            self._max_extra = max(self._max_extra, extra)
+        if servers:
+            self._new_need = self._new.least_p()
+            self._avoid_need = self._avoid.least_p() - self._max_extra
+
     def _opened(self, c: int) -> set[int]:
         """The servers where reservations computed with expected length ``c`` may
         fit although they did not with a longer one."""
@@ -273,7 +308,7 @@ class _Pass:
                 self._push(_FRESH)
             self._after(qid, None if ticket is None else ticket.server, grown)
         d._grown |= self.grew  # what the pass went past may fit there now: the next pass looks
-        self._record()
+        q._record(self.rooms)
         return admitted
 
     def _after(self, qid: int, used: int | None, grown: set[int]) -> None:
@@ -327,15 +362,3 @@ class _Pass:
         if room is None or not home:
             return None
         return home.first_fit(cursor, room + q._extra(qid), self.c)
-
-    def _record(self) -> None:
-        """Tighten what the queue knows of the servers in play, for the next fall of the expected length."""
-        q = self.q
-        for s in self.rooms:
-            extra = q._extra(s)
-            q._seen[s] = q._room(s)
-            q._need[s] = q._homes[s].least_p() - extra if q._homes[s] else ANY
-            q._max_extra = max(q._max_extra, extra)
-        if self.rooms:
-            q._new_need = q._new.least_p()
-            q._avoid_need = q._avoid.least_p() - q._max_extra
