@@ -93,6 +93,7 @@ import bisect
 import contextlib
 import gc
 import json
+import multiprocessing
 import os
 import random
 import statistics
@@ -467,6 +468,7 @@ async def pooled_run(trajectories: int, servers: int) -> dict[str, Any]:
     assert turns == len(trajs) * TURNS, turns
     served = sum(s.served for s in fleet.servers.values())
     return {
+        "span": (t0, t0 + wall),  # perf_counter times: one clock for every process of the machine
         "wall_s": wall,
         "turns": turns,
         "turns_per_s": turns / wall,
@@ -662,6 +664,50 @@ def _scale(trajectories: int, servers: int, repeats: int, prefix: str) -> dict[s
     return result
 
 
+def _shard(trajectories: int, servers: int, gc_mode: str, start: Any, out: Any) -> None:
+    """One process of the sharded rollout: its engine, pool and dispatcher over its
+    servers, started with the others (``start``, a barrier); its figures go to ``out``."""
+    tune_gc() if gc_mode == "ours" else tune_gc_before()
+    start.wait()
+    out.send(anyio.run(pooled_run, trajectories, servers, backend_options=RUN_OPTIONS))
+    out.close()
+
+
+def _sharded(trajectories: int, servers: int, shards: int, gc_mode: str) -> dict[str, Any]:
+    """The rollout split over ``shards`` processes run at once, each over its share
+    of the trajectories and the servers: per-process CPU per turn and stall, and the
+    whole's turns per second (all turns over the span from the first start to the
+    last end)."""
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(shards)
+    pipes = [ctx.Pipe(duplex=False) for _ in range(shards)]
+    procs = [
+        ctx.Process(target=_shard, args=(trajectories // shards, servers // shards, gc_mode, start, w), daemon=True)
+        for _, w in pipes
+    ]
+    for proc in procs:
+        proc.start()
+    runs = [r.recv() for r, _ in pipes]
+    for proc in procs:
+        proc.join()
+    for run in runs:
+        print(json.dumps({"shard": run}), file=sys.stderr)
+    span = max(r["span"][1] for r in runs) - min(r["span"][0] for r in runs)
+    return {
+        "sharded_processes": shards,
+        "sharded_trajectories_each": trajectories // shards,
+        "sharded_servers_each": servers // shards,
+        "sharded_turns_per_s": round(sum(r["turns"] for r in runs) / span, 1),
+        "sharded_wall_s": round(span, 2),
+        "sharded_cpu_us_per_turn": round(statistics.median(r["cpu_us_per_turn"] for r in runs), 2),
+        "sharded_cpu_us_per_turn_max": round(max(r["cpu_us_per_turn"] for r in runs), 2),
+        "sharded_max_stall_ms": round(max(r["max_stall_ms"] for r in runs), 2),
+        "sharded_max_stall_ms_median": round(statistics.median(r["max_stall_ms"] for r in runs), 2),
+        "sharded_loop_busy": round(statistics.median(r["loop_busy"] for r in runs), 2),
+        "sharded_gc_longest_ms": round(max(r["gc_longest_ms"] for r in runs), 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trajectories", type=int, default=TRAJECTORIES)
@@ -670,8 +716,8 @@ def main() -> None:
     parser.add_argument("--scale-repeats", type=int, default=None, help="repeats of the paper-scale run (default --repeats)")
     parser.add_argument(
         "--shards", type=int, default=8,
-        help="also run one shard of the rollout split this many ways (its trajectories over its servers, its own engine "
-        "and dispatcher: every shard is alike and independent, so one stands for all); 1: none",
+        help="also run the rollout split over this many processes at once (each its share of the trajectories over its "
+        "share of the servers, its own engine, pool and dispatcher); 1: none",
     )
     parser.add_argument(
         "--gc", choices=("ours", "before"), default="ours",
@@ -679,16 +725,16 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--releases", type=int, default=1000, help="releases timed per admission run")
     parser.add_argument("--skip-scale", action="store_true", help="only the admission benchmark")
+    parser.add_argument("--skip-single", action="store_true", help="of the paper-scale runs, only the sharded one")
     parser.add_argument("--skip-admission", action="store_true", help="only the paper-scale run")
     args = parser.parse_args()
     tune_gc() if args.gc == "ours" else tune_gc_before()
     result: dict[str, Any] = {"benchmark": "paper_scale", "gc": args.gc, "load_avg_1m": os.getloadavg()[0]}
     if not args.skip_scale:
-        repeats = args.scale_repeats or args.repeats
-        result |= _scale(args.trajectories, args.servers, repeats, "")
+        if not args.skip_single:
+            result |= _scale(args.trajectories, args.servers, args.scale_repeats or args.repeats, "")
         if args.shards > 1:
-            result["shards"] = args.shards
-            result |= _scale(args.trajectories // args.shards, args.servers // args.shards, repeats, "shard_")
+            result |= _sharded(args.trajectories, args.servers, args.shards, args.gc)
     if not args.skip_admission:
         result |= _admission(args)
     result["load_avg_1m_end"] = os.getloadavg()[0]
