@@ -39,29 +39,11 @@ The budget policy (``"budget"``):
   reports of the server later (the session waited too long, or ended without
   the signal).  Only the session's latest turn is held, on the server it ran
   on: the server the session's affinity names.
-- A session with a hold goes back to its server whenever the turn fits there,
-  the hold counting as its own room, and it may also fill the headroom down to
-  ``hold_headroom``: turns of sessions under way come before new ones, which
-  stop at ``headroom``.  If it does not fit it waits rather than moving, which
-  would recompute its whole context elsewhere.  In the calibrated dispatch
-  benchmark (KV cache over-subscribed), holds cut the tokens prefilled from
-  12.7M to 3.0M and the makespan by 15%.
-- A later turn without a hold goes back to the server of its previous turn
-  (its prefix may still be cached there) unless that server cannot fit it, or
-  has ``affinity_slack`` of its capacity less free budget than the best
-  server, or has more than ``affinity_queue_slack`` requests in flight beyond
-  the least busy server that fits it (the turn then goes to that server).
-- Otherwise the server with the most free budget that fits the request wins
-  (ties: fewer requests in flight).  If none fits,
-  :meth:`Dispatcher.acquire_nowait` raises ``anyio.WouldBlock`` and the driver
-  waits for a release.  A request larger than any server's whole capacity is
-  admitted alone on an idle server (it cannot run anywhere else).
+- Where the request goes: :mod:`backends._dispatch_choice`.
 - A reservation is held until :meth:`Dispatcher.release` (the turn ended,
   normally or not).
 
-The baseline (``"round_robin"``): each new session is assigned the next server in
-rotation and keeps it for all its turns; no budget is checked (static assignment,
-as in most RL frameworks).  It never blocks.
+The baseline (``"round_robin"``), static assignment: :mod:`backends._dispatch_choice`.
 
 Servers marked down are skipped by both policies; their sessions move.
 """
@@ -72,14 +54,22 @@ import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from typing import Final, Literal, final
+from typing import Final, final
 
 import anyio
-import msgspec
 
-__all__ = ["DispatchStatistics", "Dispatcher", "NoServerUp", "ServerLoad", "ServerStatistics", "Ticket"]
+from ._dispatch_choice import choose_budget, choose_static
+from ._dispatch_types import (
+    DispatchStatistics,
+    NoServerUp,
+    Policy,
+    ServerLoad,
+    ServerState,
+    ServerStatistics,
+    Ticket,
+)
 
-Policy = Literal["budget", "round_robin"]
+__all__ = ["DispatchStatistics", "Dispatcher", "NoServerUp", "Policy", "ServerLoad", "ServerStatistics", "Ticket"]
 
 MAX_SESSIONS: Final = 1 << 17
 """Sessions whose server is remembered; the least recently used is forgotten
@@ -91,93 +81,6 @@ MEAN_WINDOW: Final = 256
 moving average with weight 1/256): long enough that one long-tailed response
 barely moves it, short enough to follow the policy's responses as they grow
 over training."""
-
-
-class NoServerUp(anyio.WouldBlock):
-    """Every server is marked down: nothing can be dispatched until one comes back."""
-
-
-class ServerLoad(msgspec.Struct, frozen=True, kw_only=True):
-    """A server's own report of its KV cache, as polled by the driver.
-
-    ``capacity_tokens`` is the whole KV cache in tokens; ``used_tokens`` the part
-    held by requests now (both >= 0).
-    """
-
-    capacity_tokens: int
-    used_tokens: int = 0
-    running: int = 0
-    waiting: int = 0
-
-
-class Ticket(msgspec.Struct, frozen=True):
-    """One admitted request: hand it back to :meth:`Dispatcher.release` exactly once."""
-
-    id: int
-    server: int
-    tokens: int
-    session: Hashable = None
-
-
-class ServerStatistics(msgspec.Struct, frozen=True):
-    up: bool
-    capacity_tokens: int
-    reserved_tokens: int
-    observed_tokens: int
-    in_flight: int
-    dispatched: int
-    pending_tokens: int = 0
-    """Reservations admitted since the last observation."""
-    held_tokens: int = 0
-    """Contexts of sessions between turns, held for their next turn."""
-
-
-class DispatchStatistics(msgspec.Struct, frozen=True):
-    """A snapshot of the dispatcher's state and counters."""
-
-    policy: str
-    servers: list[ServerStatistics]
-    in_flight: int
-    dispatched: int
-    affinity_hits: int
-    """Later turns that went back to their session's server."""
-    affinity_moves: int
-    """Later turns moved away from their server (it was full, overloaded or down)."""
-    blocked: int
-    """Calls to ``acquire_nowait`` that found no room."""
-    expected_new_tokens: float = 0.0
-    """The running mean generation length that expected reservations use."""
-
-
-class _Server:
-    __slots__ = (
-        "busy", "capacity", "dispatched", "epoch", "free", "frees", "headroom", "held", "holds", "in_flight", "index",
-        "observed", "pending", "reserved", "up", "usable",
-    )
-
-    def __init__(self, index: int, capacity: int, headroom: float, frees: list[int], busy: list[int]) -> None:
-        self.index = index
-        self.frees, self.busy = frees, busy  # the dispatcher's: every server's free budget, and -in_flight
-        self.up = True
-        self.capacity = capacity
-        self.headroom = headroom
-        self.reserved = 0
-        self.observed = 0
-        self.pending = 0
-        self.epoch = 0  # observations so far: a ticket admitted in this epoch is in ``pending``
-        self.in_flight = 0
-        self.dispatched = 0
-        self.held = 0
-        self.holds: OrderedDict[Hashable, tuple[int, int]] = OrderedDict()  # session -> (tokens, epoch), oldest first
-        self.refresh()
-
-    def refresh(self) -> None:
-        """Recompute ``usable`` and ``free`` (and the dispatcher's lists of them):
-        called after every change of the figures they are made of."""
-        self.usable = self.capacity - int(self.headroom * self.capacity)
-        self.free = self.usable - max(self.reserved, self.observed + self.pending) - self.held
-        self.frees[self.index] = self.free
-        self.busy[self.index] = -self.in_flight
 
 
 @final
@@ -267,7 +170,7 @@ class Dispatcher:
         # server is one max() over them, in C (requests read it on every try).
         self._frees, self._busy = [0] * len(capacities), [0] * len(capacities)
         self._order = [-i for i in range(len(capacities))]  # ties: the first server
-        self._servers = [_Server(i, c, headroom, self._frees, self._busy) for i, c in enumerate(capacities)]
+        self._servers = [ServerState(i, c, headroom, self._frees, self._busy) for i, c in enumerate(capacities)]
         self._up = list(range(len(capacities)))  # the servers up, in order: every request reads it
         self._idle = len(capacities)  # servers up with nothing in flight
         # session -> the server of its latest turn, which also holds its context
@@ -390,9 +293,9 @@ class Dispatcher:
         if avoid is not None and len(up) > 1 and avoid in up:
             up = [i for i in up if i != avoid]
         if self.policy == "round_robin":
-            server = self._choose_static(up, previous)
+            server = choose_static(self, up, previous)
         else:
-            server = self._choose_budget(up, previous, tokens, held, session)
+            server = choose_budget(self, up, previous, tokens, held, session)
         if held is not None:  # at home it turns into this reservation; elsewhere it is of no use
             self._drop_hold(self._servers[held], session)
         if previous is not None:
@@ -460,7 +363,7 @@ class Dispatcher:
             if self._hold_log is not None:
                 self._hold_log.append(session)
 
-    def _drop_hold(self, s: _Server, session: Hashable) -> None:
+    def _drop_hold(self, s: ServerState, session: Hashable) -> None:
         hold = s.holds.pop(session, None)
         if hold is not None:
             s.held -= hold[0]
@@ -472,62 +375,10 @@ class Dispatcher:
 
     def _hold(self, session: Hashable) -> tuple[int, int] | None:
         """The server holding ``session``'s context and its size, if one does
-        (then its next turn is admitted only there: see ``_choose_budget``)."""
+        (then its next turn is admitted only there: see :func:`backends._dispatch_choice.choose_budget`)."""
         server = self._sessions.get(session) if session is not None else None
         hold = None if server is None else self._servers[server].holds.get(session)
         return None if hold is None else (server, hold[0])
-
-    def _choose_static(self, up: list[int], previous: int | None) -> int:
-        if previous is not None and previous in up:
-            return previous
-        n = len(self._servers)
-        for step in range(n):
-            candidate = (self._rotation + step) % n
-            if candidate in up:
-                self._rotation = candidate + 1
-                return candidate
-        raise AssertionError("unreachable: up is not empty")
-
-    def _choose_budget(
-        self, up: list[int], previous: int | None, tokens: int, held: int | None, session: Hashable
-    ) -> int:
-        servers = self._servers
-        if held is not None and held in up:
-            home = servers[held]
-            room = home.free + home.holds[session][0]  # its own hold is room for it
-            room += max(0, int((self.headroom - self.hold_headroom) * home.capacity))
-            if room >= tokens:
-                return held
-            self._blocked += 1  # wait for room there rather than recompute its context elsewhere
-            raise anyio.WouldBlock
-        if len(up) == len(servers):  # the most free budget, then the fewest in flight, then the first
-            best = -max(zip(self._frees, self._busy, self._order))[2]
-        else:
-            best = max(up, key=lambda i: (servers[i].free, -servers[i].in_flight))
-        if previous is not None and previous in up:
-            p = servers[previous]
-            if p.free >= tokens and servers[best].free - p.free <= self.affinity_slack * p.capacity:
-                slack = self.affinity_queue_slack
-                if slack is None:
-                    return previous
-                fits = [i for i in up if servers[i].free >= tokens]
-                shortest = min(fits, key=lambda i: (servers[i].in_flight, -servers[i].free))
-                if p.in_flight - servers[shortest].in_flight <= slack:
-                    return previous
-                return shortest  # overloaded by its queue: to the least busy server that fits
-        if servers[best].free >= tokens:
-            return best
-        # Larger than any free budget: admit it alone on an idle server only if it
-        # could never fit anywhere (bigger than a whole usable cache); otherwise wait.
-        cap = max(servers[i].usable for i in up)
-        if tokens > cap:
-            idle = [i for i in up if servers[i].in_flight == 0]
-            if idle:
-                return max(idle, key=lambda i: servers[i].capacity)
-        elif len(up) == len(self._up) and tokens < self._floor:
-            self._floor, self._floor_cap = tokens, cap  # all servers were tried: none has this much room
-        self._blocked += 1
-        raise anyio.WouldBlock
 
     # -- observation ---------------------------------------------------------------
 

@@ -25,10 +25,7 @@ behind the pool's back (their KV usage is only seen through polling).
 from __future__ import annotations
 
 import contextlib
-import enum
-import itertools
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from types import TracebackType
 from typing import Final, Literal, Self, final
 
@@ -37,14 +34,14 @@ import httpx
 import msgspec
 from anyio.abc import TaskStatus
 
-from ._dispatch import MAX_SESSIONS, Dispatcher, DispatchStatistics, NoServerUp, Policy, Ticket
-from ._errors import BackendClosed, BackendError, BadResponse, ServerUnavailable
+from ._admission import PoolAdmission, PoolState, Waiter
+from ._dispatch import Dispatcher, DispatchStatistics, Policy
+from ._errors import BackendError, BadResponse, ServerUnavailable
 from ._retry import RetryPolicy
 from ._sglang import SGLangAdmin, SGLangTokenClient
 from ._token_client import TokenClient
 from ._types import Completion, FinishReason, SamplingParams
 from ._vllm import VLLMAdmin
-from ._waitqueue import Waiting, WaitQueue
 
 __all__ = ["PoolServer", "PoolStatistics", "ServerPool", "ServerSpec"]
 
@@ -100,25 +97,8 @@ class PoolStatistics(msgspec.Struct, frozen=True):
     """Turns waiting for room (or for a server to come up) now."""
 
 
-class _State(enum.Enum):
-    UNOPENED = 1
-    OPEN = 2
-    CLOSED = 3
-
-
-class _Waiter(Waiting):
-    """A turn waiting for room: the admission pass hands it its ticket."""
-
-    __slots__ = ("deadline", "event")
-
-    def __init__(self, tokens: int, session: Hashable, avoid: int | None, new_tokens: int | None) -> None:
-        super().__init__(tokens, session, avoid, new_tokens)
-        self.event = anyio.Event()  # set when it gets a ticket, a deadline, or the pool closes
-        self.deadline: float | None = None  # set when it first found no server up
-
-
 @final
-class ServerPool:
+class ServerPool(PoolAdmission):
     """Many OpenAI-compatible servers behind one ``generate`` (a ``TokenBackend``).
 
     Usage::
@@ -186,14 +166,10 @@ class ServerPool:
         if not specs:
             raise ValueError("servers: expected at least one server")
         self.model = model
-        self.order = order
-        # session -> the arrival of its first turn: its place in the "session" order
-        self._first_turns: dict[Hashable, int] = {}
         self.reserve_new_tokens = reserve_new_tokens
         self.expected_reservations = expected_reservations
         self.poll_interval_s = poll_interval_s
         self.request_timeout_s = request_timeout_s
-        self.unavailable_timeout_s = unavailable_timeout_s
         self.max_failovers = max_failovers
         self.on_server_back: Callable[[PoolServer], Awaitable[None]] | None = None
         """Run before a server that was down re-enters rotation; if it raises, the
@@ -214,7 +190,7 @@ class ServerPool:
                 headers={"authorization": f"Bearer {api_key}"} if api_key else None,
             )  # fmt: skip
             self.servers.append(PoolServer(i, spec, client, admin_http))
-        self._dispatcher = Dispatcher(
+        dispatcher = Dispatcher(
             [default_capacity_tokens] * len(specs),
             policy=policy,
             affinity_slack=affinity_slack,
@@ -224,15 +200,9 @@ class ServerPool:
             hold_reports=hold_reports,
             hold_headroom=hold_headroom,
         )
-        self._changed = anyio.Event()
-        # The turns waiting, keyed (-remaining budget, arrival): the order of admission.
-        self._queue: WaitQueue[_Waiter] = WaitQueue(self._dispatcher)
-        self._arrivals = itertools.count()
-        self._deadlines = False  # a waiting turn may have a deadline (it found no server up)
-        self._held = 0
+        super().__init__(dispatcher, order=order, unavailable_timeout_s=unavailable_timeout_s)
         self._weight_version = 0
         self._turns = self._failovers = self._lost = self._back = 0
-        self._state = _State.UNOPENED
         self._stack = contextlib.AsyncExitStack()
 
     # -- lifecycle -----------------------------------------------------------------
@@ -240,7 +210,7 @@ class ServerPool:
     async def __aenter__(self) -> Self:
         """Open every client and poll every server once (servers that do not answer
         start as down), then start the pollers."""
-        if self._state is not _State.UNOPENED:
+        if self._state is not PoolState.UNOPENED:
             raise RuntimeError(f"cannot open a ServerPool that is {self._state.name}")
         async with contextlib.AsyncExitStack() as stack:
             for server in self.servers:
@@ -251,13 +221,13 @@ class ServerPool:
             for server in self.servers:
                 await tg.start(self._watch, server)
             self._stack = stack.pop_all()
-        self._state = _State.OPEN
+        self._state = PoolState.OPEN
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._state = _State.CLOSED
+        self._state = PoolState.CLOSED
         for waiter in self._queue:
             waiter.event.set()  # to raise BackendClosed
         self._notify()
@@ -301,14 +271,17 @@ class ServerPool:
             prompt = list(prompt_ids) + token_ids if token_ids else prompt_ids
             reserve = remaining if self.reserve_new_tokens is None else min(remaining, self.reserve_new_tokens)
             if self.expected_reservations:
-                ticket = await self._acquire(_Waiter(len(prompt), session, avoid, reserve), remaining)
+                ticket = await self._acquire(Waiter(len(prompt), session, avoid, reserve), remaining)
             else:
-                ticket = await self._acquire(_Waiter(len(prompt) + reserve, session, avoid, None), remaining)
+                ticket = await self._acquire(Waiter(len(prompt) + reserve, session, avoid, None), remaining)
             server = self.servers[ticket.server]
             generated: int | None = None  # reported only for turns that ran to their end
             try:
-                with anyio.fail_after(self.request_timeout_s):
+                if self.request_timeout_s is None:  # no cancel scope to enter and leave on every turn
                     part = await server.client.generate(prompt, max_tokens=remaining, sampling=sampling)
+                else:
+                    with anyio.fail_after(self.request_timeout_s):
+                        part = await server.client.generate(prompt, max_tokens=remaining, sampling=sampling)
                 if part.finish_reason != "abort":
                     generated = len(part.token_ids)
             except (ServerUnavailable, BadResponse, TimeoutError) as exc:
@@ -334,123 +307,6 @@ class ServerPool:
         self._turns += 1
         version = min(versions) if versions else self._weight_version
         return Completion(token_ids=token_ids, logprobs=logprobs, finish_reason=finish, weight_version=version)
-
-    def end_session(self, session: Hashable) -> None:
-        """The trajectory ``session`` has no more turns: the context its server
-        holds for a next turn goes back to the budget now, not 1-2 polls later.
-        Call it after the session's last ``generate`` returned; a later turn of
-        the same session is dispatched as a new one.  Optional for callers."""
-        self._dispatcher.forget(session)
-        self._first_turns.pop(session, None)
-        self._notify()
-
-    async def _acquire(self, waiter: _Waiter, remaining: int) -> Ticket:
-        if self._state is not _State.OPEN:
-            raise BackendClosed(f"ServerPool is {self._state.name}")
-        # Nothing changed since the last admission pass, so the turns waiting still
-        # do not fit: trying this one alone is the pass.
-        # Ranked at every turn, admitted at once or not: a session ranks from its first.
-        first = self._rank(waiter.session) if self.order == "session" else -remaining
-        tried = not self._held
-        if tried and (ticket := self._try(waiter)) is not None:
-            return ticket
-        waiter.key = (first, next(self._arrivals))
-        self._queue.add(waiter, tried=tried)
-        try:
-            while (ticket := waiter.ticket) is None:
-                if self._state is not _State.OPEN:
-                    raise BackendClosed(f"ServerPool is {self._state.name}")
-                now = time.monotonic()
-                if waiter.deadline is not None and now >= waiter.deadline:
-                    raise ServerUnavailable(f"no server up for {self.unavailable_timeout_s:g} s")
-                waiter.event = anyio.Event()
-                with anyio.move_on_after(None if waiter.deadline is None else waiter.deadline - now):
-                    await waiter.event.wait()
-        except BaseException:
-            if waiter.ticket is None:
-                self._queue.remove(waiter)
-            else:  # admitted as it was cancelled
-                self._release(waiter.ticket)
-            raise
-        return ticket
-
-    def _rank(self, session: Hashable) -> int:
-        """The session's place in the ``session`` order: the arrival of its first turn."""
-        if session is None:
-            return next(self._arrivals)
-        rank = self._first_turns.get(session)
-        if rank is None:
-            rank = self._first_turns[session] = next(self._arrivals)
-            if len(self._first_turns) > MAX_SESSIONS:  # callers that never end their sessions
-                del self._first_turns[next(iter(self._first_turns))]
-        return rank
-
-    def _try(self, waiter: _Waiter) -> Ticket | None:
-        """Ask the dispatcher for the waiter's ticket now; ``None`` if there is no room."""
-        try:
-            waiter.ticket = self._dispatcher.acquire_nowait(
-                waiter.tokens, waiter.session, avoid=waiter.avoid, new_tokens=waiter.new_tokens
-            )
-        except NoServerUp:
-            if waiter.deadline is None:
-                waiter.deadline = time.monotonic() + self.unavailable_timeout_s
-                waiter.event.set()  # wakes it to time its wait
-                self._deadlines = True
-        except anyio.WouldBlock:
-            waiter.deadline = None  # a server is up: the turn only waits for room
-        return waiter.ticket
-
-    def _admit(self) -> None:
-        """Try every waiting turn again, largest remaining budget first, and hand
-        those that fit their tickets.
-
-        Why that order: a trajectory's remaining budget bounds the work it may
-        still do, and which trajectories are long is not known in advance; the
-        one that may still run longest goes first (longest remaining time first,
-        which shortens the makespan on parallel servers), so that long work does
-        not pile up in a tail on an emptying fleet.  First turns have the whole
-        budget, so they keep their arrival order and come before later turns.  In
-        the dispatch benchmark this cuts the makespan by 2% against oldest
-        first (8 seeds: 1.30x static against 1.27x); later turns first
-        lengthen it by 3%.
-
-        With ``order="session"`` the oldest session's turn goes first (the
-        arrival of its first turn): what a streaming trainer needs, which trains
-        groups in the order they started and waits for the oldest; there, new
-        trajectories' first turns would otherwise overtake the later turns of the
-        group it waits for (``benchmarks/streaming.py``: 1.635x against 1.46x
-        synchronous static at staleness 1).
-
-        The :class:`WaitQueue` admits as that loop over every waiting turn would,
-        but tries only the turns that can fit after what changed: a release costs
-        what it opens, not O(waiting turns).  A turn's wait while no server is up
-        is timed from the first pass that found none (``unavailable_timeout_s``);
-        the first pass with a server up again ends every such deadline.
-        """
-        if self._held or self._state is not _State.OPEN:
-            return
-        for waiter in self._queue.admit():
-            waiter.event.set()
-        if not self._dispatcher.servers_up():
-            deadline = time.monotonic() + self.unavailable_timeout_s
-            for waiter in self._queue:
-                if waiter.deadline is None:
-                    waiter.deadline = deadline
-                    waiter.event.set()  # wakes it to time its wait
-                    self._deadlines = True
-        elif self._deadlines:
-            for waiter in self._queue:
-                waiter.deadline = None  # a server is up: the turn only waits for room
-            self._deadlines = False
-
-    def _release(self, ticket: Ticket, generated: int | None = None) -> None:
-        self._dispatcher.release(ticket, generated=generated)
-        self._notify()
-
-    def _notify(self) -> None:
-        self._admit()
-        self._changed.set()
-        self._changed = anyio.Event()
 
     # -- health and load -------------------------------------------------------------
 
@@ -514,25 +370,6 @@ class ServerPool:
         self._weight_version = version
         for i in range(len(self.servers)) if servers is None else servers:
             self.servers[i].client.weight_version = version
-
-    @contextlib.asynccontextmanager
-    async def held(self) -> AsyncIterator[None]:
-        """Admit no new turn inside the block (turns in flight go on); turns that
-        arrive wait, and are admitted when the block ends, however it ends."""
-        self._held += 1
-        try:
-            yield
-        finally:
-            self._held -= 1
-            self._notify()
-
-    async def drained(self, index: int) -> None:
-        """Wait until no request of ours is in flight on server ``index``."""
-        while True:
-            changed = self._changed
-            if self._dispatcher.statistics().servers[index].in_flight == 0:
-                return
-            await changed.wait()
 
     def statistics(self) -> PoolStatistics:
         dispatch = self._dispatcher.statistics()

@@ -22,224 +22,16 @@ import heapq
 import itertools
 import math
 import operator
-from bisect import bisect_left, bisect_right
-from collections.abc import Hashable, Iterator
-from itertools import compress, count, islice
-from operator import attrgetter
-from typing import Final, Generic, TypeVar, cast, final
+from collections.abc import Collection, Hashable, Iterator
+from itertools import compress, count
+from typing import Generic, TypeVar, cast, final
 
 import anyio
 
 from ._dispatch import Dispatcher, Ticket
+from ._waitindex import ANY, BEFORE, NONE, Blocks, Key, Waiting
 
 __all__ = ["Key", "WaitQueue", "Waiting"]
-
-Key = tuple[int, int]
-"""A waiting request's place in the admission order: lower keys are tried first."""
-
-_BEFORE: Final[Key] = (-(1 << 62), -1)  # before every key
-_ANY: Final = 1 << 62  # a room every request fits in
-_NONE: Final = -(1 << 62)  # a room no request fits in (the server is down)
-_KEY: Final = attrgetter("key")
-
-BLOCK: Final = 64
-"""Requests per block of a wait queue's index (a block splits at twice this).  A
-search reads each block's least sizes, then scans inside the first block that has
-a fit; both scans run in C.  Small blocks mean more blocks to read, large ones a
-longer scan, and a longer recomputation of a block's least size when its smallest
-request leaves."""
-
-
-class Waiting:
-    """A request waiting for room in a :class:`WaitQueue`: the arguments of
-    :meth:`Dispatcher.acquire_nowait`, its ``key`` (its place in the order, unique
-    per queue), and its ``ticket`` once admitted.  A driver may subclass it (with
-    ``__slots__``) to add its own fields."""
-
-    __slots__ = ("_queue", "avoid", "key", "new_tokens", "session", "ticket", "tokens")
-
-    def __init__(self, tokens: int, session: Hashable = None, avoid: int | None = None, new_tokens: int | None = None) -> None:
-        self.tokens = tokens
-        self.session = session
-        self.avoid = avoid
-        self.new_tokens = new_tokens
-        self.key: Key = _BEFORE
-        self.ticket: Ticket | None = None
-        self._queue: _Blocks | None = None
-
-
-def _first(values: list[int], start: int, limit: int) -> int:
-    """The index of the first of ``values[start:]`` that is at most ``limit``, or
-    ``len(values)``: a scan in C (``limit.__ge__`` mapped over the values)."""
-    return next(compress(count(start), map(limit.__ge__, islice(values, start, None))), len(values))
-
-
-def _first_above(values: list[int], start: int, limit: int) -> int:
-    """The index of the first of ``values[start:]`` that is more than ``limit``, or ``len(values)``."""
-    return next(compress(count(start), map(limit.__lt__, islice(values, start, None))), len(values))
-
-
-class _Blocks:
-    """Waiting requests of one kind in key order, searchable by size.
-
-    A request's reservation is ``min(p + n, p + c)`` for the expected length ``c``
-    (``p`` its prompt, less the hold it returns to; ``n`` its most new tokens, 0 for
-    a reservation given whole).  The requests sit in sorted blocks, each keeping
-    the least ``p`` and ``p + n`` of its own (and the most), so that a search for
-    the first request after a key whose reservation fits a room (or is over a
-    cap) reads only those until a block has one.  ``add`` and ``remove``:
-    O(log + BLOCK); ``first_fit`` and ``first_over``: O(blocks) in C, plus a scan
-    in C of each block it enters.
-    """
-
-    __slots__ = ("_highs", "_lows", "blocks", "firsts", "hi_p", "hi_pn", "lo_p", "lo_pn", "pns", "ps", "qid")
-
-    def __init__(self, qid: int) -> None:
-        self.qid = qid  # which queue of a WaitQueue this is (see _FRESH)
-        self.blocks: list[list[Waiting]] = []
-        self.firsts: list[Key] = []  # each block's first key
-        self.ps: list[list[int]] = []  # each block's p, request by request
-        self.pns: list[list[int]] = []  # ... and p + n
-        self.lo_p: list[int] = []  # each block's least p
-        self.lo_pn: list[int] = []  # ... and least p + n
-        self.hi_p: list[int] = []  # each block's most p
-        self.hi_pn: list[int] = []  # ... and most p + n
-        # The least p and p + n of all (and the most), or None once a request that
-        # had one of them left: a search that nothing can satisfy ends in O(1).
-        self._lows: tuple[int, int] | None = (_ANY, _ANY)
-        self._highs: tuple[int, int] | None = (_NONE, _NONE)
-
-    def __bool__(self) -> bool:
-        return bool(self.blocks)
-
-    def __iter__(self) -> Iterator[Waiting]:
-        return itertools.chain.from_iterable([list(block) for block in self.blocks])
-
-    def least_p(self) -> int:
-        return self.lows()[0]
-
-    def lows(self) -> tuple[int, int]:
-        """The least p and p + n of the requests here (``_ANY`` when none)."""
-        if self._lows is None:
-            self._lows = (min(self.lo_p, default=_ANY), min(self.lo_pn, default=_ANY))
-        return self._lows
-
-    def highs(self) -> tuple[int, int]:
-        """The most p and p + n of the requests here (``_NONE`` when none)."""
-        if self._highs is None:
-            self._highs = (max(self.hi_p, default=_NONE), max(self.hi_pn, default=_NONE))
-        return self._highs
-
-    def add(self, w: Waiting, p: int, pn: int) -> None:
-        w._queue = self
-        if self._lows is not None:
-            self._lows = (min(self._lows[0], p), min(self._lows[1], pn))
-        if self._highs is not None:
-            self._highs = (max(self._highs[0], p), max(self._highs[1], pn))
-        b = bisect_right(self.firsts, w.key) - 1
-        if b < 0 and not self.blocks:
-            self.blocks.append([w])
-            self.firsts.append(w.key)
-            self.ps.append([p])
-            self.pns.append([pn])
-            self.lo_p.append(p)
-            self.lo_pn.append(pn)
-            self.hi_p.append(p)
-            self.hi_pn.append(pn)
-            return
-        b = max(b, 0)
-        block = self.blocks[b]
-        j = bisect_right(block, w.key, key=_KEY)
-        block.insert(j, w)
-        self.ps[b].insert(j, p)
-        self.pns[b].insert(j, pn)
-        if j == 0:
-            self.firsts[b] = w.key
-        self.lo_p[b] = min(self.lo_p[b], p)
-        self.lo_pn[b] = min(self.lo_pn[b], pn)
-        self.hi_p[b] = max(self.hi_p[b], p)
-        self.hi_pn[b] = max(self.hi_pn[b], pn)
-        if len(block) > 2 * BLOCK:
-            self._split(b)
-
-    def _split(self, b: int) -> None:
-        for parts in (self.blocks, self.ps, self.pns):
-            parts.insert(b + 1, parts[b][BLOCK:])
-            del parts[b][BLOCK:]
-        self.firsts.insert(b + 1, self.blocks[b + 1][0].key)
-        self.lo_p[b : b + 1] = [min(self.ps[b]), min(self.ps[b + 1])]
-        self.lo_pn[b : b + 1] = [min(self.pns[b]), min(self.pns[b + 1])]
-        self.hi_p[b : b + 1] = [max(self.ps[b]), max(self.ps[b + 1])]
-        self.hi_pn[b : b + 1] = [max(self.pns[b]), max(self.pns[b + 1])]
-
-    def remove(self, w: Waiting) -> None:
-        w._queue = None
-        b = bisect_right(self.firsts, w.key) - 1
-        block = self.blocks[b]
-        j = bisect_left(block, w.key, key=_KEY)
-        assert block[j] is w, "a waiting request's key changed while it waited"
-        del block[j]
-        p, pn = self.ps[b].pop(j), self.pns[b].pop(j)
-        if self._lows is not None and (p == self._lows[0] or pn == self._lows[1]):
-            self._lows = None
-        if self._highs is not None and (p == self._highs[0] or pn == self._highs[1]):
-            self._highs = None
-        if not block:
-            for parts in (self.blocks, self.firsts, self.ps, self.pns, self.lo_p, self.lo_pn, self.hi_p, self.hi_pn):
-                del parts[b]
-            return
-        if j == 0:
-            self.firsts[b] = block[0].key
-        if p == self.lo_p[b]:
-            self.lo_p[b] = min(self.ps[b])
-        if pn == self.lo_pn[b]:
-            self.lo_pn[b] = min(self.pns[b])
-        if p == self.hi_p[b]:
-            self.hi_p[b] = max(self.ps[b])
-        if pn == self.hi_pn[b]:
-            self.hi_pn[b] = max(self.pns[b])
-
-    def first_fit(self, after: Key, room: int, c: int) -> Waiting | None:
-        """The first request after ``after`` whose reservation ``min(p + n, p + c)``
-        is at most ``room``."""
-        rc = room - c
-        lo_p, lo_pn = self.lows()
-        if lo_p > rc and lo_pn > room:
-            return None
-        b = max(0, bisect_right(self.firsts, after) - 1)
-        while True:
-            b = min(_first(self.lo_p, b, rc), _first(self.lo_pn, b, room))
-            if b >= len(self.blocks):
-                return None
-            block = self.blocks[b]
-            start = bisect_right(block, after, key=_KEY) if self.firsts[b] <= after else 0
-            j = min(_first(self.ps[b], start, rc), _first(self.pns[b], start, room))
-            if j < len(block):
-                return block[j]
-            b += 1
-
-    def first_over(self, after: Key, cap: int, c: int) -> Waiting | None:
-        """The first request after ``after`` whose reservation is more than ``cap``
-        (asked while a server is idle: such a request goes alone to it)."""
-        cc = cap - c
-        hi_p, hi_pn = self.highs()
-        if hi_p <= cc or hi_pn <= cap:
-            return None
-        b = max(0, bisect_right(self.firsts, after) - 1)
-        while True:
-            b = _first_above(self.hi_pn, b, cap)
-            if b >= len(self.blocks):
-                return None
-            if self.hi_p[b] <= cc:  # every p + c fits the cap here
-                b += 1
-                continue
-            block, ps = self.blocks[b], self.ps[b]
-            start = bisect_right(block, after, key=_KEY) if self.firsts[b] <= after else 0
-            for j in compress(count(start), map(cap.__lt__, islice(self.pns[b], start, None))):
-                if ps[j] > cc:
-                    return block[j]
-            b += 1
-
 
 _FRESH, _AVOID, _NEW = -1, -2, -3  # a WaitQueue's queues; a home queue's id is its server
 
@@ -292,10 +84,10 @@ class WaitQueue(Generic[W]):
         d = self._d = dispatcher
         d._hold_log = []
         n = len(d._servers)
-        self._fresh = _Blocks(_FRESH)  # not tried since they came, or since their hold began or ended
-        self._avoid = _Blocks(_AVOID)  # resubmissions that avoid a server
-        self._new = _Blocks(_NEW)  # without a hold: they fit wherever the most room is
-        self._homes = [_Blocks(i) for i in range(n)]  # returning to their hold on server i
+        self._fresh = Blocks(_FRESH)  # not tried since they came, or since their hold began or ended
+        self._avoid = Blocks(_AVOID)  # resubmissions that avoid a server
+        self._new = Blocks(_NEW)  # without a hold: they fit wherever the most room is
+        self._homes = [Blocks(i) for i in range(n)]  # returning to their hold on server i
         self._sessions: dict[Hashable, list[Waiting]] = {}
         self._count = 0
         # The expected length when the requests filed were tried (the most of them):
@@ -306,8 +98,8 @@ class WaitQueue(Generic[W]):
         self._seen = [self._room(i) for i in range(n)]
         # No more than each home's least p less the headroom its turns may use, and
         # than the new requests' least p: with ``_seen``, where a fall can open room.
-        self._need = [_ANY] * n
-        self._new_need = self._avoid_need = _ANY
+        self._need = [ANY] * n
+        self._new_need = self._avoid_need = ANY
         # The most headroom a turn returning to a hold has been allowed on any server: no
         # less than any server's now, but for those whose capacity grew since (in ``_grown``).
         self._max_extra = max(map(self._extra, range(n)))
@@ -361,7 +153,30 @@ class WaitQueue(Generic[W]):
         if c < self._c:
             grown |= self._opened(c)
         self._c = c
+        if not self._fresh and not self._may_fit(grown, c):
+            self._record(grown)  # what a pass that finds nothing to try learns
+            return []
         return cast("list[W]", _Pass(self, grown, c).run())
+
+    def _may_fit(self, servers: set[int], c: int) -> bool:
+        """Whether a pass over the rooms of ``servers`` could find a request to try.
+
+        False only when each queue's least sizes (or, for a request going alone to
+        an idle server, its most) rule out every request: then each of the pass's
+        searches would come back empty, and the pass is skipped.  It is the most
+        common pass: a release whose room fits no waiting request (the request
+        that fits it best comes back after its tool call).
+        """
+        if not servers:
+            return False
+        rooms = {s: self._room(s) for s in servers}
+        idle = bool(self._d._idle) and self._d.policy == "budget"
+        if self._avoid and (idle or self._avoid.fits_any(max(r + self._extra(s) for s, r in rooms.items()), c)):
+            return True
+        if self._new and (self._new.fits_any(max(rooms.values()), c) or (idle and self._new.may_be_over(self._cap(), c))):
+            return True
+        homes = self._homes
+        return any(homes[s] and homes[s].fits_any(r + self._extra(s), c) for s, r in rooms.items())
 
     # -- filing --------------------------------------------------------------------
 
@@ -416,8 +231,8 @@ class WaitQueue(Generic[W]):
         """The largest reservation a request without a hold can make on ``server``."""
         s = self._d._servers[server]
         if not s.up:
-            return _NONE
-        return _ANY if self._d.policy == "round_robin" else s.free
+            return NONE
+        return ANY if self._d.policy == "round_robin" else s.free
 
     def _extra(self, server: int) -> int:
         """The headroom a turn returning to its hold on ``server`` may use."""
@@ -426,6 +241,18 @@ class WaitQueue(Generic[W]):
 
     def _cap(self) -> int:
         return max(self._d._servers[i].usable for i in self._d._up)
+
+    def _record(self, servers: Collection[int]) -> None:
+        """Tighten what the queue knows of the servers a pass had in play, for the
+        next fall of the expected length."""
+        for s in servers:
+            extra = self._extra(s)
+            self._seen[s] = self._room(s)
+            self._need[s] = self._homes[s].least_p() - extra if self._homes[s] else ANY
+            self._max_extra = max(self._max_extra, extra)
+        if servers:
+            self._new_need = self._new.least_p()
+            self._avoid_need = self._avoid.least_p() - self._max_extra
 
     def _opened(self, c: int) -> set[int]:
         """The servers where reservations computed with expected length ``c`` may
@@ -444,7 +271,7 @@ class _Pass:
 
     def __init__(self, q: WaitQueue, grown: set[int], c: int) -> None:
         self.q, self.d, self.c = q, q._d, c
-        self.cursor = _BEFORE  # the key of the request tried last: the pass goes on after it
+        self.cursor = BEFORE  # the key of the request tried last: the pass goes on after it
         self.heap: list[tuple[Key, int, int]] = []  # (candidate's key, tie, queue id); stale ones skipped
         self.best: dict[int, Waiting | None] = {}  # queue id -> its candidate now
         self.seq = itertools.count()
@@ -481,7 +308,7 @@ class _Pass:
                 self._push(_FRESH)
             self._after(qid, None if ticket is None else ticket.server, grown)
         d._grown |= self.grew  # what the pass went past may fit there now: the next pass looks
-        self._record()
+        q._record(self.rooms)
         return admitted
 
     def _after(self, qid: int, used: int | None, grown: set[int]) -> None:
@@ -512,14 +339,14 @@ class _Pass:
         """Queue ``qid``'s first request after the cursor that can fit now."""
         q, cursor = self.q, self.cursor
         if qid == _FRESH:
-            return q._fresh.first_fit(cursor, _ANY, 0) if q._fresh else None
+            return q._fresh.first_fit(cursor, ANY, 0) if q._fresh else None
         if not self.rooms:
             return None
         if qid == _AVOID:  # bounded by the most room plus headroom (a hold), or any size while a server idles
             if not q._avoid:
                 return None
             if self.d._idle and self.d.policy == "budget":
-                return q._avoid.first_fit(cursor, _ANY, 0)
+                return q._avoid.first_fit(cursor, ANY, 0)
             return q._avoid.first_fit(cursor, max(r + q._extra(s) for s, r in self.rooms.items()), self.c)
         if qid == _NEW:
             if not q._new:
@@ -535,15 +362,3 @@ class _Pass:
         if room is None or not home:
             return None
         return home.first_fit(cursor, room + q._extra(qid), self.c)
-
-    def _record(self) -> None:
-        """Tighten what the queue knows of the servers in play, for the next fall of the expected length."""
-        q = self.q
-        for s in self.rooms:
-            extra = q._extra(s)
-            q._seen[s] = q._room(s)
-            q._need[s] = q._homes[s].least_p() - extra if q._homes[s] else _ANY
-            q._max_extra = max(q._max_extra, extra)
-        if self.rooms:
-            q._new_need = q._new.least_p()
-            q._avoid_need = q._avoid.least_p() - q._max_extra

@@ -91,7 +91,9 @@ import argparse
 import asyncio
 import bisect
 import contextlib
+import gc
 import json
+import multiprocessing
 import os
 import random
 import statistics
@@ -99,7 +101,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Self
 
 import anyio
 import anyio.lowlevel
@@ -134,6 +136,7 @@ GATE_PROMPT: Final = 1000
 GATE_TOOL_TOKENS: Final = 30
 GATE_BUDGET: Final = 16_384
 GREEDY: Final = SamplingParams(temperature=0.0)
+MODELS: Final = msgspec.json.encode({"object": "list", "data": [{"id": "m", "max_model_len": 1 << 16}]})
 
 
 def _completion_body(ids: list[int]) -> bytes:
@@ -227,6 +230,8 @@ class Doubles(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         t = time.perf_counter_ns()
         server = self.servers[request.url.host]
+        if request.url.path == "/v1/models":  # asked once per client: the context length
+            return httpx.Response(200, content=MODELS)
         if request.url.path == "/metrics":
             body = server.metrics()
             self.own_ns += time.perf_counter_ns() - t
@@ -304,6 +309,43 @@ class StallMonitor:
     def max_ms(self, after: float = 0.0) -> float:
         """The longest stall that ended after ``after`` (a ``perf_counter`` time)."""
         return max((late for t, late in self.stalls if t > after), default=0.0) * 1e3
+
+
+class GcTimer:
+    """The collector's passes during a run: how many, and the longest in CPU time (ms:
+    the machine is shared, and a collection descheduled halfway would read long)."""
+
+    def __init__(self) -> None:
+        self.count, self.longest, self._t = 0, 0.0, 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t = time.thread_time()
+        else:
+            self.count += 1
+            self.longest = max(self.longest, (time.thread_time() - self._t) * 1e3)
+
+    def __enter__(self) -> Self:
+        gc.callbacks.insert(0, self)  # before tune_gc's freeze: it times the collection alone
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
+def tune_gc_before() -> None:
+    """The baseline: the collector as tuned before survivors were frozen (``tune_gc`` at ceae007)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(1_000_000, 20, 100)
+
+
+def frozen_garbage() -> int:
+    """Collect the cyclic garbage the frozen generation kept (everything alive is walked)."""
+    gc.unfreeze()
+    collected = gc.collect()
+    gc.freeze()
+    return collected
 
 
 class AdmissionTimer:
@@ -415,7 +457,8 @@ async def pooled_run(trajectories: int, servers: int) -> dict[str, Any]:
             tg.start_soon(monitor.run)
             tg.start_soon(watch)
             own0, cpu0, t0 = fleet.own_ns, time.process_time(), time.perf_counter()
-            groups = await engine.run(problems, n=SAMPLES)
+            with GcTimer() as collector:
+                groups = await engine.run(problems, n=SAMPLES)
             wall, cpu, own = time.perf_counter() - t0, time.process_time() - cpu0, (fleet.own_ns - own0) / 1e9
             tg.cancel_scope.cancel()
         stats = pool.statistics()
@@ -425,6 +468,7 @@ async def pooled_run(trajectories: int, servers: int) -> dict[str, Any]:
     assert turns == len(trajs) * TURNS, turns
     served = sum(s.served for s in fleet.servers.values())
     return {
+        "span": (t0, t0 + wall),  # perf_counter times: one clock for every process of the machine
         "wall_s": wall,
         "turns": turns,
         "turns_per_s": turns / wall,
@@ -434,6 +478,8 @@ async def pooled_run(trajectories: int, servers: int) -> dict[str, Any]:
         "loop_busy": (cpu - own) / wall,
         "max_stall_ms": monitor.max_ms(),
         "max_stall_ms_steady": monitor.max_ms(after=t0 + 0.2 * wall),
+        "gc_collections": collector.count,
+        "gc_longest_ms": collector.longest,
         "admission_us_per_turn": timer.ns / 1e3 / turns,
         "dispatcher_us_per_turn": timer.dispatch_ns / 1e3 / turns,
         "admission_passes": timer.passes,
@@ -452,7 +498,8 @@ async def bare_run(trajectories: int, gen_s: float) -> dict[str, Any]:
     async with anyio.create_task_group() as tg:
         tg.start_soon(monitor.run)
         cpu0, t0 = time.process_time(), time.perf_counter()
-        groups = await engine.run(problems, n=SAMPLES)
+        with GcTimer() as collector:
+            groups = await engine.run(problems, n=SAMPLES)
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         tg.cancel_scope.cancel()
     turns = sum(t.num_turns for g in groups for t in g.trajectories)
@@ -463,6 +510,8 @@ async def bare_run(trajectories: int, gen_s: float) -> dict[str, Any]:
         "loop_busy": cpu / wall,
         "max_stall_ms": monitor.max_ms(),
         "max_stall_ms_steady": monitor.max_ms(after=t0 + 0.2 * wall),
+        "gc_collections": collector.count,
+        "gc_longest_ms": collector.longest,
     }
 
 
@@ -586,6 +635,7 @@ def _scale(trajectories: int, servers: int, repeats: int, prefix: str) -> dict[s
     pooled, bare = [], []
     for _ in range(repeats):
         pooled.append(anyio.run(pooled_run, trajectories, servers, backend_options=RUN_OPTIONS))
+        pooled[-1]["gc_frozen_garbage_per_turn"] = frozen_garbage() / pooled[-1]["turns"]
         print(json.dumps({f"{prefix}pooled": pooled[-1]}), file=sys.stderr)
         bare.append(anyio.run(bare_run, trajectories, pooled[-1]["mean_gen_s"], backend_options=RUN_OPTIONS))
         print(json.dumps({f"{prefix}bare": bare[-1]}), file=sys.stderr)
@@ -596,7 +646,7 @@ def _scale(trajectories: int, servers: int, repeats: int, prefix: str) -> dict[s
     result: dict[str, Any] = {f"{prefix}trajectories": trajectories, f"{prefix}servers": servers}
     for key in (
         "cpu_us_per_turn", "max_stall_ms", "max_stall_ms_steady", "loop_busy", "turns_per_s", "wall_s", "cpu_us_per_turn_gross",
-        "doubles_cpu_us_per_turn", "admission_us_per_turn", "dispatcher_us_per_turn", "peak_waiting", "overflows",
+        "doubles_cpu_us_per_turn", "gc_collections", "gc_longest_ms", "gc_frozen_garbage_per_turn", "admission_us_per_turn", "dispatcher_us_per_turn", "peak_waiting", "overflows",
         "peak_kv", "mean_gen_s",
     ):
         result[prefix + key] = median(pooled, key)
@@ -614,6 +664,50 @@ def _scale(trajectories: int, servers: int, repeats: int, prefix: str) -> dict[s
     return result
 
 
+def _shard(trajectories: int, servers: int, gc_mode: str, start: Any, out: Any) -> None:
+    """One process of the sharded rollout: its engine, pool and dispatcher over its
+    servers, started with the others (``start``, a barrier); its figures go to ``out``."""
+    tune_gc() if gc_mode == "ours" else tune_gc_before()
+    start.wait()
+    out.send(anyio.run(pooled_run, trajectories, servers, backend_options=RUN_OPTIONS))
+    out.close()
+
+
+def _sharded(trajectories: int, servers: int, shards: int, gc_mode: str) -> dict[str, Any]:
+    """The rollout split over ``shards`` processes run at once, each over its share
+    of the trajectories and the servers: per-process CPU per turn and stall, and the
+    whole's turns per second (all turns over the span from the first start to the
+    last end)."""
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(shards)
+    pipes = [ctx.Pipe(duplex=False) for _ in range(shards)]
+    procs = [
+        ctx.Process(target=_shard, args=(trajectories // shards, servers // shards, gc_mode, start, w), daemon=True)
+        for _, w in pipes
+    ]
+    for proc in procs:
+        proc.start()
+    runs = [r.recv() for r, _ in pipes]
+    for proc in procs:
+        proc.join()
+    for run in runs:
+        print(json.dumps({"shard": run}), file=sys.stderr)
+    span = max(r["span"][1] for r in runs) - min(r["span"][0] for r in runs)
+    return {
+        "sharded_processes": shards,
+        "sharded_trajectories_each": trajectories // shards,
+        "sharded_servers_each": servers // shards,
+        "sharded_turns_per_s": round(sum(r["turns"] for r in runs) / span, 1),
+        "sharded_wall_s": round(span, 2),
+        "sharded_cpu_us_per_turn": round(statistics.median(r["cpu_us_per_turn"] for r in runs), 2),
+        "sharded_cpu_us_per_turn_max": round(max(r["cpu_us_per_turn"] for r in runs), 2),
+        "sharded_max_stall_ms": round(max(r["max_stall_ms"] for r in runs), 2),
+        "sharded_max_stall_ms_median": round(statistics.median(r["max_stall_ms"] for r in runs), 2),
+        "sharded_loop_busy": round(statistics.median(r["loop_busy"] for r in runs), 2),
+        "sharded_gc_longest_ms": round(max(r["gc_longest_ms"] for r in runs), 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trajectories", type=int, default=TRAJECTORIES)
@@ -622,21 +716,25 @@ def main() -> None:
     parser.add_argument("--scale-repeats", type=int, default=None, help="repeats of the paper-scale run (default --repeats)")
     parser.add_argument(
         "--shards", type=int, default=8,
-        help="also run one shard of the rollout split this many ways (its trajectories over its servers, its own engine "
-        "and dispatcher: every shard is alike and independent, so one stands for all); 1: none",
+        help="also run the rollout split over this many processes at once (each its share of the trajectories over its "
+        "share of the servers, its own engine, pool and dispatcher); 1: none",
     )
+    parser.add_argument(
+        "--gc", choices=("ours", "before"), default="ours",
+        help="the collector as rstar2_async.rollout.tune_gc sets it, or as it was before survivors were frozen",
+    )  # fmt: skip
     parser.add_argument("--releases", type=int, default=1000, help="releases timed per admission run")
     parser.add_argument("--skip-scale", action="store_true", help="only the admission benchmark")
+    parser.add_argument("--skip-single", action="store_true", help="of the paper-scale runs, only the sharded one")
     parser.add_argument("--skip-admission", action="store_true", help="only the paper-scale run")
     args = parser.parse_args()
-    tune_gc()
-    result: dict[str, Any] = {"benchmark": "paper_scale", "load_avg_1m": os.getloadavg()[0]}
+    tune_gc() if args.gc == "ours" else tune_gc_before()
+    result: dict[str, Any] = {"benchmark": "paper_scale", "gc": args.gc, "load_avg_1m": os.getloadavg()[0]}
     if not args.skip_scale:
-        repeats = args.scale_repeats or args.repeats
-        result |= _scale(args.trajectories, args.servers, repeats, "")
+        if not args.skip_single:
+            result |= _scale(args.trajectories, args.servers, args.scale_repeats or args.repeats, "")
         if args.shards > 1:
-            result["shards"] = args.shards
-            result |= _scale(args.trajectories // args.shards, args.servers // args.shards, repeats, "shard_")
+            result |= _sharded(args.trajectories, args.servers, args.shards, args.gc)
     if not args.skip_admission:
         result |= _admission(args)
     result["load_avg_1m_end"] = os.getloadavg()[0]

@@ -37,7 +37,11 @@ class TokenConversation:
     """Token ids in and out; the training path.
 
     ``ids`` holds prompt and response in one list that only grows, so each turn
-    sends it without copying; the backend must not keep or mutate it.  The loss
+    sends it without copying; the backend must not keep or mutate it.  Until the
+    first generation returns it is the prompt itself (the group's samples share
+    one list): a trajectory's own copy is made when it has something to add, so
+    16,384 trajectories admitted at once do not each make a 1K-4K-id list that
+    the garbage collector then walks in one pass (see ``GC_GEN0_THRESHOLD``).  The loss
     mask and logprobs are kept as one piece per turn and joined once at the end:
     growing two more long lists on every turn of 10,000 trajectories costs more
     than the rest of the turn's bookkeeping.  The transcript is kept as text pieces
@@ -49,8 +53,8 @@ class TokenConversation:
         self.tokenizer = tokenizer
         self.session = session
         self.prompt = prompt_ids
-        self.ids = list(prompt_ids)
-        self.prompt_len = len(self.ids)
+        self.ids = prompt_ids  # copied by the first record (see the class docstring)
+        self.prompt_len = len(prompt_ids)
         self.pieces: list[list[float] | int] = []  # a generation's logprobs, or a tool turn's length
         self.texts: list[str] = []
 
@@ -81,7 +85,7 @@ class TokenConversation:
 
     def record(self, c: Completion) -> Generated:
         ids = c.token_ids
-        self.ids += ids
+        self._extend(ids)
         self.pieces.append(c.logprobs)
         eos = bool(ids) and ids[-1] == self.tokenizer.eos_token_id
         text = self.tokenizer.decode(ids[:-1] if eos else ids)
@@ -94,12 +98,18 @@ class TokenConversation:
 
     def append_tool_turn(self, turn: tuple[list[int], str]) -> None:
         ids, content = turn
-        self.ids += ids
+        self._extend(ids)
         self.pieces.append(len(ids))
         self.texts.append(self.tokenizer.tool_turn_text(content))
 
     def transcript(self) -> str:
         return "".join(self.texts)
+
+    def _extend(self, ids: list[int]) -> None:
+        if self.ids is self.prompt:  # the first tokens of its own: the copy
+            self.ids = self.prompt + ids
+        else:
+            self.ids += ids
 
 
 class ChatConversation:

@@ -5,19 +5,22 @@ from __future__ import annotations
 import gc
 from typing import Any, Final
 
-GC_GEN0_THRESHOLD = 1_000_000
-"""Net new containers between young-generation collections (CPython's default: 700).
+GC_GEN0_THRESHOLD = 20_000
+"""Net new containers between two collections (CPython's default: 700).
 
-A trajectory in flight keeps ~55 containers alive (its task, coroutines, cancel
-scopes, timers, token lists), so admitting 10,000 adds ~550,000.  Each collection
-walks every young container, and the young token lists of 1,000+ ids each make that
-slow: at the default threshold the collector dominated the orchestrator's CPU, and
-even at 50,000 it still ran ten times per batch ramp-up, ~0.3-1 s in all (measured
-with benchmarks/rollout_overhead.py, ~8-10 us of ~55 per turn).  At this threshold a
-batch of 10,000 ramps up without one.  Rollout garbage is acyclic and freed by
-reference counting, so collecting rarely loses nothing; the price is that the rare
-cyclic garbage (caught exceptions' tracebacks) waits longer, and a collection, when
-it comes, is longer."""
+What a collection costs is the containers it walks and their elements, and a
+rollout's live data are long lists: each trajectory in flight holds its token ids
+(~4K ints at rStar2's length), and each turn adds lists of 240+ ids and logprobs.
+Walked again and again as they age, they made the collector the orchestrator's
+longest stall: with 16,384 trajectories in flight, one young collection at a
+threshold of 1M walked ~150M list elements and held the loop 4.2-9 s
+(``benchmarks/paper_scale.py``).  :func:`tune_gc` therefore freezes whatever
+survives a collection (:func:`_freeze_survivors`): each object is walked at most
+once, by the first collection after it was made, and a collection walks only what
+was made since the last one and is still alive.  At 100,000 containers one took
+~110 ms on a loaded 2-core box, at 20,000 ~20 ms; a lower threshold walks more
+objects that would have died before it (more CPU per turn), a higher one stalls
+longer."""
 
 RUN_OPTIONS: Final[dict[str, Any]] = {"use_uvloop": True}
 """``backend_options`` for ``anyio.run`` in processes that run rollouts: asyncio on
@@ -28,9 +31,28 @@ benchmarks/rollout_overhead.py, which reports this loop next to plain asyncio an
 trio).  Code must still run on any anyio backend: the tests run asyncio and trio."""
 
 
+def _freeze_survivors(phase: str, info: dict[str, int]) -> None:
+    """After each collection, move the survivors out of the collector's sight (O(1)).
+
+    Why this loses little: rollout garbage is acyclic and freed by reference
+    counting whether frozen or not; a cycle made and dropped between two
+    collections (an httpx response and its stream, a caught exception's
+    traceback) is still collected by the next one.  Only a cycle whose objects
+    survived a collection before it became garbage stays (until ``gc.unfreeze()``
+    and a full collection; ``benchmarks/paper_scale.py`` measures how much as
+    ``gc_frozen_garbage_per_turn``).
+    """
+    if phase == "stop":
+        gc.freeze()
+
+
 def tune_gc() -> None:
     """Move everything alive now (imports, configs, tokenizers) out of the collector's
-    sight, and collect the young generation rarely.  Call once, after start-up."""
+    sight, collect at :data:`GC_GEN0_THRESHOLD`, and freeze the survivors of every
+    collection.  Call once, after start-up, in a process that runs rollouts."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_GEN0_THRESHOLD, 20, 100)
+    if _freeze_survivors not in gc.callbacks:
+        gc.callbacks.append(_freeze_survivors)
+
