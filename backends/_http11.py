@@ -35,7 +35,7 @@ import h11
 import httpx
 from anyio.abc import SocketStream
 
-__all__ = ["Http11Transport"]
+__all__ = ["Http11Transport", "transport_for"]
 
 _CHUNK: Final = 65536
 _Origin = tuple[str, int]
@@ -83,7 +83,9 @@ class Http11Transport(httpx.AsyncBaseTransport):
 
     # -- the hot path ---------------------------------------------------------------
 
-    async def post(self, origin: _Origin, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> tuple[int, bytes]:
+    async def post(
+        self, origin: _Origin, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> tuple[int, bytes]:
         """POST ``body`` to ``target`` on ``origin`` (``(host, port)``): ``(status, content)``.
 
         Raises:
@@ -102,7 +104,11 @@ class Http11Transport(httpx.AsyncBaseTransport):
         timeout = request.extensions.get("timeout")
         t = httpx.Timeout(**timeout) if isinstance(timeout, dict) else self.timeout
         body = await request.aread()
-        headers = [(k, v) for k, v in request.headers.raw if k.lower() not in (b"host", b"content-length", b"transfer-encoding")]
+        headers = [
+            (k, v)
+            for k, v in request.headers.raw
+            if k.lower() not in (b"host", b"content-length", b"transfer-encoding")
+        ]
         origin = (url.host, url.port or 80)
         status, rheaders, content = await self._exchange(origin, request.method, url.raw_path, headers, body, t)
         return httpx.Response(status, headers=rheaders, content=content, extensions={"http_version": b"HTTP/1.1"})
@@ -166,7 +172,12 @@ class Http11Transport(httpx.AsyncBaseTransport):
             except h11.RemoteProtocolError as exc:
                 raise httpx.RemoteProtocolError(str(exc)) from exc
             if event is h11.NEED_DATA:
-                data = await self._receive(connection, timeout)
+                try:
+                    data = await self._receive(connection, timeout)
+                except httpx.ReadError:  # reset: a server that closed it while idle, on trio
+                    if reused and not received:
+                        raise _StaleConnection from None
+                    raise
                 if not data and reused and not received:
                     raise _StaleConnection
                 received = True
@@ -236,3 +247,14 @@ class Http11Transport(httpx.AsyncBaseTransport):
         self._open -= 1
         self._freed.set()
         self._freed = anyio.Event()
+
+
+def transport_for(
+    base_url: str, *, timeout: httpx.Timeout | None = None, max_connections: int = 4096
+) -> httpx.AsyncBaseTransport:
+    """The transport for a server at ``base_url``: ours for ``http://``, httpx's
+    default (TLS and the rest) for anything else, e.g. a hosted ``https://`` endpoint."""
+    if base_url.startswith("http://"):
+        return Http11Transport(timeout=timeout, max_connections=max_connections)
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    return httpx.AsyncHTTPTransport(limits=limits)

@@ -39,6 +39,7 @@ from anyio.abc import TaskStatus
 
 from ._dispatch import MAX_SESSIONS, Dispatcher, DispatchStatistics, NoServerUp, Policy, Ticket
 from ._errors import BackendClosed, BackendError, BadResponse, ServerUnavailable
+from ._http11 import transport_for
 from ._retry import RetryPolicy
 from ._sglang import SGLangAdmin, SGLangTokenClient
 from ._token_client import TokenClient
@@ -210,7 +211,8 @@ class ServerPool:
             else:
                 client = SGLangTokenClient(url, model=model, transport=transport, **auth)
             admin_http = httpx.AsyncClient(
-                base_url=url, timeout=httpx.Timeout(600.0, connect=5.0), transport=transport, trust_env=False,
+                base_url=url, timeout=httpx.Timeout(600.0, connect=5.0), transport=transport or transport_for(url),
+                trust_env=False,
                 headers={"authorization": f"Bearer {api_key}"} if api_key else None,
             )  # fmt: skip
             self.servers.append(PoolServer(i, spec, client, admin_http))
