@@ -37,6 +37,7 @@ from anyio.abc import TaskStatus
 from ._admission import PoolAdmission, PoolState, Waiter
 from ._dispatch import Dispatcher, DispatchStatistics, Policy
 from ._errors import BackendError, BadResponse, ServerUnavailable
+from ._http11 import transport_for
 from ._retry import RetryPolicy
 from ._sglang import SGLangAdmin, SGLangTokenClient
 from ._token_client import TokenClient
@@ -186,7 +187,8 @@ class ServerPool(PoolAdmission):
             else:
                 client = SGLangTokenClient(url, model=model, transport=transport, **auth)
             admin_http = httpx.AsyncClient(
-                base_url=url, timeout=httpx.Timeout(600.0, connect=5.0), transport=transport, trust_env=False,
+                base_url=url, timeout=httpx.Timeout(600.0, connect=5.0), transport=transport or transport_for(url),
+                trust_env=False,
                 headers={"authorization": f"Bearer {api_key}"} if api_key else None,
             )  # fmt: skip
             self.servers.append(PoolServer(i, spec, client, admin_http))

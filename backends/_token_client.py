@@ -22,6 +22,7 @@ import httpx
 import msgspec
 
 from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavailable
+from ._http11 import Http11Transport
 from ._retry import RetryPolicy
 from ._types import Completion, FinishReason, SamplingParams
 from ._vllm import parse_vllm_weight_version
@@ -117,14 +118,19 @@ class CompletionClient:
         """Stamped on completions whose response carries no version; the weight sync
         sets it after loading new weights and before resuming the server."""
         timeout = timeout or httpx.Timeout(3600.0, connect=10.0, pool=60.0)
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        if transport is None and base_url.startswith("http://"):
+            transport = Http11Transport(timeout=timeout, max_connections=max_connections)
+        elif transport is None:  # https: a hosted endpoint
+            limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+            transport = httpx.AsyncHTTPTransport(limits=limits)
         # The client owns the transport's lifecycle; the hot path (_post) calls the
         # transport directly.
-        self._transport = transport or httpx.AsyncHTTPTransport(limits=limits)
+        self._transport = transport
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, timeout=timeout, transport=self._transport, trust_env=False
+            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport, trust_env=False
         )
         self._headers = httpx.Headers(headers)
+        self._raw_headers = list(self._headers.raw)
         self._extensions = {"timeout": timeout.as_dict()}
         self._urls: dict[str, httpx.URL] = {}
         self._state = State.UNOPENED
@@ -167,8 +173,8 @@ class CompletionClient:
             ServerUnavailable: connection errors, timeouts or 5xx outlasted the retries.
             BadResponse: the answer did not decode, after the retries.
 
-        Cancellation: safe at any point; the HTTP request is abandoned and its
-        connection discarded by httpx.
+        Cancellation: safe at any point and never delayed; the HTTP request is
+        abandoned and its connection closed (see :mod:`backends._http11`).
         """
         token_ids: list[int] = []
         logprobs: list[float] = []
@@ -247,7 +253,8 @@ class CompletionClient:
         ``(status, content)``.  The hot path skips httpx's client layer (URL merging,
         cookies, auth and redirect handling, event hooks), which does nothing for
         these requests and was most of the orchestrator's CPU per turn
-        (``benchmarks/paper_scale.py``).
+        (``benchmarks/paper_scale.py``); on our own :class:`Http11Transport` it
+        skips httpx's request and response models too.
 
         Raises:
             httpx.TransportError: connection errors and timeouts (the caller translates).
@@ -255,6 +262,8 @@ class CompletionClient:
         url = self._urls.get(path)
         if url is None:
             url = self._urls[path] = httpx.URL(self.base_url + path)
+        if isinstance(self._transport, Http11Transport):
+            return await self._transport.post((url.host, url.port or 80), url.raw_path, self._raw_headers, body)
         request = httpx.Request("POST", url, headers=self._headers, content=body, extensions=self._extensions)
         response = await self._transport.handle_async_request(request)
         try:

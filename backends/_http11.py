@@ -1,0 +1,260 @@
+"""``Http11Transport``: a lean HTTP/1.1 client transport (h11 over anyio sockets) for
+the inference servers on plain ``http://``.
+
+Why not httpx's default transport (httpcore): under load and cancellation a turn
+could stay stuck forever past the pool's ``request_timeout_s``.  httpcore closes a
+response in a shielded scope that takes the connection's ``_state_lock``, an
+``anyio.Lock``; anyio's asyncio Lock (< 4.14, agronholm/anyio#1145) loses the
+wake-up of a waiter that queued behind a cancelled one, and the shield keeps any
+cancellation from ending that wait (``benchmarks/pool_chaos.py`` at concurrency
+128 lost 15-17 of 2,000 trajectories that way).  Here nothing awaits under a
+shield and no lock is held across an await: a connection belongs to one request
+from checkout to return, and any error or cancellation during the exchange closes
+its socket at once (the close itself is synchronous on both backends).
+
+Also the hot path's CPU: :meth:`Http11Transport.post` skips httpx's request and
+response models (``CompletionClient._post`` uses it).  Through
+:meth:`handle_async_request` the same transport serves an ``httpx.AsyncClient``
+(model lists, admin calls), each body read whole before it returns.
+
+Covered: keep-alive reuse, ``content-length`` and chunked bodies, connect / read /
+write / pool timeouts (``httpx.Timeout``), a cap on open connections, one retry
+on a fresh connection when a reused idle one turns out closed by the server
+before answering.  Not covered: TLS, proxies, HTTP/2, streamed bodies.
+Errors are httpx's (``httpx.ConnectError``, ``ReadTimeout``, ...), so callers
+translate them as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final, final
+
+import anyio
+import h11
+import httpx
+from anyio.abc import SocketStream
+
+__all__ = ["Http11Transport", "transport_for"]
+
+_CHUNK: Final = 65536
+_Origin = tuple[str, int]
+
+
+class _StaleConnection(Exception):
+    """A reused connection was closed by the server before any answer came."""
+
+
+@final
+class _Connection:
+    __slots__ = ("h11", "origin", "stream")
+
+    def __init__(self, origin: _Origin, stream: SocketStream) -> None:
+        self.origin = origin
+        self.stream = stream
+        self.h11 = h11.Connection(our_role=h11.CLIENT)
+
+
+@final
+class Http11Transport(httpx.AsyncBaseTransport):
+    """Connections to any number of ``http://host:port`` origins, kept alive
+    between requests.
+
+    Args:
+        timeout: connect / read / write / pool timeouts for :meth:`post`; an
+            ``httpx.AsyncClient``'s requests carry their own.
+        max_connections: open connections at most, all origins together; a request
+            beyond waits up to the pool timeout for one to close.
+
+    Resource handling: each request owns its connection until its response is
+    read whole; it then goes back to the idle list, or is closed when the
+    exchange failed, was cancelled, or the server asked to close.  ``aclose``
+    closes the idle ones.  Cancellation is safe at any point and is never
+    delayed: the socket of an interrupted exchange is closed without waiting.
+    """
+
+    def __init__(self, *, timeout: httpx.Timeout | None = None, max_connections: int = 4096) -> None:
+        self.timeout = timeout or httpx.Timeout(3600.0, connect=10.0, pool=60.0)
+        self.max_connections = max_connections
+        self._idle: dict[_Origin, list[_Connection]] = {}
+        self._open = 0
+        self._freed = anyio.Event()
+        self._closed = False
+
+    # -- the hot path ---------------------------------------------------------------
+
+    async def post(
+        self, origin: _Origin, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> tuple[int, bytes]:
+        """POST ``body`` to ``target`` on ``origin`` (``(host, port)``): ``(status, content)``.
+
+        Raises:
+            httpx.TransportError: connect / read / write / pool errors and timeouts,
+                or a malformed answer (``httpx.RemoteProtocolError``).
+        """
+        status, _, content = await self._exchange(origin, b"POST", target, headers, body, self.timeout)
+        return status, content
+
+    # -- as an httpx transport ------------------------------------------------------
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if url.scheme != "http":
+            raise httpx.UnsupportedProtocol(f"Http11Transport speaks plain http, not {url.scheme!r}")
+        timeout = request.extensions.get("timeout")
+        t = httpx.Timeout(**timeout) if isinstance(timeout, dict) else self.timeout
+        body = await request.aread()
+        headers = [
+            (k, v)
+            for k, v in request.headers.raw
+            if k.lower() not in (b"host", b"content-length", b"transfer-encoding")
+        ]
+        origin = (url.host, url.port or 80)
+        status, rheaders, content = await self._exchange(origin, request.method, url.raw_path, headers, body, t)
+        return httpx.Response(status, headers=rheaders, content=content, extensions={"http_version": b"HTTP/1.1"})
+
+    async def aclose(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, {}
+        for connections in idle.values():
+            for connection in connections:
+                await self._discard(connection)
+
+    # -- one exchange -----------------------------------------------------------------
+
+    async def _exchange(
+        self, origin: _Origin, method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes,
+        timeout: httpx.Timeout,
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:  # fmt: skip
+        host = origin[0].encode() if origin[1] == 80 else f"{origin[0]}:{origin[1]}".encode()
+        head = [(b"host", host), (b"content-length", str(len(body)).encode()), *headers]
+        while True:
+            connection, reused = await self._checkout(origin, timeout)
+            try:
+                answer = await self._send_and_read(connection, method, target, head, body, timeout, reused)
+            except _StaleConnection:
+                await self._discard(connection)
+                continue  # the server closed it while idle: once more on a fresh one
+            except BaseException:
+                await self._discard(connection)  # cancelled or failed mid-exchange: its state is unknown
+                raise
+            h = connection.h11
+            if h.our_state is h11.DONE and h.their_state is h11.DONE and not self._closed:
+                h.start_next_cycle()
+                self._idle.setdefault(origin, []).append(connection)
+            else:
+                await self._discard(connection)
+            return answer
+
+    async def _send_and_read(
+        self, connection: _Connection, method: bytes, target: bytes, head: list[tuple[bytes, bytes]], body: bytes,
+        timeout: httpx.Timeout, reused: bool,
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:  # fmt: skip
+        h = connection.h11
+        try:
+            data = h.send(h11.Request(method=method, target=target, headers=head))
+            data += h.send(h11.Data(data=body)) + h.send(h11.EndOfMessage())  # type: ignore[operator]
+        except h11.LocalProtocolError as exc:
+            raise httpx.LocalProtocolError(str(exc)) from exc
+        try:
+            with anyio.fail_after(timeout.write):
+                await connection.stream.send(data)
+        except TimeoutError as exc:
+            raise httpx.WriteTimeout("timed out sending the request") from exc
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            if reused:
+                raise _StaleConnection from exc
+            raise httpx.WriteError(f"{type(exc).__name__}: {exc}") from exc
+        status, rheaders, chunks, received = 0, [], [], False
+        while True:
+            try:
+                event = h.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc)) from exc
+            if event is h11.NEED_DATA:
+                try:
+                    data = await self._receive(connection, timeout)
+                except httpx.ReadError:  # reset: a server that closed it while idle, on trio
+                    if reused and not received:
+                        raise _StaleConnection from None
+                    raise
+                if not data and reused and not received:
+                    raise _StaleConnection
+                received = True
+                h.receive_data(data)
+            elif isinstance(event, h11.Response):
+                status, rheaders = event.status_code, list(event.headers)
+            elif isinstance(event, h11.Data):
+                chunks.append(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                return status, rheaders, b"".join(chunks)
+            elif isinstance(event, h11.ConnectionClosed):
+                raise httpx.RemoteProtocolError("the server closed the connection without an answer")
+            # h11.InformationalResponse (1xx): keep reading
+
+    @staticmethod
+    async def _receive(connection: _Connection, timeout: httpx.Timeout) -> bytes:
+        """The next bytes; ``b""`` at the end of the stream."""
+        try:
+            with anyio.fail_after(timeout.read):
+                return await connection.stream.receive(_CHUNK)
+        except anyio.EndOfStream:
+            return b""
+        except TimeoutError as exc:
+            raise httpx.ReadTimeout("timed out waiting for the server's answer") from exc
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from exc
+
+    # -- the connections --------------------------------------------------------------
+
+    async def _checkout(self, origin: _Origin, timeout: httpx.Timeout) -> tuple[_Connection, bool]:
+        """An idle connection to ``origin`` (``reused`` True) or a new one."""
+        if self._closed:
+            raise RuntimeError("Http11Transport is closed")
+        idle = self._idle.get(origin)
+        if idle:
+            return idle.pop(), True
+        if self._open >= self.max_connections:
+            try:
+                with anyio.fail_after(timeout.pool):
+                    while self._open >= self.max_connections:
+                        await self._freed.wait()
+            except TimeoutError as exc:
+                raise httpx.PoolTimeout(f"all {self.max_connections} connections busy") from exc
+            idle = self._idle.get(origin)
+            if idle:
+                return idle.pop(), True
+        self._open += 1  # counted before the connect, so concurrent checkouts respect the cap
+        try:
+            with anyio.fail_after(timeout.connect):
+                stream = await anyio.connect_tcp(*origin)
+        except BaseException as exc:
+            self._closed_one()
+            if isinstance(exc, TimeoutError):
+                raise httpx.ConnectTimeout(f"connecting to {origin[0]}:{origin[1]} timed out") from exc
+            if isinstance(exc, OSError):
+                raise httpx.ConnectError(f"{origin[0]}:{origin[1]}: {exc}") from exc
+            raise
+        return _Connection(origin, stream), False
+
+    async def _discard(self, connection: _Connection) -> None:
+        self._closed_one()
+        # Closes the socket at once, then returns at once (anyio closes synchronously
+        # before any await; the forceful close does not wait for a graceful end).
+        await anyio.aclose_forcefully(connection.stream)
+
+    def _closed_one(self) -> None:
+        self._open -= 1
+        self._freed.set()
+        self._freed = anyio.Event()
+
+
+def transport_for(
+    base_url: str, *, timeout: httpx.Timeout | None = None, max_connections: int = 4096
+) -> httpx.AsyncBaseTransport:
+    """The transport for a server at ``base_url``: ours for ``http://``, httpx's
+    default (TLS and the rest) for anything else, e.g. a hosted ``https://`` endpoint."""
+    if base_url.startswith("http://"):
+        return Http11Transport(timeout=timeout, max_connections=max_connections)
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    return httpx.AsyncHTTPTransport(limits=limits)

@@ -1,0 +1,230 @@
+"""The token clients' HTTP/1.1 transport (backends/_http11.py) against raw socket
+doubles: keep-alive, chunked bodies, stale idle connections, and cancellation that
+always reaches a request stalled mid-headers or mid-body."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+import h11
+import httpx
+import msgspec
+import pytest
+from anyio.abc import SocketStream
+
+from backends import RetryPolicy, SamplingParams, ServerPool
+from backends._http11 import Http11Transport
+
+pytestmark = pytest.mark.anyio
+
+Answer = Callable[[SocketStream, h11.Request, bytes], Awaitable[bool]]
+"""Answers one request on the stream; False closes the connection."""
+
+
+class FakeRawServer:
+    """An HTTP/1.1 server double on 127.0.0.1 whose ``answer`` writes raw bytes, so
+    a test can stall it anywhere in a response."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.connections = 0
+        self.requests = 0
+        self.port = 0
+        self.closed = anyio.Event()  # set each time a client closes its end
+        self.stalled = 0
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        task_status.started()
+        await listener.serve(self._connection)
+
+    async def _connection(self, stream: SocketStream) -> None:
+        self.connections += 1
+        h = h11.Connection(h11.SERVER)
+        async with stream:
+            while True:
+                request, body = None, b""
+                while True:
+                    event = h.next_event()
+                    if event is h11.NEED_DATA:
+                        try:
+                            h.receive_data(await stream.receive())
+                        except (anyio.EndOfStream, anyio.BrokenResourceError):
+                            self.closed.set()
+                            self.closed = anyio.Event()
+                            return
+                    elif isinstance(event, h11.Request):
+                        request = event
+                    elif isinstance(event, h11.Data):
+                        body += event.data
+                    elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                        break
+                if request is None:
+                    return
+                self.requests += 1
+                if not await self.answer(stream, request, body):
+                    return
+                h = h11.Connection(h11.SERVER)  # the answers are raw bytes: a fresh parser per request
+
+    async def stall(self, stream: SocketStream) -> None:
+        """Never answer more, until the client goes away."""
+        self.stalled += 1
+        try:
+            while await stream.receive():
+                pass
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            pass
+        self.closed.set()
+        self.closed = anyio.Event()
+
+
+def _completion(body: bytes) -> bytes:
+    """The vLLM double's answer: each token is its absolute position."""
+    request = msgspec.json.decode(body)
+    start = len(request["prompt"])
+    ids = list(range(start, start + request["max_tokens"]))
+    choice = {"token_ids": ids, "logprobs": {"token_logprobs": [0.0] * len(ids)}, "finish_reason": "stop"}
+    return msgspec.json.encode({"choices": [choice]})
+
+
+def _head(status: int, length: int, extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 %d OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s\r\n" % (status, length, extra)
+
+
+async def _plain(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+    if request.target.endswith(b"/metrics"):
+        text = b'vllm:cache_config_info{kv_cache_size_tokens="100000"} 1.0\nvllm:num_requests_running 0\n'
+        await stream.send(_head(200, len(text)) + text)
+    elif request.target.endswith(b"/models"):
+        await stream.send(_head(200, 12) + b'{"data": []}')
+    else:
+        answer = _completion(body)
+        await stream.send(_head(200, len(answer)) + answer)
+    return True
+
+
+async def test_keeps_connections_alive_and_reads_chunked_bodies() -> None:
+    async def chunked(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        if request.target == b"/chunked":
+            await stream.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+            return True
+        await stream.send(_head(201, len(body)) + body)
+        return True
+
+    server = FakeRawServer(chunked)
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        transport = Http11Transport()
+        origin = ("127.0.0.1", server.port)
+        assert await transport.post(origin, b"/echo", [], b"one") == (201, b"one")
+        assert await transport.post(origin, b"/chunked", [], b"") == (200, b"abcde")
+        async with httpx.AsyncClient(transport=transport, base_url=f"http://127.0.0.1:{server.port}") as client:
+            response = await client.post("/echo", content=b"two")
+        assert (response.status_code, response.content) == (201, b"two")
+        assert server.connections == 1 and server.requests == 3
+        tg.cancel_scope.cancel()
+
+
+async def test_an_idle_connection_the_server_closed_is_replaced_once() -> None:
+    async def once(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        await stream.send(_head(200, 2) + b"ok")
+        return False  # closes after each answer, without saying so
+
+    server = FakeRawServer(once)
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        transport = Http11Transport()
+        origin = ("127.0.0.1", server.port)
+        for _ in range(3):
+            assert await transport.post(origin, b"/", [], b"") == (200, b"ok")
+        assert server.connections == 3
+        tg.cancel_scope.cancel()
+
+
+async def test_errors_are_httpx_transport_errors() -> None:
+    async def broken(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        await stream.send(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort")
+        return False
+
+    server = FakeRawServer(broken)
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        transport = Http11Transport(timeout=httpx.Timeout(5.0))
+        with pytest.raises(httpx.RemoteProtocolError):
+            await transport.post(("127.0.0.1", server.port), b"/", [], b"")
+        with pytest.raises(httpx.ConnectError):
+            await transport.post(("127.0.0.1", 1), b"/", [], b"")
+        assert transport._open == 0
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+async def test_cancelling_a_stalled_request_closes_its_connection_at_once(where: str) -> None:
+    async def stalls(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        await stream.send(b"HTTP/1.1 200 OK\r\ncontent-" if where == "headers" else _head(200, 100) + b'{"choi')
+        await server.stall(stream)
+        return False
+
+    server = FakeRawServer(stalls)
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        transport = Http11Transport()  # a read timeout of an hour: only the cancellation ends the wait
+        closed = server.closed
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as requests:
+                requests.start_soon(transport.post, ("127.0.0.1", server.port), b"/", [], b"")
+                await anyio.wait_all_tasks_blocked()
+                assert server.stalled == 1
+                scope.cancel()
+        await closed.wait()  # the server saw its client go
+        assert transport._open == 0 and not transport._idle
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+async def test_turns_stalled_on_a_hung_server_fail_over_and_all_finish(where: str) -> None:
+    """Many trajectories at once through a server that stalls every other answer
+    mid-way (headers or body) and keeps coming back, beside a healthy one: each
+    stalled turn is cancelled by the pool's request timeout, fails over and
+    finishes; none stays stuck in the client past its cancellation (httpx's default
+    transport lost turns here: a shielded close waiting on a lock wake-up that
+    anyio's asyncio Lock lost, see backends/_http11.py)."""
+    trajectories, turns = 200, 3
+
+    async def hangs(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        if not request.target.endswith(b"/completions") or hung.requests % 2:
+            return await _plain(stream, request, body)
+        answer = _completion(body)
+        await stream.send(
+            b"HTTP/1.1 200 OK\r\ncontent-" if where == "headers" else _head(200, len(answer)) + answer[:7]
+        )
+        await hung.stall(stream)
+        return False
+
+    hung, healthy = FakeRawServer(hangs), FakeRawServer(_plain)
+    finished: list[list[int]] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(hung.serve)
+        await tg.start(healthy.serve)
+        urls = [f"http://127.0.0.1:{hung.port}", f"http://127.0.0.1:{healthy.port}"]
+        async with ServerPool(
+            urls, model="m", poll_interval_s=0.05, request_timeout_s=2.0, max_failovers=50, policy="round_robin",
+            retry=RetryPolicy(max_retries=0),
+        ) as pool:  # fmt: skip
+
+            async def trajectory(i: int) -> None:
+                seq = [0, 1, 2]
+                for _ in range(turns):
+                    completion = await pool.generate(seq, max_tokens=4, sampling=SamplingParams(), session=i)
+                    seq += completion.token_ids
+                finished.append(seq)
+
+            with anyio.fail_after(120):  # a turn stuck past its cancellation would hold this forever
+                async with anyio.create_task_group() as run:
+                    for i in range(trajectories):
+                        run.start_soon(trajectory, i)
+        tg.cancel_scope.cancel()
+    assert finished == [list(range(3 + 4 * turns))] * trajectories
+    assert hung.stalled >= 10
