@@ -27,6 +27,13 @@ class SandboxConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     workers: int | None = None
     """Warm workers (one call at a time each).  None: the number of CPU cores."""
 
+    spares: int = 1
+    """Started workers kept waiting beside the ``workers``: one that dies or hangs is
+    replaced by a spare at once, and a new spare starts in the background, so a
+    replacement costs its slot nothing (starting one, with numpy and sympy, takes
+    about a second of CPU).  Each costs a worker's memory.  0: start replacements
+    on demand, the slot waiting."""
+
     recycle_after: int = 2000
     """Calls a worker serves before it is replaced by a fresh one (bounds any slow
     leak in the warm interpreter; fork isolates calls from each other anyway)."""
@@ -128,6 +135,7 @@ class SandboxConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
 # (field, lowest allowed value, kind for the message)
 _BOUNDS: tuple[tuple[str, float, str], ...] = (
     ("workers", 1, "int"),
+    ("spares", 0, "int"),
     ("recycle_after", 1, "int"),
     ("max_queue", 1, "int"),
     ("max_timeout_s", 0, "float>"),
