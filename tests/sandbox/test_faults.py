@@ -4,30 +4,36 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 
 import anyio
 import pytest
 
-from sandbox import SandboxPool, pool_processes, worker_pids
+from sandbox import ExecResult, SandboxPool, pool_processes, worker_pids
 
 from ._helpers import config, wait_until
 
 pytestmark = pytest.mark.anyio
 
 
+async def killed_mid_call(pool: SandboxPool, victim: Callable[[], int]) -> ExecResult | None:
+    """The result of a half-second call whose worker (``victim()``, once busy) is SIGKILLed."""
+    result = None
+
+    async def call() -> None:
+        nonlocal result
+        result = await pool.run("import time; time.sleep(0.5); print('done')", timeout=5)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await wait_until(lambda: pool.statistics().workers_busy == 1)
+        os.kill(victim(), signal.SIGKILL)
+    return result
+
+
 async def test_worker_killed_mid_call_is_replaced_and_call_retried() -> None:
     async with SandboxPool(config(workers=1)) as pool:
-        result = None
-
-        async def call() -> None:
-            nonlocal result
-            result = await pool.run("import time; time.sleep(0.5); print('done')", timeout=5)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(call)
-            await wait_until(lambda: pool.statistics().workers_busy == 1)
-            (victim,) = worker_pids(pool.id)
-            os.kill(victim, signal.SIGKILL)
+        result = await killed_mid_call(pool, lambda: worker_pids(pool.id)[0])
         stats = pool.statistics()
         after = await pool.run("print('still here')")
     assert result is not None and result.status == "ok" and result.stdout == "done\n", result
@@ -116,16 +122,7 @@ async def test_a_worker_killed_mid_call_is_replaced_by_the_ready_spare() -> None
     async with SandboxPool(config(workers=1, spares=1)) as pool:
         await wait_until(lambda: pool.statistics().spares_ready == 1)
         starts = pool.statistics().worker_starts
-        result = None
-
-        async def call() -> None:
-            nonlocal result
-            result = await pool.run("import time; time.sleep(0.5); print('done')", timeout=5)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(call)
-            await wait_until(lambda: pool.statistics().workers_busy == 1)
-            os.kill(slot_worker(pool), signal.SIGKILL)
+        result = await killed_mid_call(pool, lambda: slot_worker(pool))
         stats = pool.statistics()
         # the call ran on the spare; the keeper starts the next spare in the background
         await wait_until(lambda: pool.statistics().spares_ready == 1)
