@@ -27,7 +27,7 @@ def test_bounds_name_the_field() -> None:
 def test_defaults_and_toml_round_trip() -> None:
     cfg = SandboxConfig.from_dict({"workers": 3, "preload": ["math"]})
     assert cfg.resolved_workers == 3 and cfg.insecure is False
-    assert SandboxConfig().resolved_workers >= 1
+    assert SandboxConfig().resolved_workers == 2 * len(os.sched_getaffinity(0))
     assert msgspec.convert(msgspec.to_builtins(cfg), SandboxConfig) == cfg
 
 
