@@ -12,8 +12,14 @@ another call), ``answered_once`` (calls answered by exactly one 200 carrying the
 own output; ``internal`` of them: the worker died under both attempts and the pool
 says so), ``cut_by_budget`` (in flight when the time budget ended), ``leaked_fds`` and ``leaked_procs`` (descriptors of this process
 and pool processes left after the service and pool shut down), ``alive`` (every
-worker up and a call answered after the chaos stops).  The baseline is a run of the same mix without
-chaos, in the same process.  Bounded by ``--calls`` and ``--time-budget-s``
+worker up and a call answered after the chaos stops).
+
+Beside the soak, in the same process: the baseline, the same chaos and mix (the
+first ``--baseline-calls`` calls of the same plan) on a pool without spare
+workers (``spares = 0``: a replacement starts on the call's path), giving
+``ratio_vs_no_spares``; and the mix without chaos (``--no-chaos-calls``), giving
+``throughput_ratio_vs_no_chaos``.  Chaos strikes spares too (they are workers
+of the pool).  Bounded by ``--calls`` and ``--time-budget-s``
 (calls not sent by then are reported as ``not_sent``).  The last stdout line is
 the JSON summary.
 """
@@ -38,7 +44,7 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sandbox import ExecResult, SandboxConfig, SandboxPool, SandboxService
+from sandbox import ExecResult, SandboxConfig, SandboxPool, SandboxService, pool_processes, worker_pids
 
 CLIENTS = 16
 # (kind, weight, timeout, code): every call prints its marker first.
@@ -52,31 +58,6 @@ KINDS = (
     ("crash", 6, 2.0, "import os, signal\nprint('{m}', flush=True)\nos.kill(os.getpid(), signal.SIGSEGV)"),
 )
 _decode = msgspec.json.Decoder(ExecResult).decode
-
-
-def pool_pids(pool_id: str) -> list[tuple[int, int, str]]:
-    """(pid, ppid, argv[0]) of live processes whose command line names the pool."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes()
-            if pool_id.encode() not in cmd:
-                continue
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            out.append((int(entry.name), int(fields[1]), cmd.split(b"\0", 1)[0].decode(errors="replace")))
-    return out
-
-
-def worker_pids(pool_id: str) -> list[int]:
-    """The pool's worker interpreters (children of their bubblewrap, or of us without one)."""
-    procs = pool_pids(pool_id)
-    bwraps = {pid for pid, _, argv0 in procs if argv0.endswith("bwrap")}
-    return [pid for pid, ppid, argv0 in procs if not argv0.endswith("bwrap") and (ppid in bwraps or ppid == os.getpid())]
 
 
 async def _chaos(pool: SandboxPool, rng: random.Random, counts: Counter[str]) -> None:
@@ -101,12 +82,15 @@ async def _chaos(pool: SandboxPool, rng: random.Random, counts: Counter[str]) ->
         await anyio.sleep(1.0)
 
 
-async def run(calls: int, *, workers: int, chaos: bool, time_budget_s: float, seed: int = 0) -> dict:
-    """One soak; the invariant counts and per-kind latencies."""
+async def run(calls: int, *, workers: int, chaos: bool, time_budget_s: float, seed: int = 0, spares: int | None = None) -> dict:
+    """One soak; the invariant counts and per-kind latencies.  ``spares``: the pool's
+    (None: its default)."""
     rng = random.Random(seed)
     fds_before = len(os.listdir("/proc/self/fd"))
     secret = secrets.token_urlsafe(16)
     config = SandboxConfig(workers=workers, hang_grace_s=1.0, warmup="", max_output_bytes=8192, memory_mb=1024)
+    if spares is not None:
+        config = msgspec.structs.replace(config, spares=spares)
     plan = rng.choices(range(len(KINDS)), weights=[k[1] for k in KINDS], k=calls)
     answers: dict[int, int] = defaultdict(int)
     wrong: list[int] = []
@@ -171,7 +155,7 @@ async def run(calls: int, *, workers: int, chaos: bool, time_budget_s: float, se
             await service.shutdown()
     elapsed = time.monotonic() - started
     with anyio.move_on_after(10):
-        while pool_pids(pool_id):
+        while pool_processes(pool_id):
             await anyio.sleep(0.05)
     answered = sum(len(v) for v in latency.values())
     return {
@@ -185,13 +169,15 @@ async def run(calls: int, *, workers: int, chaos: bool, time_budget_s: float, se
         "lost": len(lost),
         "duplicated": sum(n - 1 for n in answers.values() if n > 1) + len(wrong),
         "leaked_fds": len(os.listdir("/proc/self/fd")) - fds_before,
-        "leaked_procs": len(pool_pids(pool_id)),
+        "leaked_procs": len(pool_processes(pool_id)),
         "alive": alive,
         "calls_per_s": round(answered / elapsed, 1),
         "p50_ms": {k: round(statistics.median(v) * 1000, 1) for k, v in latency.items()},
         "p99_ms": {k: round(sorted(v)[int(0.99 * (len(v) - 1))] * 1000, 1) for k, v in latency.items()},
         "status": {k: dict(v) for k, v in status.items()},
         "workers_replaced": stats.worker_failures,
+        "spares": config.spares,
+        "spares_taken": stats.spares_taken,
         "retries": stats.retries,
         "signals": dict(signals),
         "elapsed_s": round(elapsed, 1),
@@ -202,22 +188,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--calls", type=int, default=20000)
-    parser.add_argument("--baseline-calls", type=int, default=1000)
+    parser.add_argument("--baseline-calls", type=int, default=3000, help="calls of the baseline (no spares, same chaos)")
+    parser.add_argument("--no-chaos-calls", type=int, default=1000)
     parser.add_argument("--time-budget-s", type=float, default=150.0)
     parser.add_argument("--quick", action="store_true", help="500 calls, 30 s (a smoke run)")
     args = parser.parse_args()
     calls, budget = (500, 30.0) if args.quick else (args.calls, args.time_budget_s)
-    base = anyio.run(lambda: run(min(calls, args.baseline_calls), workers=args.workers, chaos=False, time_budget_s=budget))
-    print(f"baseline (no chaos): {json.dumps(base)}", file=sys.stderr, flush=True)
+    quiet = anyio.run(lambda: run(min(calls, args.no_chaos_calls), workers=args.workers, chaos=False, time_budget_s=budget))
+    print(f"no chaos: {json.dumps(quiet)}", file=sys.stderr, flush=True)
+    base = anyio.run(lambda: run(min(calls, args.baseline_calls), workers=args.workers, chaos=True, time_budget_s=budget, spares=0))
+    print(f"baseline (chaos, no spares): {json.dumps(base)}", file=sys.stderr, flush=True)
     soak = anyio.run(lambda: run(calls, workers=args.workers, chaos=True, time_budget_s=budget))
     print(f"chaos: {json.dumps(soak)}", file=sys.stderr, flush=True)
     keys = ("lost", "duplicated", "leaked_fds", "leaked_procs", "alive", "calls", "sent", "not_sent", "answered",
-            "answered_once", "cut_by_budget", "internal", "calls_per_s", "p50_ms", "p99_ms", "workers_replaced", "retries", "signals", "elapsed_s")
+            "answered_once", "cut_by_budget", "internal", "calls_per_s", "p50_ms", "p99_ms", "workers_replaced", "spares",
+            "spares_taken", "retries", "signals", "elapsed_s")
     summary = {k: soak[k] for k in keys}
     summary["baseline_calls_per_s"] = base["calls_per_s"]
     summary["baseline_p50_ms"] = base["p50_ms"]
-    summary["baseline_lost"], summary["baseline_duplicated"] = base["lost"], base["duplicated"]
-    summary["throughput_ratio_vs_no_chaos"] = round(soak["calls_per_s"] / max(base["calls_per_s"], 1e-9), 3)
+    summary["baseline_p99_ms"] = base["p99_ms"]
+    for key in ("lost", "duplicated", "leaked_fds", "leaked_procs", "alive"):
+        summary[f"baseline_{key}"] = base[key]
+    summary["ratio_vs_no_spares"] = round(soak["calls_per_s"] / max(base["calls_per_s"], 1e-9), 3)
+    summary["no_chaos_calls_per_s"] = quiet["calls_per_s"]
+    summary["throughput_ratio_vs_no_chaos"] = round(soak["calls_per_s"] / max(quiet["calls_per_s"], 1e-9), 3)
     summary["workers"] = args.workers
     print(json.dumps(summary))
 

@@ -61,6 +61,7 @@ from ._errors import (
 )
 from ._jail import HostSupport, check_host
 from ._pool import PoolState, PoolStatistics, SandboxPool
+from ._procs import pool_processes, worker_pids
 from ._protocol import Sandbox
 from ._service import SandboxService
 from ._types import ExecResult, Status
@@ -86,4 +87,6 @@ __all__ = [
     "Status",
     "benchmark",
     "check_host",
+    "pool_processes",
+    "worker_pids",
 ]

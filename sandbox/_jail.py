@@ -24,7 +24,7 @@ from ._errors import SandboxUnavailable
 log = logging.getLogger("sandbox")
 
 _HERE = Path(__file__).resolve().parent
-WORKER_FILES = ("_worker.py", "_seccomp.py", "_landlock.py")
+WORKER_FILES = ("_worker.py", "_child.py", "_frames.py", "_seccomp.py", "_landlock.py")
 """Copied (bind-mounted) into the jail; standard library only."""
 
 _JAIL_OPT = "/opt/sandbox"

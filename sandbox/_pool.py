@@ -3,10 +3,12 @@
     async with SandboxPool(config) as pool:
         result = await pool.run("print(1 + 1)")
 
-One task group owns a slot task per worker.  A slot takes the oldest call from
-the queue, sends it to its worker and waits at most ``timeout + hang_grace_s``
-for the reply.  A worker that dies or hangs is killed and replaced at once; the
-call it held is retried once on the replacement, then answered ``internal``.
+One task group owns a slot task per worker, and a keeper of ``spares`` started
+workers.  A slot takes the oldest call from the queue, sends it to its worker and
+waits at most ``timeout + hang_grace_s`` for the reply.  A worker that dies or
+hangs is killed and replaced at once, by a spare when one is ready (the keeper
+then starts another), else by a worker started on the spot; the call it held is
+retried once on the replacement, then answered ``internal``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ._config import SandboxConfig
 from ._errors import SandboxBroken, SandboxClosed
 from ._process import CallFrame, WorkerDied, WorkerProcess
 from ._queue import FifoQueue, QueueFull
+from ._spares import Spares
 from ._types import ExecResult, Status
 
 log = logging.getLogger("sandbox")
@@ -69,6 +72,10 @@ class PoolStatistics(msgspec.Struct, frozen=True):
     """Workers that died or hung (not counting planned recycling)."""
     layers: dict[str, bool]
     """Isolation layers in use: jail (bubblewrap), landlock, seccomp."""
+    spares_ready: int = 0
+    """Started workers waiting to replace one."""
+    spares_taken: int = 0
+    """Replacements that were a ready spare (the rest were started on the spot)."""
 
 
 class _Job:
@@ -116,6 +123,7 @@ class SandboxPool:
         self._failures = 0
         self._layers: dict[str, bool] = {}
         self._spec_args: tuple | None = None
+        self._spares = Spares(self.config.spares, self._start)
 
     # -- lifecycle ---------------------------------------------------------------
     @property
@@ -147,6 +155,8 @@ class SandboxPool:
             async with anyio.create_task_group() as starter:
                 for index in range(cfg.resolved_workers):
                     starter.start_soon(tg.start, self._slot, index)
+            if cfg.spares:
+                tg.start_soon(self._spares.keep)
         except BaseException as exc:
             tg.cancel_scope.cancel()
             self._state = PoolState.CLOSED
@@ -228,8 +238,10 @@ class SandboxPool:
             by_status=dict(self._by_status),
             retries=self._retries,
             worker_starts=self._starts,
-            worker_failures=self._failures,
+            worker_failures=self._failures + self._spares.died,
             layers=dict(self._layers),
+            spares_ready=len(self._spares),
+            spares_taken=self._spares.taken,
         )
 
     # -- slots ---------------------------------------------------------------------
@@ -303,16 +315,26 @@ class SandboxPool:
             if job.result is None:  # cancelled (pool closing) before an answer
                 self._finish(job, _internal("sandbox pool closed while the call ran", job))
 
-    async def _spawn(self, index: int) -> WorkerProcess:
+    async def _start(self) -> WorkerProcess:
         assert self._spec_args is not None
         spec = _jail.worker_spec(*self._spec_args)
         worker = await WorkerProcess.start(spec, self.config.start_timeout_s)
         self._starts += 1
+        return worker
+
+    async def _spawn(self, index: int) -> WorkerProcess:
+        worker = await self._start()
         self._workers[index] = worker
         return worker
 
     async def _replace(self, worker: WorkerProcess, index: int) -> WorkerProcess:
         self._workers.pop(index, None)
+        spare = self._spares.take()
+        if spare is not None:
+            assert self._tg is not None
+            self._tg.start_soon(worker.aclose)  # killing and reaping the old jail: off the call path
+            self._workers[index] = spare
+            return spare
         await worker.aclose()
         for attempt in range(1, REPLACE_ATTEMPTS):
             try:

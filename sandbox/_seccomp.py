@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import platform
 import struct
 
@@ -132,11 +133,43 @@ def supported() -> str | None:
     return None
 
 
-def build(pid: int) -> bytes:
-    """Assemble the filter for a process whose (namespace) pid is ``pid``.
+_PID_MARK = 0x3FFFFFF1
+"""Stands for the pid while the filter is assembled: above any pid_max (2**22), and
+neither it nor its negation is any other constant of the filter."""
 
-    Returns the packed ``struct sock_filter`` array.  Pure: no syscalls.
+
+def build(pid: int) -> bytes:
+    """The filter for a process whose (namespace) pid is ``pid``.
+
+    Returns the packed ``struct sock_filter`` array.  Pure: no syscalls.  The
+    filter is assembled once per process (with a mark for the pid) and only its
+    pid-dependent instructions are filled in per call: each call's process
+    installs its own filter, so this is on the call path.
     """
+    program, at_pid, at_neg_pid = _assembled()
+    out = bytearray(program)
+    for index in at_pid:
+        struct.pack_into("=I", out, index * 8 + 4, pid & 0xFFFFFFFF)
+    for index in at_neg_pid:
+        struct.pack_into("=I", out, index * 8 + 4, -pid & 0xFFFFFFFF)
+    return bytes(out)
+
+
+@functools.lru_cache(maxsize=1)
+def _assembled() -> tuple[bytes, tuple[int, ...], tuple[int, ...]]:
+    """(filter with ``_PID_MARK`` for the pid, indices of instructions whose ``k`` is the
+    pid, of those whose ``k`` is minus the pid)."""
+    program = _assemble(_PID_MARK)
+    ks = [struct.unpack_from("=I", program, i * 8 + 4)[0] for i in range(len(program) // 8)]
+    return (
+        program,
+        tuple(i for i, k in enumerate(ks) if k == _PID_MARK),
+        tuple(i for i, k in enumerate(ks) if k == -_PID_MARK & 0xFFFFFFFF),
+    )
+
+
+def _assemble(pid: int) -> bytes:
+    """Assemble the filter for ``pid`` from scratch (see :func:`build`)."""
     audit_arch, table, foreign = _ARCHES[platform.machine()]
     deny = "deny"
     allow = "allow"
@@ -220,6 +253,13 @@ def _resolve(prog: list[tuple]) -> bytes:
     return b"".join(out)
 
 
+def prepare() -> None:
+    """Assemble the filter and load libc now, once, so that processes forked after
+    this pay neither (the worker calls it before forking calls)."""
+    _assembled()
+    _libc()
+
+
 def install(pid: int) -> None:
     """Install the filter on the calling thread (and what it creates after).
 
@@ -231,16 +271,23 @@ def install(pid: int) -> None:
     program = build(pid)
     count = len(program) // 8
     buf = ctypes.create_string_buffer(program, len(program))
-
-    class _Fprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
     fprog = _Fprog(count, ctypes.cast(buf, ctypes.c_void_p))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    libc = _libc()
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, None, 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"prctl(PR_SET_NO_NEW_PRIVS): {errno.errorcode.get(err, err)}")
     if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"prctl(PR_SET_SECCOMP): {errno.errorcode.get(err, err)}")
+
+
+class _Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL:
+    """libc with a typed ``prctl``, loaded once per process (a worker loads it before forking)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    return libc

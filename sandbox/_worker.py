@@ -1,11 +1,11 @@
 """The warm worker: runs inside the outer jail, forks one child per call.
 
 Standard library only (plus whatever ``preload`` names): the pool copies this
-file, ``_seccomp.py`` and ``_landlock.py`` into the jail and starts
+file and its siblings ``_child.py`` (what runs in the call's process),
+``_frames.py``, ``_seccomp.py`` and ``_landlock.py`` into the jail and starts
 ``python -I -S -X utf8 _worker.py``.  It is never imported by the pool.
 
-Protocol on fds 0/1 (moved to private fds at start), frames of a 4-byte
-big-endian length and UTF-8 JSON:
+Protocol on fds 0/1 (moved to private fds at start), frames (see ``_frames``):
 
     pool -> worker  setup  {"preload", "warmup", "site", "scratch", "read_only", ...}
     worker -> pool  ready  {"ready": true, "pid"} | {"ready": false, "error"}
@@ -21,45 +21,21 @@ path; the child then blocks on its control pipe until the call arrives.
 from __future__ import annotations
 
 import gc
-import json
 import math
 import os
 import select
 import shutil
 import signal
-import struct
 import sys
 import time
 import traceback
 
-_HEADER = struct.Struct(">I")
+# -I leaves the script's own directory off the path; the modules copied beside it are needed.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _child
+from _frames import read_frame, write_frame
+
 _CHILD_SETUP_FAILED = "[sandbox] the call's process failed to start; see stderr"
-
-
-def _read_exact(fd: int, n: int) -> bytes | None:
-    chunks = []
-    while n:
-        b = os.read(fd, n)
-        if not b:
-            return None
-        chunks.append(b)
-        n -= len(b)
-    return b"".join(chunks)
-
-
-def read_frame(fd: int) -> dict | None:
-    head = _read_exact(fd, 4)
-    if head is None:
-        return None
-    body = _read_exact(fd, _HEADER.unpack(head)[0])
-    return None if body is None else json.loads(body)
-
-
-def write_frame(fd: int, obj: dict) -> None:
-    data = json.dumps(obj, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    view = memoryview(_HEADER.pack(len(data)) + data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _with_note(text: str, note: str, cap: int) -> str:
@@ -82,10 +58,6 @@ class Worker:
         self.cfg = setup
         self.proto_in, self.proto_out = proto_in, proto_out
         self.seq = 0
-        import _landlock  # noqa: PLC0415 (copied next to this file)
-        import _seccomp  # noqa: PLC0415
-
-        self.landlock, self.seccomp = _landlock, _seccomp
 
     # -- the child ---------------------------------------------------------
     def prefork(self) -> Child:
@@ -104,7 +76,7 @@ class Worker:
                 os.dup2(ctrl_r, 3)
                 os.dup2(st_w, 4)
                 os.closerange(5, 1 << 20)
-                self._child(scratch)
+                _child.confine_and_run(self.cfg, scratch)
             except BaseException:  # noqa: BLE001 - report set-up failures as internal
                 try:
                     traceback.print_exc()
@@ -120,90 +92,6 @@ class Worker:
         for fd in (out_r, err_r, st_r):
             os.set_blocking(fd, False)
         return Child(pid, ctrl_w, out_r, err_r, st_r, scratch)
-
-    def _child(self, scratch: str) -> None:
-        cfg = self.cfg
-        os.setpgid(0, 0)
-        import ctypes  # noqa: PLC0415
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the worker
-        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE=0: no /proc/pid/mem, no core
-        os.chdir(scratch)
-        import resource  # noqa: PLC0415
-
-        for name, value in (
-            ("RLIMIT_AS", cfg["memory_bytes"]),
-            ("RLIMIT_FSIZE", cfg["file_bytes"]),
-            ("RLIMIT_NOFILE", cfg["open_files"]),
-            ("RLIMIT_CORE", 0),
-        ):
-            res = getattr(resource, name)
-            resource.setrlimit(res, (value, value))
-        if cfg["landlock_abi"]:
-            self.landlock.restrict(
-                cfg["read_only"], [scratch], cfg["devices"], cfg["landlock_abi"]
-            )
-        if cfg["seccomp"]:
-            self.seccomp.install(os.getpid())
-        req = read_frame(3)
-        if req is None:
-            os._exit(0)
-        stdin = req["stdin"].encode("utf-8", "surrogatepass")
-        fd = os.memfd_create("stdin")
-        os.write(fd, stdin)  # memfd: never blocks, any size
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.dup2(fd, 0)
-        os.close(fd)
-        cpu = int(math.ceil(req["timeout"])) + 1
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-        os.environ.update({"HOME": scratch, "TMPDIR": scratch, "PWD": scratch})
-        os.close(3)
-        os.write(4, b"S")
-        self._exec(req["code"])
-
-    @staticmethod
-    def _exec(code: str) -> None:
-        """Run ``code`` the way ``python -c`` would, report its exit code on fd 4, leave.
-
-        Reporting before ``_exit`` lets the worker answer without waiting for the
-        kernel to tear down this process's (large, inherited) address space.
-        """
-        import io  # noqa: PLC0415
-        import types  # noqa: PLC0415
-
-        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
-        main = types.ModuleType("__main__")
-        main.__builtins__ = __builtins__
-        sys.modules["__main__"] = main
-        sys.argv = ["-c"]
-        rc = 0
-        try:
-            exec(compile(code, "<string>", "exec"), main.__dict__)  # noqa: S102 - the whole point
-        except SystemExit as e:
-            if e.code is None:
-                rc = 0
-            elif isinstance(e.code, int):
-                rc = e.code & 0xFF
-            else:
-                print(e.code, file=sys.stderr)
-                rc = 1
-        except BaseException as e:  # noqa: BLE001
-            # Hide this frame, as python -c shows only the code's own frames.
-            traceback.print_exception(type(e), e, e.__traceback__.tb_next if e.__traceback__ else None)
-            rc = 1
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except BaseException:  # noqa: BLE001 - a closed or broken stream is the code's business
-                pass
-        try:
-            os.close(1)
-            os.close(2)
-            os.write(4, b"E%03d" % rc)
-        except OSError:
-            pass  # the code closed our descriptors: the worker falls back to the wait status
-        os._exit(rc)
 
     # -- one call ------------------------------------------------------------
     def run_call(self, child: Child, req: dict) -> tuple[dict, bool]:
@@ -386,16 +274,19 @@ class Worker:
 
 def _load(setup: dict) -> None:
     sys.path[:0] = [setup["site"]]
+    # Imports allocate much and free little: collecting during them is wasted work
+    # (a sixth of numpy + sympy's import), paid again by every replacement worker.
+    gc.disable()
     for name in setup["preload"]:
         __import__(name)
     if setup["warmup"]:
         exec(compile(setup["warmup"], "<warmup>", "exec"), {"__name__": "__warmup__"})  # noqa: S102
+    gc.enable()
     gc.collect()
     gc.freeze()  # forked children then do not touch (copy) the preloaded objects' pages in gc
 
 
 def main() -> int:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     # Keep the protocol away from fds 0-2 so that nothing the preloads print corrupts it.
     proto_in, proto_out = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)

@@ -27,7 +27,7 @@ def test_bounds_name_the_field() -> None:
 def test_defaults_and_toml_round_trip() -> None:
     cfg = SandboxConfig.from_dict({"workers": 3, "preload": ["math"]})
     assert cfg.resolved_workers == 3 and cfg.insecure is False
-    assert SandboxConfig().resolved_workers >= 1
+    assert SandboxConfig().resolved_workers == 2 * len(os.sched_getaffinity(0))
     assert msgspec.convert(msgspec.to_builtins(cfg), SandboxConfig) == cfg
 
 
@@ -49,7 +49,7 @@ def test_exports() -> None:
         "ClientState", "ClientStatistics", "ExecResult", "HostSupport", "PoolState", "PoolStatistics",
         "Sandbox", "SandboxBroken", "SandboxClient", "SandboxClosed", "SandboxConfig", "SandboxError",
         "SandboxPool", "SandboxService", "SandboxUnavailable", "ServiceError", "ServiceUnavailable",
-        "Status", "benchmark", "check_host",
+        "Status", "benchmark", "check_host", "pool_processes", "worker_pids",
     ])
     for name in sandbox.__all__:
         assert getattr(sandbox, name) is not None
@@ -63,6 +63,12 @@ def test_sandbox_never_imports_the_core() -> None:
     for path in pathlib.Path(sandbox.__file__).parent.glob("*.py"):
         text = path.read_text()
         assert "rstar2_async" not in text and "import backends" not in text, path
+
+
+def test_seccomp_filter_filled_in_per_pid_is_the_one_assembled_for_it() -> None:
+    for pid in (1, 2, 7, 4096, 4194304):
+        assert _seccomp.build(pid) == _seccomp._assemble(pid)
+    assert _seccomp.build(7) != _seccomp.build(8)
 
 
 def test_seccomp_filter_denies_in_a_forked_child() -> None:

@@ -4,30 +4,36 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 
 import anyio
 import pytest
 
-from sandbox import SandboxPool
+from sandbox import ExecResult, SandboxPool, pool_processes, worker_pids
 
-from ._helpers import config, pool_processes, wait_until, worker_pids
+from ._helpers import config, wait_until
 
 pytestmark = pytest.mark.anyio
 
 
+async def killed_mid_call(pool: SandboxPool, victim: Callable[[], int]) -> ExecResult | None:
+    """The result of a half-second call whose worker (``victim()``, once busy) is SIGKILLed."""
+    result = None
+
+    async def call() -> None:
+        nonlocal result
+        result = await pool.run("import time; time.sleep(0.5); print('done')", timeout=5)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await wait_until(lambda: pool.statistics().workers_busy == 1)
+        os.kill(victim(), signal.SIGKILL)
+    return result
+
+
 async def test_worker_killed_mid_call_is_replaced_and_call_retried() -> None:
     async with SandboxPool(config(workers=1)) as pool:
-        result = None
-
-        async def call() -> None:
-            nonlocal result
-            result = await pool.run("import time; time.sleep(0.5); print('done')", timeout=5)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(call)
-            await wait_until(lambda: pool.statistics().workers_busy == 1)
-            (victim,) = worker_pids(pool.id)
-            os.kill(victim, signal.SIGKILL)
+        result = await killed_mid_call(pool, lambda: worker_pids(pool.id)[0])
         stats = pool.statistics()
         after = await pool.run("print('still here')")
     assert result is not None and result.status == "ok" and result.stdout == "done\n", result
@@ -101,3 +107,41 @@ async def test_recycled_workers_keep_serving() -> None:
         await wait_until(lambda: len(pool_processes(pool.id)) == 4)  # bwrap, its init, the worker, the next child
     assert outs == [f"{i}\n" for i in range(7)]
     assert stats.worker_starts == 3 and stats.worker_failures == 0
+
+
+def slot_worker(pool: SandboxPool, index: int = 0) -> int:
+    """Host pid of the worker interpreter in slot ``index`` (not a spare): the one below
+    the slot's bubblewrap and its init."""
+    procs = {pid: ppid for pid, ppid, _ in pool_processes(pool.id)}
+    outer = pool._workers[index].pid
+    (pid,) = [w for w in worker_pids(pool.id) if procs.get(procs.get(w, -1)) == outer]
+    return pid
+
+
+async def test_a_worker_killed_mid_call_is_replaced_by_the_ready_spare() -> None:
+    async with SandboxPool(config(workers=1, spares=1)) as pool:
+        await wait_until(lambda: pool.statistics().spares_ready == 1)
+        starts = pool.statistics().worker_starts
+        result = await killed_mid_call(pool, lambda: slot_worker(pool))
+        stats = pool.statistics()
+        # the call ran on the spare; the keeper starts the next spare in the background
+        await wait_until(lambda: pool.statistics().spares_ready == 1)
+        after = await pool.run("print('still here')")
+        final = pool.statistics()
+    assert result is not None and result.status == "ok" and result.stdout == "done\n", result
+    assert (stats.retries, stats.worker_failures, stats.spares_taken) == (1, 1, 1)
+    assert final.worker_starts == starts + 1 and after.stdout == "still here\n"  # the spare's successor
+    assert pool_processes(pool.id) == []
+
+
+async def test_a_spare_that_dies_waiting_is_replaced() -> None:
+    async with SandboxPool(config(workers=1, spares=1)) as pool:
+        await wait_until(lambda: pool.statistics().spares_ready == 1)
+        (spare,) = set(worker_pids(pool.id)) - {slot_worker(pool)}
+        os.kill(spare, signal.SIGKILL)
+        await wait_until(lambda: pool.statistics().worker_failures == 1 and pool.statistics().spares_ready == 1)
+        assert spare not in worker_pids(pool.id) and len(worker_pids(pool.id)) == 2
+        result = await pool.run("print('ok')")
+        stats = pool.statistics()
+    assert result.stdout == "ok\n" and stats.worker_starts == 3 and stats.spares_taken == 0
+    assert pool_processes(pool.id) == []

@@ -5,10 +5,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from sandbox import PoolState, SandboxClosed, SandboxPool, SandboxUnavailable, _jail
+from sandbox import PoolState, SandboxClosed, SandboxPool, SandboxUnavailable, _jail, pool_processes
 from sandbox._jail import HostSupport
 
-from ._helpers import config, pool_processes, project_file, wait_until
+from ._helpers import config, project_file, wait_until
 
 pytestmark = pytest.mark.anyio
 

@@ -7,9 +7,9 @@ import socket
 import anyio
 import pytest
 
-from sandbox import SandboxPool
+from sandbox import SandboxPool, pool_processes
 
-from ._helpers import config, home_file, pool_processes, project_file, wait_until
+from ._helpers import config, home_file, project_file, wait_until
 
 pytestmark = pytest.mark.anyio
 

@@ -10,8 +10,8 @@ import signal
 import anyio
 import pytest
 
-from benchmarks.sandbox_soak import run, worker_pids
-from sandbox import SandboxBroken, SandboxPool
+from benchmarks.sandbox_soak import run
+from sandbox import SandboxBroken, SandboxPool, worker_pids
 
 from ._helpers import config, wait_until
 
