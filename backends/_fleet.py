@@ -48,8 +48,9 @@ from anyio.abc import TaskStatus
 from httpgate import check_bind
 
 from ._errors import LaunchError, ServerDied
-from ._launcher import VLLMServerConfig, engine_environment, free_port, launch_failure, serve_vllm, stop_tree
+from ._launcher import VLLMServerConfig, serve_vllm
 from ._pool import ServerSpec
+from ._process import engine_environment, free_port, launch_failure, stop_tree
 from ._proxy import serve_proxy
 from ._sglang import sglang_command
 
