@@ -16,7 +16,11 @@ With a secret (``Fleet(config, api_key=...)``), each engine binds to loopback on
 a port of its own and :func:`backends.serve_proxy` answers on the fleet's
 address, asking for the secret on every route (vLLM's dev-mode routes
 included); without one, the engines bind the fleet's address themselves, which
-is refused off loopback unless ``insecure``.
+is refused off loopback unless ``insecure``.  Behind the proxy the engines ask for
+the secret too, so other users of the node do not get in through the loopback
+port: vLLM on ``/v1`` (``VLLM_API_KEY``), SGLang on every route but ``/health``
+and ``/metrics`` (``--api-key``, in a private ``--config`` file that is removed
+once the server is ready).
 
 Not covered: several nodes (run one fleet per node), and a port another process
 takes while its server is down (the restart fails with `LaunchError` and is
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import signal
 import subprocess
@@ -43,8 +48,9 @@ from anyio.abc import TaskStatus
 from httpgate import check_bind
 
 from ._errors import LaunchError, ServerDied
-from ._launcher import VLLMServerConfig, engine_environment, free_port, launch_failure, serve_vllm, stop_tree
+from ._launcher import VLLMServerConfig, serve_vllm
 from ._pool import ServerSpec
+from ._process import engine_environment, free_port, launch_failure, stop_tree
 from ._proxy import serve_proxy
 from ._sglang import sglang_command
 
@@ -274,7 +280,8 @@ class Fleet:
             max_model_len=c.max_model_len, extra_args=c.extra_args,
         )  # fmt: skip
         url = f"http://{self._engine_host}:{self._engine_ports[i]}"
-        return _SGLangArgs(command, url, self._env(i), str(self._log_dir / f"server-{i}.log"), c.startup_timeout_s)
+        log = str(self._log_dir / f"server-{i}.log")
+        return _SGLangArgs(command, url, self._env(i), log, c.startup_timeout_s, api_key=self._api_key)
 
 
 def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
@@ -291,6 +298,9 @@ class _SGLangArgs(msgspec.Struct, frozen=True):
     log_path: str
     startup_timeout_s: float
     stop_grace_s: float = 15.0
+    api_key: str | None = None
+    """SGLang's ``--api-key`` (every route but ``/health`` and ``/metrics`` asks for
+    it), given in a private ``--config`` file, never in the command line."""
 
 
 async def serve_sglang(args: _SGLangArgs, *, task_status: TaskStatus[tuple[int, str]] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -305,12 +315,23 @@ async def serve_sglang(args: _SGLangArgs, *, task_status: TaskStatus[tuple[int, 
     log_path = Path(args.log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**engine_environment(), **args.env}
-    with log_path.open("ab") as log:
-        process = await anyio.open_process(
-            args.command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
+    command, key_file = list(args.command), None
+    if args.api_key is not None:  # ps shows the command line to every user: the key goes in a file only we can read
+        fd, key_file = tempfile.mkstemp(prefix="rstar2-sglang-", suffix=".yaml")
+        with os.fdopen(fd, "w") as f:
+            f.write(f"api-key: {json.dumps(args.api_key)}\n")  # a JSON string is a YAML scalar
+        command += ["--config", key_file]
+    headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else None
     try:
-        async with httpx.AsyncClient(base_url=args.url, timeout=10.0, trust_env=False) as http:
+        with log_path.open("ab") as log:
+            process = await anyio.open_process(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+    except BaseException:
+        _remove(key_file)
+        raise
+    try:
+        async with httpx.AsyncClient(base_url=args.url, timeout=10.0, trust_env=False, headers=headers) as http:
             try:
                 with anyio.fail_after(args.startup_timeout_s):
                     while True:
@@ -322,9 +343,16 @@ async def serve_sglang(args: _SGLangArgs, *, task_status: TaskStatus[tuple[int, 
                         await anyio.sleep(0.5)
             except TimeoutError:
                 raise LaunchError(launch_failure(f"SGLang server not ready within {args.startup_timeout_s:g} s", log_path)) from None
+        _remove(key_file)  # read when it parsed its arguments, long before it was ready
         task_status.started((process.pid, str(log_path)))
         code = await process.wait()
         raise ServerDied(launch_failure(f"SGLang server (pid {process.pid}) exited with status {code}", log_path))
     finally:
+        _remove(key_file)
         with anyio.CancelScope(shield=True):
             await stop_tree(process, args.stop_grace_s)
+
+
+def _remove(path: str | None) -> None:
+    if path is not None:
+        Path(path).unlink(missing_ok=True)

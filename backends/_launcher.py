@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -46,6 +43,7 @@ import msgspec
 from anyio.abc import Process, TaskStatus
 
 from ._errors import LaunchError, ServerDied
+from ._process import engine_environment, free_port, launch_failure, stop_tree
 
 __all__ = ["VLLMServer", "VLLMServerConfig", "default_vllm_python", "launch_vllm", "serve_vllm"]
 
@@ -54,10 +52,6 @@ _ENTRY = Path(__file__).with_name("_vllm_entry.py")
 HEALTH_POLL_S = 0.5
 """How often to ask ``/health`` while starting: start-up takes 25-55 s on a
 2-core CPU box, so half a second costs nothing and reacts quickly."""
-
-LOG_TAIL_BYTES = 6000
-"""How much of the server log goes into a `LaunchError` message: enough for
-a Python traceback and the few lines before it."""
 
 
 @final
@@ -139,12 +133,6 @@ def default_vllm_python() -> Path | None:
     return path if path.exists() else None
 
 
-def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def _command(config: VLLMServerConfig, python: Path, port: int, model_name: str) -> list[str]:
     # -P: do not put backends/ on the child's sys.path (see _vllm_entry.py).
     kv_cache = [] if config.kv_cache_gib is None else ["--kv-cache-memory-bytes", str(int(config.kv_cache_gib * 2**30))]
@@ -160,22 +148,6 @@ def _command(config: VLLMServerConfig, python: Path, port: int, model_name: str)
     ]  # fmt: skip
 
 
-_RENDEZVOUS = (
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT"
-)
-
-
-def engine_environment() -> dict[str, str]:
-    """This process's environment less what must not reach an engine server: our
-    virtualenv's paths (the engine has its own interpreter) and the learner's
-    torch.distributed rendezvous (torchrun's, or the one a lone learner sets up):
-    the engine's workers form their own group."""
-    env = dict(os.environ)
-    for name in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP", *_RENDEZVOUS):
-        env.pop(name, None)
-    return env
-
-
 def _environment(config: VLLMServerConfig) -> dict[str, str]:
     env = engine_environment()
     env.update(
@@ -189,20 +161,6 @@ def _environment(config: VLLMServerConfig) -> dict[str, str]:
     )
     env.update(config.env)
     return env
-
-
-def _log_tail(path: Path) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
-            return f.read().decode("utf-8", "replace")
-    except OSError as exc:
-        return f"<log unreadable: {exc}>"
-
-
-def launch_failure(what: str, log_path: Path) -> str:
-    return f"{what}; log {log_path}, last lines:\n{_log_tail(log_path)}"
 
 
 async def serve_vllm(
@@ -355,69 +313,3 @@ async def _wait_ready(
         raise LaunchError(
             launch_failure(f"vLLM server not ready within {config.startup_timeout_s:g} s", log_path)
         ) from None
-
-
-def _children_map() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # Field 4 (ppid) follows the parenthesised command name, which may contain spaces.
-        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    return children
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (Linux ``/proc``; empty elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return []
-    children = _children_map()
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] != b"Z"
-    except OSError:
-        return False
-
-
-def _signal_all(pgid: int, pids: list[int], sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
-async def stop_tree(process: Process, grace_s: float) -> None:
-    """SIGTERM the process group and all descendants, wait ``grace_s``, SIGKILL what is left.
-
-    Descendants are collected before signalling, so engine processes that a
-    dying parent orphans are still found. Must run shielded.
-    """
-    pids = _descendants(process.pid)
-    _signal_all(process.pid, pids, signal.SIGTERM)
-    with anyio.move_on_after(grace_s):
-        await process.wait()
-        while any(_alive(p) for p in pids):
-            await anyio.sleep(0.1)
-    pids = [p for p in pids if _alive(p)] + _descendants(process.pid)
-    _signal_all(process.pid, pids, signal.SIGKILL)
-    await process.wait()
-    with anyio.move_on_after(5.0):
-        while any(_alive(p) for p in pids):
-            await anyio.sleep(0.05)

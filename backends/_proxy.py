@@ -9,13 +9,18 @@ puts this proxy on the public address: every route, whatever the engine serves,
 needs ``authorization: Bearer <secret>`` (401 otherwise, see
 :class:`httpgate.HTTPServer`), and a request that has it is forwarded as is.
 
-Not covered: streamed (SSE) responses arrive whole, when the engine finishes
-(the pool does not stream); other users of the engine's node can still reach
-its loopback port, where only ``/v1`` asks for the secret.
+An answer without a length (chunked: ``stream=true`` completions, server-sent
+events) is relayed part by part as the engine sends it; one with a length is
+relayed whole.  A relay the engine cuts is cut for the client too.
+
+Not covered: a vLLM engine's loopback port asks for the secret only on ``/v1``
+(an SGLang engine's on every route but ``/health`` and ``/metrics``), so other
+users of its node can reach its dev-mode routes there.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Final
 
 import anyio
@@ -33,7 +38,9 @@ PROXY_LIMITS: Final = HTTPLimits(
 turns; weight-update requests carry every tensor's name and shape."""
 
 # Hop-by-hop headers and the ones httpx sets itself from the forwarded body.
-_DROP: Final = frozenset({b"host", b"connection", b"keep-alive", b"content-length", b"transfer-encoding", b"te", b"upgrade"})
+_DROP: Final = frozenset(
+    {b"host", b"connection", b"keep-alive", b"content-length", b"transfer-encoding", b"te", b"upgrade"}
+)
 
 
 async def serve_proxy(
@@ -53,14 +60,35 @@ async def serve_proxy(
 
         async def forward(request: HTTPRequest) -> HTTPResponse:
             headers = [(k, v) for k, v in request.headers if k.lower() not in _DROP]
+            outbound = http.build_request(
+                request.method.decode(), request.target.decode(), headers=headers, content=request.body
+            )
             try:
-                answer = await http.request(
-                    request.method.decode(), request.target.decode(), headers=headers, content=request.body
-                )
+                answer = await http.send(outbound, stream=True)
             except httpx.TransportError as e:
                 raise HTTPError(502, f"engine at {upstream} unreachable: {type(e).__name__}: {e}") from e
             content_type = answer.headers.get("content-type", "application/octet-stream").encode()
-            return HTTPResponse(answer.status_code, answer.content, content_type)
+            if "content-length" not in answer.headers:
+                return HTTPResponse(answer.status_code, b"", content_type, stream=_relay(answer, upstream))
+            try:
+                content = await answer.aread()
+            except httpx.TransportError as e:
+                raise HTTPError(502, f"engine at {upstream} cut its answer: {type(e).__name__}: {e}") from e
+            finally:
+                await answer.aclose()
+            return HTTPResponse(answer.status_code, content, content_type)
 
         server = HTTPServer(forward, host=host, port=port, secret=secret, insecure=insecure, limits=limits)
         await server.serve(task_status=task_status)
+
+
+async def _relay(answer: httpx.Response, upstream: str) -> AsyncIterator[bytes]:
+    """The engine's answer part by part, as it comes; closed when the client has
+    it all or goes away (the server closes this generator)."""
+    try:
+        async for part in answer.aiter_bytes():
+            yield part
+    except httpx.TransportError as e:
+        raise HTTPError(502, f"engine at {upstream} cut its answer: {type(e).__name__}: {e}") from e
+    finally:
+        await answer.aclose()

@@ -1,7 +1,7 @@
 """The inference ServerPool under chaos: 4 in-process server doubles that die, hang,
 answer garbage and come back, while trajectories of several turns run through the pool.
 
-    .venv/bin/python benchmarks/pool_chaos.py [--trajectories 5000] [--quick]
+    .venv/bin/python benchmarks/pool_chaos.py [--trajectories 5000] [--concurrency 128] [--quick]
 
 Each double is a real HTTP server on 127.0.0.1 (``httpgate.HTTPServer``) speaking
 the part of vLLM the pool uses (``/v1/completions`` with token ids, ``/metrics``).
@@ -12,11 +12,14 @@ fault for 0.3-1.5 s: ``dead`` (port closed, connections in flight cut), ``hang``
 (requests and polls never answered), ``garbage`` (200 with an undecodable body)
 or ``error`` (500), then brings it back.
 
-The baseline is the same pool and servers with no chaos, in the same run.
-Found with it: under load, a turn can stay stuck inside httpx/httpcore (reading
-a response body, then in its shielded close) past the pool's ``request_timeout_s``
-and past cancellation; if the run outlives its budget by a minute it prints
-where its turns wait, its counts so far (the stuck ones lost) and exits 3.
+The baseline is the same pool and servers with no chaos, in the same run, both
+with ``--concurrency`` trajectories in flight (128 by default).
+Found with it: at concurrency 128, turns stuck forever inside httpx/httpcore
+(a shielded close waiting on a lock wake-up that anyio's asyncio Lock lost),
+past the pool's ``request_timeout_s`` and past cancellation: 15-17 of 2,000
+lost; the clients now use ``backends._http11``.  If a run still outlives its
+budget by a minute it prints where its turns wait, its counts so far (the stuck
+ones lost) and exits 3.
 
 Invariants (JSON keys): ``lost`` (trajectories that failed, did not finish in
 the time budget, or have a gap in their tokens), ``duplicated`` (finished twice,
@@ -137,7 +140,7 @@ async def _report_stuck(after_s: float, report: Callable[[], dict]) -> None:
 
 
 async def run(
-    trajectories: int, *, turns: int = 3, chaos: bool = True, concurrency: int = 32, time_budget_s: float = 240.0,
+    trajectories: int, *, turns: int = 3, chaos: bool = True, concurrency: int = 128, time_budget_s: float = 240.0,
     seed: int = 0,
 ) -> dict:  # fmt: skip
     """Run ``trajectories`` through a pool of 4 doubles; the invariant counts and rates."""
@@ -237,18 +240,20 @@ def main() -> None:
     parser.add_argument("--trajectories", type=int, default=5000)
     parser.add_argument("--baseline-trajectories", type=int, default=1000)
     parser.add_argument("--time-budget-s", type=float, default=240.0)
+    parser.add_argument("--concurrency", type=int, default=128, help="trajectories in flight at once")
     parser.add_argument("--quick", action="store_true", help="300 trajectories (a smoke run)")
     args = parser.parse_args()
     n = 300 if args.quick else args.trajectories
     base_n = min(n, args.baseline_trajectories)
-    baseline = anyio.run(lambda: run(base_n, chaos=False, time_budget_s=args.time_budget_s))
+    baseline = anyio.run(lambda: run(base_n, chaos=False, concurrency=args.concurrency, time_budget_s=args.time_budget_s))
     print(f"baseline (no chaos): {json.dumps(baseline)}", file=sys.stderr, flush=True)
-    chaotic = anyio.run(lambda: run(n, chaos=True, time_budget_s=args.time_budget_s))
+    chaotic = anyio.run(lambda: run(n, chaos=True, concurrency=args.concurrency, time_budget_s=args.time_budget_s))
     print(f"chaos: {json.dumps(chaotic)}", file=sys.stderr, flush=True)
     summary = {
         "lost": chaotic["lost"],
         "duplicated": chaotic["duplicated"],
         "trajectories": n,
+        "concurrency": args.concurrency,
         "finished": chaotic["finished"],
         "trajectories_per_s": chaotic["trajectories_per_s"],
         "baseline_trajectories_per_s": baseline["trajectories_per_s"],

@@ -23,14 +23,17 @@ Covered, per connection:
   close idle connections, let requests in flight be answered (then close their
   connection), and cancel what is left after ``shutdown_grace_s``.
 
+Responses are whole (``content-length``) or streamed (``HTTPResponse.stream``,
+chunked: the fleet's proxy relays server-sent events so).
+
 Not covered: TLS (put the service on a private network or behind a TLS proxy),
-HTTP/2, pipelined requests beyond one at a time, chunked responses.
+HTTP/2, pipelined requests beyond one at a time.
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import final
 
 import anyio
@@ -85,6 +88,11 @@ class HTTPResponse(msgspec.Struct, frozen=True):
     status: int
     body: bytes
     content_type: bytes = b"application/json"
+    stream: AsyncIterator[bytes] | None = None
+    """Instead of ``body``: parts sent as they come (chunked), and closed by the
+    server after the last one or when the client goes.  An ``HTTPError`` or
+    ``OSError`` from it ends the connection before the end of the body, so the
+    client sees it cut, not complete."""
 
 
 Handler = Callable[[HTTPRequest], Awaitable[HTTPResponse]]
@@ -266,6 +274,8 @@ class HTTPServer:
 
     async def _send(self, conn: h11.Connection, stream: SocketStream, response: HTTPResponse, *, close: bool) -> bool:
         """Send ``response``; False if the client is gone or too slow to read it."""
+        if response.stream is not None:
+            return await self._send_stream(conn, stream, response, close=close)
         headers = [(b"content-type", response.content_type), (b"content-length", str(len(response.body)).encode())]
         if close:
             headers.append((b"connection", b"close"))
@@ -276,6 +286,34 @@ class HTTPServer:
                 head = conn.send(h11.Response(status_code=response.status, headers=headers))
                 body = conn.send(h11.Data(data=response.body))
                 await stream.send(b"".join((head, body, conn.send(h11.EndOfMessage()))))  # type: ignore[arg-type]
+                return True
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                return False
+        return False
+
+    async def _send_stream(self, conn: h11.Connection, stream: SocketStream, response: HTTPResponse, *, close: bool) -> bool:
+        """Send a streamed ``response`` part by part (h11 frames it chunked, having no
+        length); each part, not the whole, must go within ``read_timeout_s``."""
+        assert response.stream is not None
+        headers = [(b"content-type", response.content_type)] + ([(b"connection", b"close")] if close else [])
+        try:
+            if not await self._send_part(stream, conn.send(h11.Response(status_code=response.status, headers=headers))):
+                return False
+            async for part in response.stream:
+                if part and not await self._send_part(stream, conn.send(h11.Data(data=part))):
+                    return False
+            return await self._send_part(stream, conn.send(h11.EndOfMessage()))
+        except (HTTPError, OSError):
+            return False  # the source failed mid-way: cut the connection
+        finally:
+            aclose = getattr(response.stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def _send_part(self, stream: SocketStream, data: bytes | None) -> bool:
+        with anyio.move_on_after(self.limits.read_timeout_s):
+            try:
+                await stream.send(data or b"")
                 return True
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 return False

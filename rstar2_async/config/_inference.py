@@ -26,6 +26,10 @@ class InferenceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     api_key_env: str = "OPENAI_API_KEY"
     """Environment variable holding the API key (never put keys in config files); sent
     in both modes (token mode: to the pool's servers, e.g. ``rstar2 serve``'s secret)."""
+    api_key_file: str | None = None
+    """File holding the API key (e.g. ``rstar2 serve``'s secret, readable by you
+    alone); wins over ``api_key_env``.  A file that is missing or empty is an error
+    naming this field, not a run without a key."""
     connect_timeout_s: PositiveFloat = 10.0
     """TCP connect limit; a dead server is detected this fast."""
     read_timeout_s: PositiveFloat = 3600.0

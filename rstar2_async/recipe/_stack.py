@@ -7,7 +7,6 @@ on exit, cancellation included.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from backends import (
     VLLMNcclSender,
     WeightSync,
 )
+from httpgate import read_secret
 from sandbox import SandboxConfig, SandboxPool
 
 from ..config import (
@@ -154,7 +154,7 @@ async def rollout_stack(
                     ChatClient.from_url(
                         inference.base_urls[0],
                         model=inference.model,
-                        api_key=os.environ.get(inference.api_key_env),
+                        api_key=_api_key(inference),
                         max_retries=inference.max_retries,
                         timeout=_timeout(inference),
                         max_connections=inference.max_connections,
@@ -171,6 +171,18 @@ async def rollout_stack(
         )
         engine = RolloutEngine(backend=backend, sandbox=pool_sandbox, config=rollout, tokenizer=tokenizer, reward=grader)
         yield RolloutStack(engine=engine, grader=grader, pool=server_pool, sync=sync, fleet=fleet)
+
+
+def _api_key(inference: InferenceConfig) -> str | None:
+    """The servers' key: ``inference.api_key_file``'s content, else ``$inference.api_key_env``.
+
+    Raises:
+        ConfigError: the file is missing, unreadable or empty.
+    """
+    try:
+        return read_secret(file=inference.api_key_file, env=inference.api_key_env)
+    except ValueError as e:
+        raise ConfigError(f"inference.api_key_file: {e}; write the key there or leave the field out") from e
 
 
 def _timeout(inference: InferenceConfig) -> httpx.Timeout:
@@ -201,7 +213,7 @@ def _server_pool(inference: InferenceConfig, pool: PoolConfig, local: LocalServe
     return ServerPool(
         [ServerSpec(url=url, engine=engine) for url in inference.base_urls],  # type: ignore[arg-type]
         model=inference.model,
-        api_key=os.environ.get(inference.api_key_env),
+        api_key=_api_key(inference),
         policy=pool.policy,
         order=pool.order or "budget",
         affinity_slack=pool.affinity_slack,

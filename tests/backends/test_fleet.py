@@ -31,9 +31,12 @@ FAKE = textwrap.dedent(
     import http.server, json, os, sys
     args = sys.argv[1:]
     port = int(args[args.index("--port") + 1])
+    key = None
+    if "--config" in args:  # SGLang's: `api-key: "..."`
+        key = json.loads(open(args[args.index("--config") + 1]).read().split(":", 1)[1])
     record = os.environ["FAKE_RECORD"]
     with open(record, "a") as f:
-        f.write(json.dumps({"argv": args, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid()}) + "\\n")
+        f.write(json.dumps({"argv": args, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid(), "key": key}) + "\\n")
     if os.environ.get("FAKE_MODE") == "die":
         sys.exit(4)
 
@@ -44,12 +47,23 @@ FAKE = textwrap.dedent(
             self.send_header("content-length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+        def _denied(self):  # SGLang's --api-key: every route but /health and /metrics
+            if key is None or self.path.startswith(("/health", "/metrics")) or self.headers.get("authorization") == "Bearer " + key:
+                return False
+            self.send_response(401)
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return True
         def do_GET(self):
+            if self._denied():
+                return
             if self.path == "/metrics":
                 return self._send(b'vllm:cache_config_info{kv_cache_size_tokens="1000"} 1.0\\n')
             self._send({"max_total_num_tokens": 1000})
         def do_POST(self):
             self.rfile.read(int(self.headers.get("content-length", 0)))
+            if self._denied():
+                return
             self._send({"choices": [{"token_ids": [1], "text": "", "logprobs": {"token_logprobs": [0.0]}, "finish_reason": "stop"}]})
         def log_message(self, *a):
             pass
@@ -149,6 +163,23 @@ async def test_with_a_secret_engines_bind_loopback_behind_a_proxy_that_asks_for_
             assert pool.statistics().servers_up == 1
             assert [s.capacity_tokens for s in pool.statistics().dispatch.servers] == [1000]
     assert bare == [401] * 4 and keyed.status_code == 200 and b"kv_cache_size_tokens" in keyed.content
+
+
+async def test_sglang_behind_the_proxy_asks_for_the_secret_on_its_own_port(tmp_path: Path, fake_python: Path) -> None:
+    cfg = config(tmp_path, fake_python, engine="sglang", num_servers=1, host="0.0.0.0")
+    async with Fleet(cfg, api_key="s3cret") as fleet:
+        (started,) = records(tmp_path)
+        argv = started["argv"]
+        assert started["key"] == "s3cret" and "s3cret" not in " ".join(argv), "the key is given in a file, not in argv"
+        assert not Path(argv[argv.index("--config") + 1]).exists(), "the key file is gone once the server is ready"
+        engine = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
+        async with httpx.AsyncClient(base_url=engine) as http:
+            bare = [(await http.request(m, p)).status_code for m, p in (("GET", "/get_server_info"), ("POST", "/generate"))]
+            keyed = await http.get("/get_server_info", headers={"authorization": "Bearer s3cret"})
+        public = fleet.specs()[0].url.replace("0.0.0.0", "127.0.0.1")
+        async with ServerPool([public], model="m", poll_interval_s=0.05, api_key="s3cret") as pool:
+            assert pool.statistics().servers_up == 1  # through the proxy, which forwards the key to the engine
+    assert bare == [401, 401] and keyed.status_code == 200
 
 
 def test_a_fleet_off_loopback_needs_a_secret_or_insecure(tmp_path: Path, fake_python: Path) -> None:

@@ -15,6 +15,7 @@ from anyio.abc import SocketStream
 
 from backends import RetryPolicy, SamplingParams, ServerPool
 from backends._http11 import Http11Transport
+from tests.fakes.http import read_request
 
 pytestmark = pytest.mark.anyio
 
@@ -42,31 +43,14 @@ class FakeRawServer:
 
     async def _connection(self, stream: SocketStream) -> None:
         self.connections += 1
-        h = h11.Connection(h11.SERVER)
         async with stream:
-            while True:
-                request, body = None, b""
-                while True:
-                    event = h.next_event()
-                    if event is h11.NEED_DATA:
-                        try:
-                            h.receive_data(await stream.receive())
-                        except (anyio.EndOfStream, anyio.BrokenResourceError):
-                            self.closed.set()
-                            self.closed = anyio.Event()
-                            return
-                    elif isinstance(event, h11.Request):
-                        request = event
-                    elif isinstance(event, h11.Data):
-                        body += event.data
-                    elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                        break
-                if request is None:
-                    return
+            while received := await read_request(h11.Connection(h11.SERVER), stream):
+                # the answers are raw bytes: a fresh parser for each request
                 self.requests += 1
-                if not await self.answer(stream, request, body):
+                if not await self.answer(stream, *received):
                     return
-                h = h11.Connection(h11.SERVER)  # the answers are raw bytes: a fresh parser per request
+            self.closed.set()
+            self.closed = anyio.Event()
 
     async def stall(self, stream: SocketStream) -> None:
         """Never answer more, until the client goes away."""

@@ -18,7 +18,7 @@ import msgspec
 import pytest
 
 from backends import LaunchError, ServerDied, VLLMServer, VLLMServerConfig, launch_vllm, serve_vllm
-from backends._launcher import _descendants
+from backends._process import descendants
 
 pytestmark = pytest.mark.anyio
 
@@ -130,7 +130,7 @@ async def test_ready_server_then_exit_stops_the_whole_tree(fake_config: VLLMServ
         assert isinstance(server, VLLMServer)
         assert server.base_url == f"http://127.0.0.1:{server.port}"
         assert server.model == fake_config.model
-        tree = [server.pid, *_descendants(server.pid)]
+        tree = [server.pid, *descendants(server.pid)]
         assert len(tree) >= 3, tree  # the fake server, its stubborn child and grandchild
     assert await _gone(tree)
     assert "fake vllm starting" in Path(server.log_path).read_text()
@@ -139,7 +139,7 @@ async def test_ready_server_then_exit_stops_the_whole_tree(fake_config: VLLMServ
 async def test_cancellation_stops_the_whole_tree(fake_config: VLLMServerConfig) -> None:
     async with anyio.create_task_group() as tg:
         server: VLLMServer = await tg.start(serve_vllm, fake_config)
-        tree = [server.pid, *_descendants(server.pid)]
+        tree = [server.pid, *descendants(server.pid)]
         tg.cancel_scope.cancel()
     assert await _gone(tree)
 
@@ -150,7 +150,7 @@ async def test_death_after_start_raises_server_died(fake_config: VLLMServerConfi
     with pytest.RaisesGroup(pytest.RaisesExc(ServerDied, match="status 7")):
         async with anyio.create_task_group() as tg:
             server: VLLMServer = await tg.start(serve_vllm, fake_config)
-            tree = [server.pid, *_descendants(server.pid)]
+            tree = [server.pid, *descendants(server.pid)]
             async with httpx.AsyncClient(base_url=server.base_url) as http:
                 await http.post("/exit", json={})
             await anyio.sleep_forever()

@@ -18,7 +18,7 @@ import msgspec
 import msgspec.inspect as mi
 import pytest
 
-from rstar2_async.config import EvalConfig, TrainConfig, convert
+from rstar2_async.config import ConfigError, EvalConfig, TrainConfig, convert
 from rstar2_async.demo import cached_tiny_model
 from rstar2_async.recipe import rollout_stack
 from tests.fakes.http import serve_http
@@ -107,7 +107,10 @@ async def test_inference_pool_and_reward_values_arrive_where_they_act(tmp_path: 
     model = cached_tiny_model(Path("runs/cache"))
     async with anyio.create_task_group() as tg:
         port = await tg.start(serve_http, FakeModelServer())
-        sections = {**DISTINCT, "inference": {**DISTINCT["inference"], "base_urls": [f"http://127.0.0.1:{port}/v1"]}}
+        key_file = tmp_path / "key"
+        key_file.write_text("key-distinct\n")
+        inference = {**DISTINCT["inference"], "base_urls": [f"http://127.0.0.1:{port}/v1"], "api_key_file": str(key_file)}
+        sections = {**DISTINCT, "inference": inference}
         config = convert(sections, EvalConfig)
         async with rollout_stack(
             rollout=config.rollout, inference=config.inference, sandbox=config.sandbox, tokenizer_dir=model,
@@ -127,7 +130,8 @@ async def test_inference_pool_and_reward_values_arrive_where_they_act(tmp_path: 
             assert (client.retry.max_retries, client.retry.initial_s, client.retry.max_s) == (3, 0.125, 2.5)
             timeout = client._http.timeout
             assert (timeout.connect, timeout.read, timeout.pool) == (3.5, 123.0, 7.5)
-            assert client._http._transport._pool._max_connections == 77
+            assert client._transport.max_connections == 77
+            assert client._headers["authorization"] == pool.servers[0]._admin_http.headers["authorization"] == "Bearer key-distinct"
             assert (grader.statistics().max_workers, grader._timeout, grader._mode) == (1, 6.5, "lenient")
             assert engine.statistics().in_flight == 0 and engine._limiter.total_tokens == 13
             assert list(engine.toolbox.tools) == ["jupyter_code"]
@@ -135,10 +139,14 @@ async def test_inference_pool_and_reward_values_arrive_where_they_act(tmp_path: 
 
 
 @pytest.mark.anyio
-async def test_chat_mode_gets_the_timeouts_and_connections_too() -> None:
+async def test_chat_mode_gets_the_timeouts_connections_and_key_too(tmp_path: Path) -> None:
+    (tmp_path / "key").write_text("chat-key")
     async with anyio.create_task_group() as tg:
         port = await tg.start(serve_http, FakeModelServer())
-        inference = {**DISTINCT["inference"], "base_urls": [f"http://127.0.0.1:{port}/v1"], "mode": "chat"}
+        inference = {
+            **DISTINCT["inference"], "base_urls": [f"http://127.0.0.1:{port}/v1"], "mode": "chat",
+            "api_key_file": str(tmp_path / "key"),
+        }  # fmt: skip
         config = convert({"inference": inference, "reward": {"workers": 1}, "sandbox": {"workers": 1}}, EvalConfig)
         async with rollout_stack(
             rollout=config.rollout, inference=config.inference, sandbox=config.sandbox, reward=config.reward
@@ -146,4 +154,23 @@ async def test_chat_mode_gets_the_timeouts_and_connections_too() -> None:
             sdk = stack.engine.backend._client  # type: ignore[union-attr]
             assert (sdk.max_retries, sdk.timeout.connect, sdk.timeout.read, sdk.timeout.pool) == (3, 3.5, 123.0, 7.5)
             assert sdk._client._transport._pool._max_connections == 77
+            assert sdk.api_key == "chat-key"
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("content", [None, "  \n"])
+async def test_a_missing_or_empty_key_file_is_an_error_naming_the_field(tmp_path: Path, content: str | None) -> None:
+    key_file = tmp_path / "key"
+    if content is not None:
+        key_file.write_text(content)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_http, FakeModelServer())
+        inference = {"base_urls": [f"http://127.0.0.1:{port}/v1"], "mode": "chat", "api_key_file": str(key_file)}
+        config = convert({"inference": inference, "reward": {"workers": 1}, "sandbox": {"workers": 1}}, EvalConfig)
+        with pytest.raises(ConfigError, match=r"inference\.api_key_file: secret file .*(No such file|is empty)"):
+            async with rollout_stack(
+                rollout=config.rollout, inference=config.inference, sandbox=config.sandbox, reward=config.reward
+            ):
+                pass
         tg.cancel_scope.cancel()

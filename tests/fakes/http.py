@@ -29,27 +29,32 @@ async def serve_http(handler: Handler, *, task_status: TaskStatus[int] = anyio.T
         await listener.serve(partial(_connection, handler))
 
 
+async def read_request(conn: h11.Connection, stream: SocketStream) -> tuple[h11.Request, bytes] | None:
+    """The next whole request on ``stream``; None once the client has gone."""
+    request, body = None, b""
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            try:
+                conn.receive_data(await stream.receive(65536))
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return None
+        elif isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+            return None if request is None else (request, body)
+
+
 async def _connection(handler: Handler, stream: SocketStream) -> None:
     conn = h11.Connection(h11.SERVER)
     async with stream:
         while True:
-            request, body = None, b""
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    try:
-                        conn.receive_data(await stream.receive(65536))
-                    except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                        return
-                    continue
-                if isinstance(event, h11.Request):
-                    request = event
-                elif isinstance(event, h11.Data):
-                    body += event.data
-                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                    break
-            if request is None:
+            received = await read_request(conn, stream)
+            if received is None:
                 return
+            request, body = received
             try:
                 status, payload = await handler(request.method.decode(), request.target.decode(), body)
             except DropConnection:

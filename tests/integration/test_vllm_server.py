@@ -40,7 +40,8 @@ import msgspec
 import pytest
 
 from backends import LaunchError
-from backends._launcher import VLLMServer, VLLMServerConfig, _descendants, launch_vllm, serve_vllm
+from backends._launcher import VLLMServer, VLLMServerConfig, launch_vllm, serve_vllm
+from backends._process import descendants
 from tests.integration.conftest import Reference, restore_weights
 
 pytestmark = [pytest.mark.vllm, pytest.mark.anyio]
@@ -267,7 +268,7 @@ async def test_two_servers_one_killed_raises_server_died_and_leaves_no_process(
                     starters.start_soon(start, config)
             assert len({s.port for s in servers}) == 2
             for server in servers:
-                tree = [server.pid, *_descendants(server.pid)]
+                tree = [server.pid, *descendants(server.pid)]
                 assert len(tree) >= 3, "API server, engine core and worker processes expected"
                 trees.extend(tree)
                 async with httpx.AsyncClient(base_url=server.base_url) as http:

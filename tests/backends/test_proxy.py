@@ -1,0 +1,76 @@
+"""The fleet's authenticating proxy (backends/_proxy.py) in front of a raw engine
+double: streamed (chunked, server-sent events) answers are relayed part by part."""
+
+from __future__ import annotations
+
+import functools
+
+import anyio
+import h11
+import httpx
+import pytest
+from anyio.abc import SocketStream
+
+from backends import serve_proxy
+from tests.backends.test_http11 import FakeRawServer
+
+pytestmark = pytest.mark.anyio
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+async def test_a_streamed_answer_reaches_the_client_part_by_part() -> None:
+    """The engine sends its first event, then waits until the client has it before
+    it sends the last: a proxy that buffered the answer would never deliver it."""
+    client_has_first = anyio.Event()
+
+    async def events(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        await stream.send(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        await stream.send(_chunk(b"data: first\n\n"))
+        await client_has_first.wait()
+        await stream.send(_chunk(b"data: last\n\ndata: ["))
+        await stream.send(_chunk(b"DONE]\n\n") + _chunk(b""))
+        return True
+
+    engine = FakeRawServer(events)
+    async with anyio.create_task_group() as tg:
+        await tg.start(engine.serve)
+        upstream = f"http://127.0.0.1:{engine.port}"
+        port = await tg.start(functools.partial(serve_proxy, upstream, host="127.0.0.1", port=0, secret="k"))
+        parts: list[bytes] = []
+        with anyio.fail_after(20):
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+                headers = {"authorization": "Bearer k"}
+                async with http.stream("POST", "/v1/completions", json={"stream": True}, headers=headers) as response:
+                    assert response.headers["content-type"] == "text/event-stream"
+                    async for part in response.aiter_bytes():
+                        parts.append(part)
+                        client_has_first.set()
+        tg.cancel_scope.cancel()
+    assert parts[0] == b"data: first\n\n"
+    assert b"".join(parts) == b"data: first\n\ndata: last\n\ndata: [DONE]\n\n"
+
+
+async def test_an_answer_the_engine_cuts_is_cut_for_the_client() -> None:
+    async def cut(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        if request.target == b"/v1/models":
+            await stream.send(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+            return True
+        await stream.send(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        await stream.send(_chunk(b"data: first\n\n"))
+        return False  # closes mid-answer
+
+    engine = FakeRawServer(cut)
+    async with anyio.create_task_group() as tg:
+        await tg.start(engine.serve)
+        port = await tg.start(
+            functools.partial(serve_proxy, f"http://127.0.0.1:{engine.port}", host="127.0.0.1", port=0, secret=None)
+        )
+        with anyio.fail_after(20):
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+                with pytest.raises(httpx.RemoteProtocolError):
+                    await http.post("/v1/completions", json={"stream": True})
+                assert (await http.get("/v1/models")).status_code == 200  # the proxy still serves
+        tg.cancel_scope.cancel()
