@@ -60,7 +60,7 @@ def confine_and_run(cfg: dict, scratch: str) -> NoReturn:
     os.lseek(fd, 0, os.SEEK_SET)
     os.dup2(fd, 0)
     os.close(fd)
-    cpu = int(math.ceil(req["timeout"])) + 1
+    cpu = math.ceil(req["timeout"]) + 1
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
     os.environ.update({"HOME": scratch, "TMPDIR": scratch, "PWD": scratch})
     os.close(3)

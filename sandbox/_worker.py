@@ -274,14 +274,10 @@ class Worker:
 
 def _load(setup: dict) -> None:
     sys.path[:0] = [setup["site"]]
-    # Imports allocate much and free little: collecting during them is wasted work
-    # (a sixth of numpy + sympy's import), paid again by every replacement worker.
-    gc.disable()
     for name in setup["preload"]:
         __import__(name)
     if setup["warmup"]:
         exec(compile(setup["warmup"], "<warmup>", "exec"), {"__name__": "__warmup__"})  # noqa: S102
-    gc.enable()
     gc.collect()
     gc.freeze()  # forked children then do not touch (copy) the preloaded objects' pages in gc
 
