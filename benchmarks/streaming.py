@@ -1,4 +1,4 @@
-"""Streaming benchmark: 20 RL steps of rStar2's stage 1 on a simulated fleet, five trainer policies.
+"""Streaming benchmark: 20 RL steps of rStar2's stage 1 on a simulated fleet, trainer policies side by side.
 
 benchmarks/dispatch.py's discrete-event fleet (its docstring has the calibration:
 Qwen3-14B on H100s, vLLM's scheduler, prefix cache and preemption, the dispatcher
@@ -33,6 +33,24 @@ The policies (the trainer's code paths, rstar2_async/recipe):
   but untrained, or in the update under way, whose room comes back after its sync);
   each batch takes the next 128 kept groups in stream order; a sync aborts the
   turns in flight, which resume from their tokens on the new weights.
+- ``streaming_s1_keep_kv``: streaming_s1 with the sync the trainer does not do
+  (yet): vLLM's ``pause_generation(mode="keep", clear_cache=False)`` (vLLM 0.32:
+  docs.vllm.ai/en/v0.32.0/training/async_rl, ``EngineCore.pause_scheduler``): the
+  turns in flight freeze for the same pause, then go on with their KV of the old
+  weights, and the prefix caches are kept.  PipelineRL (arXiv 2509.19128, its
+  Figure 7) measured the off-policyness this adds as negligible, and NeMo-RL maps
+  its ``recompute_kv_cache_after_weight_updates`` to ``clear_cache`` (NVIDIA-NeMo/RL
+  PR 3839).  A group's staleness still counts from its oldest token, so the
+  bound and its proof are unchanged; what changes is that tokens after a sync
+  attend to keys and values of the previous weights (the sampler's logprobs,
+  which the loss's importance weight uses, are of exactly that).
+
+Diagnostics, run only when named with ``--policies``: ``streaming_s1_no_sync``
+(the fleet alone, never paused: every group is too stale, but its utilization is
+the most this fleet and dispatcher reach with any sync), and
+``streaming_s1_expected_keep`` (admission counting the groups in flight by the
+keep rate observed so far: unsound, see recipe/_streaming.py; here its extra groups
+wait in the engine's queue, ``max_in_flight``, so they cost nothing and gain nothing).
 
 Figures per policy (medians over the seeds; steady state is from the first batch
 taken to the last): ``trained_tokens_per_s`` (the kept samples' prompts, responses
@@ -42,23 +60,52 @@ window: 1.0 is a fleet always at its most efficient), ``kv_fill`` and
 ``servers_idle_share`` (sampled each second), ``learner_idle_share``, the staleness
 histogram of trained groups (mean count per run), and ``groups_wasted`` (generated,
 kept by RoC, then too stale to train: the rule makes it 0; the largest over the
-seeds).  Top level: streaming_s1's ``speedup_vs_sync_static`` and
+seeds).  Where the fleet's time goes, as shares of the servers' time in the window
+(:meth:`Trainer.fleet_time`): ``time_work`` (weight reads as if every step
+attended to a full cache, and attention: what the bound charges), ``time_below_full_cache``,
+``time_prefill_bound`` (steps whose prefill outlasts the weight read) and
+``time_idle`` (the pause); ``bound_prompt_credit`` is what the bound takes off for a
+problem's 32 samples sharing one copy of its prompt, which they do only while they
+run on one server at once: utilization ~ time_work - bound_prompt_credit.
+Top level: streaming_s1's ``speedup_vs_sync_static`` and
 ``speedup_vs_sync_ours`` (medians of the per-seed ratios of trained tokens per
 second), ``fleet_utilization`` and ``groups_wasted``.
 
-Measured (8 seeds, 20 steps; ``python benchmarks/streaming.py``), trained tokens
-per second over synchronous static: sync_ours 1.21x, one_step_overlap 1.26x,
-streaming_s1 1.635x (1.349x sync_ours), streaming_s2 1.63x; fleet utilization 0.51,
-0.61, 0.64, 0.83, 0.83; learner idle 87%, 84%, 84%, 79%, 79%; 0 groups wasted in every
-policy; streaming_s1 trains 26% of its groups at staleness 0 and 74% at 1 (a sync
-aborts ~1,200 turns, which resume).  The pool's order matters for streaming:
-``streaming_s1_budget_order`` (on-policy's retry order, largest remaining budget
-first, so new groups' first turns overtake the turns of the group the learner waits
-for) reaches 1.46x and 0.75 of the bound.  S = 2 gains nothing over S = 1 here:
-the fleet is the bottleneck at either bound (the learner is idle 79% of the time), and
-what it loses to the bound is the sync's pause (11.5 s of each ~395 s step), the
-prefill that aborted turns and flushed caches recompute, and the dispatcher's 10%
-headroom, not admission.  Target: utilization 0.9 of the bound: not met (0.83).
+Measured (8 seeds, 20 steps; ``python benchmarks/streaming.py``, before
+``streaming_s1_keep_kv`` and the diagnostics were added), trained tokens per second over synchronous static:
+sync_ours 1.21x, one_step_overlap 1.26x, streaming_s1 1.635x (1.349x sync_ours),
+streaming_s2 1.63x; fleet utilization 0.51, 0.61, 0.64, 0.83, 0.83; learner idle
+87%, 84%, 84%, 79%, 79%; 0 groups wasted in every policy; streaming_s1 trains 26% of
+its groups at staleness 0 and 74% at 1 (a sync aborts ~1,200 turns, which resume).
+The pool's order matters for streaming: ``streaming_s1_budget_order`` (on-policy's
+retry order, largest remaining budget first, so new groups' first turns overtake
+the turns of the group the learner waits for) reaches 1.46x and 0.75 of the bound.
+S = 2 gains nothing over S = 1: the fleet is the bottleneck at either bound.
+
+Where the utilization goes (4 seeds, 10 steps, ``--repeats 4 --steps 10``, all
+policies and the no-sync diagnostic; the same ratios as above within 0.006:
+streaming_s1 1.640x static, 1.351x ours, 0.827 of the bound, 0 wasted).  Of
+streaming_s1's server time, 2.9% is the pause (time_idle: 11.5 s of each ~396 s
+step), 6.0% steps bound by prefill, 3.2% weight reads below a full cache, and the
+bound credits 5.2% for shared prompts: 0.879 - 0.052 = 0.827.  Without any sync
+(``streaming_s1_no_sync``) the same fleet reaches 0.886 (prefill 2.6%, below full
+cache 3.3%, prompt credit 5.5%): no sync mechanism can take streaming_s1 to 0.9
+here.  The syncs take 6.3% of the server time: the pause 2.9, and 3.4 recomputing
+what the abort and the flush threw away (73M tokens prefilled in 10 steps against
+38M).
+``streaming_s1_keep_kv`` keeps the KV and recomputes nothing: 0.859 of the bound,
+1.701x static, 0 wasted, every group at staleness 0 or 1 as in streaming_s1; with a 1 s pause (``--pause-s
+1``, 1 seed, 4 steps: a what-if, not a measured load) it reached 0.882 against
+streaming_s1's 0.849.  What the fleet loses without syncs is the dispatcher's: its
+10% headroom keeps the caches ~0.85 full (less headroom fills them more but evicts
+the prefixes of sessions between turns: 0.05 measured 0.864, 0.02 0.840, without
+syncs, 1 seed, 5 steps), and a problem's 32 samples start as the engine has room and land
+wherever the budget is, so they rarely hold one copy of the prompt (seeding each
+first turn's affinity with its problem's first server, a what-if on the
+dispatcher's sessions: 0.830 against 0.828, credit unchanged; 1 seed, 4 steps).
+Rolling syncs would not help in this model: each server still pauses for its load
+and recomputes its contexts, and the learner does not wait for the fleet (idle 79%).
+Target: utilization 0.9 of the bound: not met (0.827; 0.859 with ``keep``).
 
 Usage: ``python benchmarks/streaming.py [--repeats 8] [--steps 20] [--jobs 2]`` (the
 simulation is deterministic: load changes its wall time, never its figures).
