@@ -1,4 +1,4 @@
-"""Streaming benchmark: 20 RL steps of rStar2's stage 1 on a simulated fleet, five trainer policies.
+"""Streaming benchmark: 20 RL steps of rStar2's stage 1 on a simulated fleet, trainer policies side by side.
 
 benchmarks/dispatch.py's discrete-event fleet (its docstring has the calibration:
 Qwen3-14B on H100s, vLLM's scheduler, prefix cache and preemption, the dispatcher
@@ -33,6 +33,24 @@ The policies (the trainer's code paths, rstar2_async/recipe):
   but untrained, or in the update under way, whose room comes back after its sync);
   each batch takes the next 128 kept groups in stream order; a sync aborts the
   turns in flight, which resume from their tokens on the new weights.
+- ``streaming_s1_keep_kv``: streaming_s1 with the sync the trainer does not do
+  (yet): vLLM's ``pause_generation(mode="keep", clear_cache=False)`` (vLLM 0.32:
+  docs.vllm.ai/en/v0.32.0/training/async_rl, ``EngineCore.pause_scheduler``): the
+  turns in flight freeze for the same pause, then go on with their KV of the old
+  weights, and the prefix caches are kept.  PipelineRL (arXiv 2509.19128, its
+  Figure 7) measured the off-policyness this adds as negligible, and NeMo-RL maps
+  its ``recompute_kv_cache_after_weight_updates`` to ``clear_cache`` (NVIDIA-NeMo/RL
+  PR 3839).  A group's staleness still counts from its oldest token, so the
+  bound and its proof are unchanged; what changes is that tokens after a sync
+  attend to keys and values of the previous weights (the sampler's logprobs,
+  which the loss's importance weight uses, are of exactly that).
+
+Diagnostics, run only when named with ``--policies``: ``streaming_s1_no_sync``
+(the fleet alone, never paused: every group is too stale, but its utilization is
+the most this fleet and dispatcher reach with any sync), and
+``streaming_s1_expected_keep`` (admission counting the groups in flight by the
+keep rate observed so far: unsound, see recipe/_streaming.py; here its extra groups
+wait in the engine's queue, ``max_in_flight``, so they cost nothing and gain nothing).
 
 Figures per policy (medians over the seeds; steady state is from the first batch
 taken to the last): ``trained_tokens_per_s`` (the kept samples' prompts, responses
@@ -42,23 +60,52 @@ window: 1.0 is a fleet always at its most efficient), ``kv_fill`` and
 ``servers_idle_share`` (sampled each second), ``learner_idle_share``, the staleness
 histogram of trained groups (mean count per run), and ``groups_wasted`` (generated,
 kept by RoC, then too stale to train: the rule makes it 0; the largest over the
-seeds).  Top level: streaming_s1's ``speedup_vs_sync_static`` and
+seeds).  Where the fleet's time goes, as shares of the servers' time in the window
+(:meth:`Trainer.fleet_time`): ``time_work`` (weight reads as if every step
+attended to a full cache, and attention: what the bound charges), ``time_below_full_cache``,
+``time_prefill_bound`` (steps whose prefill outlasts the weight read) and
+``time_idle`` (the pause); ``bound_prompt_credit`` is what the bound takes off for a
+problem's 32 samples sharing one copy of its prompt, which they do only while they
+run on one server at once: utilization ~ time_work - bound_prompt_credit.
+Top level: streaming_s1's ``speedup_vs_sync_static`` and
 ``speedup_vs_sync_ours`` (medians of the per-seed ratios of trained tokens per
 second), ``fleet_utilization`` and ``groups_wasted``.
 
-Measured (8 seeds, 20 steps; ``python benchmarks/streaming.py``), trained tokens
-per second over synchronous static: sync_ours 1.21x, one_step_overlap 1.26x,
-streaming_s1 1.635x (1.349x sync_ours), streaming_s2 1.63x; fleet utilization 0.51,
-0.61, 0.64, 0.83, 0.83; learner idle 87%, 84%, 84%, 79%, 79%; 0 groups wasted in every
-policy; streaming_s1 trains 26% of its groups at staleness 0 and 74% at 1 (a sync
-aborts ~1,200 turns, which resume).  The pool's order matters for streaming:
-``streaming_s1_budget_order`` (on-policy's retry order, largest remaining budget
-first, so new groups' first turns overtake the turns of the group the learner waits
-for) reaches 1.46x and 0.75 of the bound.  S = 2 gains nothing over S = 1 here:
-the fleet is the bottleneck at either bound (the learner is idle 79% of the time), and
-what it loses to the bound is the sync's pause (11.5 s of each ~395 s step), the
-prefill that aborted turns and flushed caches recompute, and the dispatcher's 10%
-headroom, not admission.  Target: utilization 0.9 of the bound: not met (0.83).
+Measured (8 seeds, 20 steps; ``python benchmarks/streaming.py``, before
+``streaming_s1_keep_kv`` and the diagnostics were added), trained tokens per second over synchronous static:
+sync_ours 1.21x, one_step_overlap 1.26x, streaming_s1 1.635x (1.349x sync_ours),
+streaming_s2 1.63x; fleet utilization 0.51, 0.61, 0.64, 0.83, 0.83; learner idle
+87%, 84%, 84%, 79%, 79%; 0 groups wasted in every policy; streaming_s1 trains 26% of
+its groups at staleness 0 and 74% at 1 (a sync aborts ~1,200 turns, which resume).
+The pool's order matters for streaming: ``streaming_s1_budget_order`` (on-policy's
+retry order, largest remaining budget first, so new groups' first turns overtake
+the turns of the group the learner waits for) reaches 1.46x and 0.75 of the bound.
+S = 2 gains nothing over S = 1: the fleet is the bottleneck at either bound.
+
+Where the utilization goes (4 seeds, 10 steps, ``--repeats 4 --steps 10``, all
+policies and the no-sync diagnostic; the same ratios as above within 0.006:
+streaming_s1 1.640x static, 1.351x ours, 0.827 of the bound, 0 wasted).  Of
+streaming_s1's server time, 2.9% is the pause (time_idle: 11.5 s of each ~396 s
+step), 6.0% steps bound by prefill, 3.2% weight reads below a full cache, and the
+bound credits 5.2% for shared prompts: 0.879 - 0.052 = 0.827.  Without any sync
+(``streaming_s1_no_sync``) the same fleet reaches 0.886 (prefill 2.6%, below full
+cache 3.3%, prompt credit 5.5%): no sync mechanism can take streaming_s1 to 0.9
+here.  The syncs take 6.3% of the server time: the pause 2.9, and 3.4 recomputing
+what the abort and the flush threw away (73M tokens prefilled in 10 steps against
+38M).
+``streaming_s1_keep_kv`` keeps the KV and recomputes nothing: 0.859 of the bound,
+1.701x static, 0 wasted, every group at staleness 0 or 1 as in streaming_s1; with a 1 s pause (``--pause-s
+1``, 1 seed, 4 steps: a what-if, not a measured load) it reached 0.882 against
+streaming_s1's 0.849.  What the fleet loses without syncs is the dispatcher's: its
+10% headroom keeps the caches ~0.85 full (less headroom fills them more but evicts
+the prefixes of sessions between turns: 0.05 measured 0.864, 0.02 0.840, without
+syncs, 1 seed, 5 steps), and a problem's 32 samples start as the engine has room and land
+wherever the budget is, so they rarely hold one copy of the prompt (seeding each
+first turn's affinity with its problem's first server, a what-if on the
+dispatcher's sessions: 0.830 against 0.828, credit unchanged; 1 seed, 4 steps).
+Rolling syncs would not help in this model: each server still pauses for its load
+and recomputes its contexts, and the learner does not wait for the fleet (idle 79%).
+Target: utilization 0.9 of the bound: not met (0.827; 0.859 with ``keep``).
 
 Usage: ``python benchmarks/streaming.py [--repeats 8] [--steps 20] [--jobs 2]`` (the
 simulation is deterministic: load changes its wall time, never its figures).
@@ -80,7 +127,7 @@ import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +184,16 @@ class Policy:
     """The pool's retry order of waiting turns (``ServerPool(order=...)``): largest
     remaining budget first (``budget``, on-policy), or the oldest trajectory's first
     (``session``, what streaming mode sets)."""
+    pause: str = "abort"
+    """How a streaming sync pauses the servers: ``abort`` (the trainer's: turns in
+    flight stop and resume from their tokens, caches flushed), ``keep`` (vLLM's
+    ``pause(mode="keep", clear_cache=False)``: they freeze and go on with the KV of
+    the old weights, caches kept) or ``none`` (no sync at all: the fleet alone, a
+    diagnostic whose groups are all too stale)."""
+    expected_keep: bool = False
+    """Admission counts the groups in flight scaled by the keep rate observed so far
+    (a proposal for RoC-heavy runs, unsound: when more of them are kept than
+    expected, the youngest are trained past the bound; a diagnostic of its waste)."""
 
 
 POLICIES = {
@@ -146,7 +203,13 @@ POLICIES = {
     "streaming_s1": Policy("ours", "stream", 1, "session"),
     "streaming_s2": Policy("ours", "stream", 2, "session"),
     "streaming_s1_budget_order": Policy("ours", "stream", 1, "budget"),
+    "streaming_s1_keep_kv": Policy("ours", "stream", 1, "session", "keep"),
 }
+DIAGNOSTICS = {
+    "streaming_s1_no_sync": Policy("ours", "stream", 1, "session", "none"),
+    "streaming_s1_expected_keep": Policy("ours", "stream", 1, "session", expected_keep=True),
+}
+"""Run only when named (``--policies``): not trainer policies, yardsticks."""
 
 
 @dataclass
@@ -196,6 +259,9 @@ class FleetServer(Server):
     rest: float = 0.0  # step j > 0 takes rest + j * grow: its context grows by a token per request
     grow: float = 0.0
     k: int = 0
+    batch: int = 0  # the span's running requests (one joining ends the span)
+    attended0: int = 0  # its first step attends to this much context, the next ones ``batch`` more each
+    charged: int = 0  # the prefill its first step carries
 
     def boundary(self, j: int) -> float:
         """When step ``j`` of the span (from 0) ends."""
@@ -305,6 +371,9 @@ class Fleet(Sim):
         d = self.dispatcher
         self.hold_slack = max(0, int((d.headroom - d.hold_headroom) * p.capacity)) if d else 0
         """A held turn may also fill the headroom down to ``hold_headroom``."""
+        self.spans: list[tuple[float, int, int, float]] = []
+        """Each span's (end, steps finished, context they attended to, seconds their
+        tokens took beyond the weight read): where the time goes."""
 
     # -- the event loop ----------------------------------------------------------------
 
@@ -347,7 +416,7 @@ class Fleet(Sim):
         s.rest = max(p.t_weights, b * p.t_compute) + attended * p.t_kv
         s.grow = b * p.t_kv
         self.prefilled += s.prefill
-        s.prefill = 0
+        s.batch, s.attended0, s.charged, s.prefill = b, attended, s.prefill, 0
         to_finish = s.finish[0][0] - s.step
         to_overflow = (p.capacity - s.used()) // b + 1
         s.k = 1 if s.preempted else max(1, min(to_finish, to_overflow))
@@ -387,9 +456,18 @@ class Fleet(Sim):
             s.k = s.step - s.step0 + 1
             self.push_span(s)
 
+    def account(self, s: FleetServer, steps: int) -> None:
+        """A span ends (``steps`` of it finished; a sync may cut the next one short)."""
+        p, b = self.p, s.batch
+        beyond = lambda tokens: max(0.0, tokens * p.t_compute - p.t_weights)
+        compute = beyond(b + s.charged) + (steps - 1) * beyond(b) if steps else 0.0
+        attended = steps * s.attended0 + b * steps * (steps - 1) // 2
+        self.spans.append((self.now, steps, attended, compute))
+
     def end_span(self, s: FleetServer, gen: int) -> None:
         if gen != s.gen:
             return
+        self.account(s, s.k)
         s.step = s.step0 + s.k - 1
         self.evict(s)
         self.step(s)  # the last step of the span: dispatch.py's step end
@@ -481,11 +559,16 @@ class Fleet(Sim):
 
     def pause(self, mode: str, then: Callable[[], None]) -> None:
         """Stop sending turns; ``abort``: end those in flight now, to resume after
-        :meth:`resume`; ``wait``: let them finish.  ``then`` runs once the fleet is idle."""
+        :meth:`resume`; ``wait``: let them finish; ``keep``: freeze them where they
+        are.  ``then`` runs once the fleet is idle (or frozen)."""
         self.holding = True
         if mode == "abort":
             for s in self.servers:
                 self.abort(s)
+        elif mode == "keep":
+            for s in self.servers:
+                self.freeze(s)
+            return then()
         if self.idle():
             then()
         else:
@@ -493,6 +576,8 @@ class Fleet(Sim):
 
     def abort(self, s: FleetServer) -> None:
         self.advance(s)
+        if s.busy:
+            self.account(s, s.step - s.step0)
         for seq in list(s.running.values()):
             done = s.step - seq.start
             self.free(s, seq, seq.context + done)
@@ -501,6 +586,23 @@ class Fleet(Sim):
             self.interrupt(s.waiting.popleft(), 0)
         s.finish.clear()
         s.busy, s.preempted, s.prefill = False, False, 0
+        s.gen += 1
+
+    def freeze(self, s: FleetServer) -> None:
+        """vLLM's ``pause(mode="keep", clear_cache=False)``: the running requests stay,
+        with their KV (of the old weights), and go on after the resume; the step
+        under way is lost (its prefill is charged again if it was the span's first)."""
+        if not s.busy:
+            return
+        self.advance(s)
+        self.account(s, s.step - s.step0)
+        if s.step == s.step0:
+            s.prefill += s.charged
+            self.prefilled -= s.charged
+        for seq in s.running.values():
+            if s.step > seq.start:  # its turn has tokens of the old weights
+                self.first_version.setdefault(seq.traj.id, self.version)
+        s.busy = False
         s.gen += 1
 
     def interrupt(self, seq: Seq, done: int) -> None:
@@ -521,12 +623,16 @@ class Fleet(Sim):
         self.held.append(traj)
         self.aborted += 1
 
-    def resume(self) -> None:
-        """New weights: caches flushed (their KV is of the old ones), every held turn
-        queued and retried in the pool's order."""
+    def resume(self, flush: bool = True) -> None:
+        """New weights: caches flushed (their KV is of the old ones; ``keep`` keeps
+        them, and the frozen requests go on), every held turn queued and retried in
+        the pool's order."""
         for s in self.servers:
-            s.cache.clear()
-            s.cached = 0
+            if flush:
+                s.cache.clear()
+                s.cached = 0
+            elif s.running:
+                self.schedule(s)
         self.version += 1
         self.holding = False
         held, self.held = self.held, []
@@ -577,6 +683,7 @@ class Trainer:
         self.finished: list[tuple[float, Traj]] = []
         self.wasted: list[Group] = []  # generated, kept by RoC, then past the staleness bound
         self.roc_dropped = 0
+        self.trained_groups = 0  # streaming: taken by a batch (for the observed keep rate)
         self.samples: list[tuple[float, float, float]] = []  # (time, KV fill, servers idle), each poll_s
 
     def run(self) -> dict:
@@ -673,7 +780,9 @@ class Trainer:
         kept but untrained, or in the update under way (their room comes back once
         its sync is done)."""
         limit = (self.policy.max_staleness + 1) * self.setup.batch
-        while len(self.in_flight) + len(self.kept) + self.updating < limit:
+        resolved = self.roc_dropped + len(self.kept) + self.trained_groups
+        rate = 1.0 if not self.policy.expected_keep or not resolved else 1 - self.roc_dropped / resolved
+        while rate * len(self.in_flight) + len(self.kept) + self.updating < limit:
             self.in_flight[self.next_problem] = self.group(self.next_problem)
             self.start_group(self.next_problem)
             self.next_problem += 1
@@ -695,6 +804,7 @@ class Trainer:
         self.dropped.difference_update(range(self.head, position))
         self.head = position
         self.updating = len(take)
+        self.trained_groups += len(take)
         self.train([self.kept.pop(p) for p in take], then=lambda: self.sync(then=self.streamed))
 
     def streamed(self) -> None:
@@ -731,11 +841,13 @@ class Trainer:
     def sync(self, then: Callable[[], None] | None) -> None:
         """Pause (streaming: abort; the overlap: its pause mode), load, flush, resume."""
         assert not self.syncing, "a sync started before the last one ended: the learner outran the load"
+        mode = self.setup.overlap_pause if self.policy.mode == "overlap" else self.policy.pause
+        if mode == "none":
+            return then() if then else None
         self.syncing = True
-        mode = self.setup.overlap_pause if self.policy.mode == "overlap" else "abort"
 
         def resume() -> None:
-            self.fleet.resume()
+            self.fleet.resume(flush=mode != "keep")
             self.syncing = False
             if then:
                 then()
@@ -761,7 +873,9 @@ class Trainer:
         p, batches = self.fleet.p, self.batches
         t0, t1 = batches[0].taken, batches[-1].taken
         window = t1 - t0
-        work, _ = lower_bound(p, [t for at, t in self.finished if t0 < at <= t1])
+        done = [t for at, t in self.finished if t0 < at <= t1]
+        work, _ = lower_bound(p, done)
+        unshared, _ = lower_bound(replace(p, group=1), done)
         wasted = {t.id for g in self.wasted for t in g.trajs}
         wasted_work, _ = lower_bound(p, [t for _, t in self.finished if t.id in wasted])
         all_work, _ = lower_bound(p, [t for _, t in self.finished])
@@ -786,13 +900,40 @@ class Trainer:
             "turns_aborted": self.fleet.aborted,
             "prefill_tokens": self.fleet.prefilled,
             "preemptions": self.fleet.overflows,
+            **self.fleet_time(t0, t1),
+            "bound_prompt_credit": (unshared - work) / window,
+        }
+
+    def fleet_time(self, t0: float, t1: float) -> dict[str, float]:
+        """Where the servers' time in the window goes, as shares of it (they add up
+        to 1): ``time_work``, the steps' weight reads as if each attended to a full
+        cache and their attention (what the bound charges, less its prompt sharing);
+        ``time_below_full_cache``, the rest of the weight reads; ``time_prefill_bound``,
+        steps whose tokens' GEMMs outlast the weight read (prefill: new prompts, tool
+        outputs, and contexts recomputed after an abort, a flush or an eviction);
+        ``time_idle``, no step running (the pause, drained servers) or one a sync cut
+        short.  ``bound_prompt_credit`` (top level) is what the
+        bound takes off for a problem's samples sharing one copy of its prompt, which
+        they do only while running on the same server: utilization = time_work -
+        bound_prompt_credit, within the work of trajectories that straddle the window."""
+        p = self.fleet.p
+        spans = [x for x in self.fleet.spans if t0 < x[0] <= t1]
+        total = p.servers * (t1 - t0)
+        steps, attended, compute = (sum(x[i] for x in spans) for i in range(1, 4))
+        work = attended / p.capacity * p.t_weights + attended * p.t_kv
+        below = (steps - attended / p.capacity) * p.t_weights
+        return {
+            "time_work": work / total,
+            "time_below_full_cache": below / total,
+            "time_prefill_bound": compute / total,
+            "time_idle": 1 - (work + below + compute) / total,
         }
 
 
 def simulate(task: tuple[Setup, str, int]) -> tuple[str, int, dict]:
     setup, name, seed = task
     wall, cpu = time.perf_counter(), time.process_time()
-    row = Trainer(setup, POLICIES[name], seed).run()
+    row = Trainer(setup, {**POLICIES, **DIAGNOSTICS}[name], seed).run()
     row["sim_wall_s"], row["sim_cpu_s"] = time.perf_counter() - wall, time.process_time() - cpu
     return name, seed, row
 
@@ -806,7 +947,7 @@ def main() -> None:
     parser.add_argument("--max-in-flight", type=int, default=Setup.max_in_flight)
     parser.add_argument("--overlap-pause", choices=["wait", "abort"], default=Setup.overlap_pause)
     parser.add_argument("--pause-s", type=float, default=PAUSE_S, help="a sync's pause (default: measured, scaled)")
-    parser.add_argument("--policies", nargs="+", choices=list(POLICIES), default=list(POLICIES))
+    parser.add_argument("--policies", nargs="+", choices=[*POLICIES, *DIAGNOSTICS], default=list(POLICIES))
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="simulations run at once")
     args = parser.parse_args()
     setup = Setup(steps=args.steps, servers=args.servers, max_in_flight=args.max_in_flight,

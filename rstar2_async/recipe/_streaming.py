@@ -19,6 +19,15 @@ stale, and none is ever generated only to be dropped.  The price of the order: t
 learner waits for the oldest unfinished group even when newer ones are done (while
 the fleet works on up to S x B groups more).
 
+A group in flight counts as one even when RoC drops most groups: counting it by the
+observed keep rate would start more, but whenever more of them are kept than
+expected, the youngest kept ones are trained more than S versions after their first
+token (or dropped as too stale, after being paid for).  E.g. with S = 1, B = 1 and a
+keep rate of 0.2 it lets 10 groups start at version v; 3 or more of them are kept
+with probability 0.32, and the third is then trained at version v + 2.  The bound
+holds only if every group ahead of a new one may be kept: the knobs for a fuller
+fleet are S and B.
+
 State (``StreamState`` in every checkpoint; the queued groups themselves in
 ``stream-queue.msgpack``): on resume the queued groups are trained as they are, the
 groups that were in flight are started again (same positions, new samples), and the
