@@ -35,10 +35,15 @@ doubles, behind one in-process httpx transport (no sockets).
    ``pool_cpu_us_per_turn`` is the difference.  ``max_stall_ms``: the longest a
    task sleeping 1 ms at a time woke late.  ``loop_busy``: CPU over wall time (1.0
    would mean one process cannot keep up: shard the rollout across processes).
-   ``shard_*``: the same for one of ``--shards`` (8) processes that split the
-   rollout (2,048 trajectories over 8 doubles, its own engine, pool and
-   dispatcher: each has the one view of its servers); the shards are alike and
-   independent, so one, run alone, stands for each.
+   ``gc_collections``, ``gc_longest_ms``: the collector's passes during the run and
+   the longest in CPU time; ``gc_frozen_garbage_per_turn``: the cyclic garbage
+   that freezing survivors kept (see ``rstar2_async.rollout.tune_gc``), collected
+   after the run.  ``--gc before`` runs with the collector as it was tuned before.
+   ``sharded_*`` (``--shards``, 8): the rollout split over that many processes run
+   at once, each its share of the trajectories over its share of the doubles (2,048
+   over 8), its own engine, pool and dispatcher (each the one view of its
+   servers): per-process CPU per turn and stall (median, and the worst), and the
+   whole's turns per second over the span from the first start to the last end.
 
 2. **Admission cost** (``admission_cost_ratio_16x``): the pool's admission pass,
    timed per release, with 1,024, 4,096 and 16,384 turns waiting (1x, 4x, 16x),
@@ -217,7 +222,9 @@ class SimServer:
 
 class Doubles(httpx.AsyncBaseTransport):
     """vLLM doubles behind one httpx transport, told apart by host; ``own_ns`` is
-    their own work (the part a real server does), timed apart from ours."""
+    their own work (the part a real server does), timed apart from ours in CPU
+    time (in wall time, a process descheduled halfway through a request on a
+    loaded machine counted the wait as the doubles' and took it out of ours)."""
 
     def __init__(self, servers: int, capacity: int) -> None:
         self.servers = {f"10.0.{i // 256}.{i % 256}": SimServer(capacity) for i in range(servers)}
@@ -228,16 +235,16 @@ class Doubles(httpx.AsyncBaseTransport):
         return [f"http://{host}:8000" for host in self.servers]
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        t = time.perf_counter_ns()
+        t = time.thread_time_ns()
         server = self.servers[request.url.host]
         if request.url.path == "/v1/models":  # asked once per client: the context length
             return httpx.Response(200, content=MODELS)
         if request.url.path == "/metrics":
             body = server.metrics()
-            self.own_ns += time.perf_counter_ns() - t
+            self.own_ns += time.thread_time_ns() - t
             return httpx.Response(200, content=body)
         prompt, tokens = server.begin(request.content)
-        self.own_ns += time.perf_counter_ns() - t
+        self.own_ns += time.thread_time_ns() - t
         try:
             answer = await self.generate(server, prompt)
         finally:
@@ -701,6 +708,8 @@ def _sharded(trajectories: int, servers: int, shards: int, gc_mode: str) -> dict
         "sharded_wall_s": round(span, 2),
         "sharded_cpu_us_per_turn": round(statistics.median(r["cpu_us_per_turn"] for r in runs), 2),
         "sharded_cpu_us_per_turn_max": round(max(r["cpu_us_per_turn"] for r in runs), 2),
+        "sharded_cpu_us_per_turn_gross": round(statistics.median(r["cpu_us_per_turn_gross"] for r in runs), 2),
+        "sharded_doubles_cpu_us_per_turn": round(statistics.median(r["doubles_cpu_us_per_turn"] for r in runs), 2),
         "sharded_max_stall_ms": round(max(r["max_stall_ms"] for r in runs), 2),
         "sharded_max_stall_ms_median": round(statistics.median(r["max_stall_ms"] for r in runs), 2),
         "sharded_loop_busy": round(statistics.median(r["loop_busy"] for r in runs), 2),
