@@ -57,37 +57,47 @@ doubles, behind one in-process httpx transport (no sockets).
    16x over that at 1x; both queues' admissions are checked equal.
 
 Run: ``.venv/bin/python benchmarks/paper_scale.py --scale-repeats 1 --repeats 3``
-(``--trajectories``, ``--servers``, ``--shards``, ``--releases`` to scale it; about 13
-minutes here).  Prints one JSON line last; medians of the repeats.
+(``--trajectories``, ``--servers``, ``--shards``, ``--releases`` to scale it;
+``--skip-single``, ``--skip-admission``, ``--skip-scale`` for parts; ``--gc before``
+for the collector's baseline).  Prints one JSON line last; medians of the repeats.
 
-Measured so (2026-12-02, this repository's 2-core CPU box shared with other jobs,
-load 1.8-2.3; a 1M-iteration Python ``+=`` loop takes ~130 ms of CPU on it; the
-paper-scale runs once each, the admission runs 3 times each):
+Measured so (2026-12-02, this repository's 2-core CPU box shared with four other
+engineers' jobs, load 1.4-13 during the runs; main at ceae007 beside this code,
+interleaved, one run each, so the figures are medians of two):
 
-- One process, 16,384 trajectories over 64 doubles: 180,224 turns in 177 s (1,019
-  turns/s) with the loop 94% busy: **one process cannot keep up** here, the run
-  is CPU-bound (a 1/8 shard at the same load per server takes 49 s, the doubles'
-  pace).  ``cpu_us_per_turn`` 922 (979 gross, the doubles' own 57); the bare
-  engine 130 (and 97% busy itself: its 180K turns took 24 s against ~12 s of
-  generation and tools); so the pool path adds 792, of which the pool's own
-  work is 121 (admission passes 89, the dispatcher's calls outside them 31) and
-  the rest, ~670, is mostly the per-server TokenClient over httpx (in a profile:
-  request building, URL parsing, cookies, response decoding).  ``max_stall_ms``
-  4,262, and as much after the first 20% of the run (``max_stall_ms_steady``): a
-  saturated loop runs thousands of wakeups per iteration; the bare engine, as
-  busy, stalls as long (4,510).  Up to 12,850
-  turns waited for room; no double ever overflowed its cache (peak 96%).
-- One of 8 shards (2,048 trajectories over 8 doubles): 22,528 turns in 49 s, the
-  loop 60% busy, 1,311 us per turn (bare 136; the pool's own 164), stalls up to
-  275 ms (121 ms after the first 20% of the run; bare 172 ms).  So the paper-scale
-  rollout takes 8 processes at ~60% of a core each on this CPU.
-- Admission per release (the pass's CPU time), at 864 / 3,947 / 16,244 turns
-  waiting: ours 55 / 45 / 56 us, ``admission_cost_ratio_16x`` **1.02**; the loop
-  before it 2,043 / 14,029 / 61,227 us, ratio 30.  Both admitted the same turns
-  to the same servers (checked on every run).
-- Against the issue's targets: admission flat (1.02 <= 2): met.  <= 60 us of CPU
-  per turn: not met (922 in all; the pool's own 121, of which admission 89).
-  No stall over 50 ms: not met (4.3 s in one process, 275 ms in a shard).
+- One process, 16,384 trajectories over 64 doubles: CPU per turn, gross (the
+  doubles' share is measured in wall time in both, so only gross compares) 544
+  before (559, 529), 488 now (502, 475): 0.90x.  The bare engine 65 before (66,
+  64), 57 now (58, 55): 0.86x (a conversation no longer copies its prompt at
+  admission).  The pool's own work (admission passes and the dispatcher's other
+  calls, timed apart): 99 and 97 before, 89 and 92 now; a pass that can try
+  nothing is skipped, but timing each call costs ~2.4 us of CPU here
+  (``thread_time_ns``), which these figures include.  The rest of the pool path,
+  ~300 us, is the per-server TokenClient over httpx and the /metrics polls
+  (~280 us each, 64 a second; parsing is 9 of them).
+- The longest stall: 9.9 s and 12.4 s before, 8.8 s and 3.2 s now.  Before, one
+  young collection at the 1M threshold walked every token list in flight (4.2 s
+  of wall time in a probe at load 5); now the longest collection takes 172-192 ms
+  of CPU and the stalls that remain are not collections (in a 4,096-trajectory
+  probe, none of the 12 longest, 1.5-2.5 s, overlapped one): the process got too
+  little CPU (``loop_busy`` 0.24-0.62 of one core at load 8-13 on 2 cores) and
+  runs what fell due meanwhile in one loop iteration.  Cyclic garbage kept by
+  freezing: 0.11-0.12 objects per turn.
+- Sharded, 8 processes at once (2,048 trajectories over 8 doubles each):
+  180,224 turns in 76 s, **2,372 turns/s** for the whole against 600-1,442 for one
+  process; per process 470 us per turn gross (435 less the doubles' own, now
+  measured in CPU time), ``loop_busy`` 0.13, longest collection 66 ms, stalls 1.3-1.6 s:
+  eight processes on two shared cores each wait for a core.  One process needs
+  ~490 us x 3,700 turns/s (the doubles' pace) = 1.8 cores, so it cannot keep up;
+  the eight shards need ~0.23 of a core each, which a machine with two free cores
+  gives them.
+- Admission per release at 855 / 3,942 / 16,208 turns waiting (load 2.8): now 20.9 /
+  23.2 / 28.2 us, ``admission_cost_ratio_16x`` **1.35**; before 23.6 / 25.9 / 29.8
+  (1.26); the loop before the wait queue 1,164 / 5,660 / 24,427 us (21x).
+- Against the issue's targets: admission flat (1.35 <= 2): met.  <= 60 us of CPU
+  per turn through the pool: not met (~470-490 gross; the engine alone 55-58, the
+  pool's own ~90, the HTTP client and polls the rest).  No stall over 50 ms: not
+  met on this box (seconds, from CPU starvation; collections now <= 192 ms of CPU).
 """
 
 from __future__ import annotations
