@@ -35,10 +35,15 @@ doubles, behind one in-process httpx transport (no sockets).
    ``pool_cpu_us_per_turn`` is the difference.  ``max_stall_ms``: the longest a
    task sleeping 1 ms at a time woke late.  ``loop_busy``: CPU over wall time (1.0
    would mean one process cannot keep up: shard the rollout across processes).
-   ``shard_*``: the same for one of ``--shards`` (8) processes that split the
-   rollout (2,048 trajectories over 8 doubles, its own engine, pool and
-   dispatcher: each has the one view of its servers); the shards are alike and
-   independent, so one, run alone, stands for each.
+   ``gc_collections``, ``gc_longest_ms``: the collector's passes during the run and
+   the longest in CPU time; ``gc_frozen_garbage_per_turn``: the cyclic garbage
+   that freezing survivors kept (see ``rstar2_async.rollout.tune_gc``), collected
+   after the run.  ``--gc before`` runs with the collector as it was tuned before.
+   ``sharded_*`` (``--shards``, 8): the rollout split over that many processes run
+   at once, each its share of the trajectories over its share of the doubles (2,048
+   over 8), its own engine, pool and dispatcher (each the one view of its
+   servers): per-process CPU per turn and stall (median, and the worst), and the
+   whole's turns per second over the span from the first start to the last end.
 
 2. **Admission cost** (``admission_cost_ratio_16x``): the pool's admission pass,
    timed per release, with 1,024, 4,096 and 16,384 turns waiting (1x, 4x, 16x),
@@ -52,37 +57,47 @@ doubles, behind one in-process httpx transport (no sockets).
    16x over that at 1x; both queues' admissions are checked equal.
 
 Run: ``.venv/bin/python benchmarks/paper_scale.py --scale-repeats 1 --repeats 3``
-(``--trajectories``, ``--servers``, ``--shards``, ``--releases`` to scale it; about 13
-minutes here).  Prints one JSON line last; medians of the repeats.
+(``--trajectories``, ``--servers``, ``--shards``, ``--releases`` to scale it;
+``--skip-single``, ``--skip-admission``, ``--skip-scale`` for parts; ``--gc before``
+for the collector's baseline).  Prints one JSON line last; medians of the repeats.
 
-Measured so (2026-12-02, this repository's 2-core CPU box shared with other jobs,
-load 1.8-2.3; a 1M-iteration Python ``+=`` loop takes ~130 ms of CPU on it; the
-paper-scale runs once each, the admission runs 3 times each):
+Measured so (2026-12-02, this repository's 2-core CPU box shared with four other
+engineers' jobs, load 1.4-13 during the runs; main at ceae007 beside this code,
+interleaved, one run each, so the figures are medians of two):
 
-- One process, 16,384 trajectories over 64 doubles: 180,224 turns in 177 s (1,019
-  turns/s) with the loop 94% busy: **one process cannot keep up** here, the run
-  is CPU-bound (a 1/8 shard at the same load per server takes 49 s, the doubles'
-  pace).  ``cpu_us_per_turn`` 922 (979 gross, the doubles' own 57); the bare
-  engine 130 (and 97% busy itself: its 180K turns took 24 s against ~12 s of
-  generation and tools); so the pool path adds 792, of which the pool's own
-  work is 121 (admission passes 89, the dispatcher's calls outside them 31) and
-  the rest, ~670, is mostly the per-server TokenClient over httpx (in a profile:
-  request building, URL parsing, cookies, response decoding).  ``max_stall_ms``
-  4,262, and as much after the first 20% of the run (``max_stall_ms_steady``): a
-  saturated loop runs thousands of wakeups per iteration; the bare engine, as
-  busy, stalls as long (4,510).  Up to 12,850
-  turns waited for room; no double ever overflowed its cache (peak 96%).
-- One of 8 shards (2,048 trajectories over 8 doubles): 22,528 turns in 49 s, the
-  loop 60% busy, 1,311 us per turn (bare 136; the pool's own 164), stalls up to
-  275 ms (121 ms after the first 20% of the run; bare 172 ms).  So the paper-scale
-  rollout takes 8 processes at ~60% of a core each on this CPU.
-- Admission per release (the pass's CPU time), at 864 / 3,947 / 16,244 turns
-  waiting: ours 55 / 45 / 56 us, ``admission_cost_ratio_16x`` **1.02**; the loop
-  before it 2,043 / 14,029 / 61,227 us, ratio 30.  Both admitted the same turns
-  to the same servers (checked on every run).
-- Against the issue's targets: admission flat (1.02 <= 2): met.  <= 60 us of CPU
-  per turn: not met (922 in all; the pool's own 121, of which admission 89).
-  No stall over 50 ms: not met (4.3 s in one process, 275 ms in a shard).
+- One process, 16,384 trajectories over 64 doubles: CPU per turn, gross (the
+  doubles' share is measured in wall time in both, so only gross compares) 544
+  before (559, 529), 488 now (502, 475): 0.90x.  The bare engine 65 before (66,
+  64), 57 now (58, 55): 0.86x (a conversation no longer copies its prompt at
+  admission).  The pool's own work (admission passes and the dispatcher's other
+  calls, timed apart): 99 and 97 before, 89 and 92 now; a pass that can try
+  nothing is skipped, but timing each call costs ~2.4 us of CPU here
+  (``thread_time_ns``), which these figures include.  The rest of the pool path,
+  ~300 us, is the per-server TokenClient over httpx and the /metrics polls
+  (~280 us each, 64 a second; parsing is 9 of them).
+- The longest stall: 9.9 s and 12.4 s before, 8.8 s and 3.2 s now.  Before, one
+  young collection at the 1M threshold walked every token list in flight (4.2 s
+  of wall time in a probe at load 5); now the longest collection takes 172-192 ms
+  of CPU and the stalls that remain are not collections (in a 4,096-trajectory
+  probe, none of the 12 longest, 1.5-2.5 s, overlapped one): the process got too
+  little CPU (``loop_busy`` 0.24-0.62 of one core at load 8-13 on 2 cores) and
+  runs what fell due meanwhile in one loop iteration.  Cyclic garbage kept by
+  freezing: 0.11-0.12 objects per turn.
+- Sharded, 8 processes at once (2,048 trajectories over 8 doubles each):
+  180,224 turns in 76 s, **2,372 turns/s** for the whole against 600-1,442 for one
+  process; per process 470 us per turn gross (435 less the doubles' own, now
+  measured in CPU time), ``loop_busy`` 0.13, longest collection 66 ms, stalls 1.3-1.6 s:
+  eight processes on two shared cores each wait for a core.  One process needs
+  ~490 us x 3,700 turns/s (the doubles' pace) = 1.8 cores, so it cannot keep up;
+  the eight shards need ~0.23 of a core each, which a machine with two free cores
+  gives them.
+- Admission per release at 855 / 3,942 / 16,208 turns waiting (load 2.8): now 20.9 /
+  23.2 / 28.2 us, ``admission_cost_ratio_16x`` **1.35**; before 23.6 / 25.9 / 29.8
+  (1.26); the loop before the wait queue 1,164 / 5,660 / 24,427 us (21x).
+- Against the issue's targets: admission flat (1.35 <= 2): met.  <= 60 us of CPU
+  per turn through the pool: not met (~470-490 gross; the engine alone 55-58, the
+  pool's own ~90, the HTTP client and polls the rest).  No stall over 50 ms: not
+  met on this box (seconds, from CPU starvation; collections now <= 192 ms of CPU).
 """
 
 from __future__ import annotations
@@ -217,7 +232,9 @@ class SimServer:
 
 class Doubles(httpx.AsyncBaseTransport):
     """vLLM doubles behind one httpx transport, told apart by host; ``own_ns`` is
-    their own work (the part a real server does), timed apart from ours."""
+    their own work (the part a real server does), timed apart from ours in CPU
+    time (in wall time, a process descheduled halfway through a request on a
+    loaded machine counted the wait as the doubles' and took it out of ours)."""
 
     def __init__(self, servers: int, capacity: int) -> None:
         self.servers = {f"10.0.{i // 256}.{i % 256}": SimServer(capacity) for i in range(servers)}
@@ -228,16 +245,16 @@ class Doubles(httpx.AsyncBaseTransport):
         return [f"http://{host}:8000" for host in self.servers]
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        t = time.perf_counter_ns()
+        t = time.thread_time_ns()
         server = self.servers[request.url.host]
         if request.url.path == "/v1/models":  # asked once per client: the context length
             return httpx.Response(200, content=MODELS)
         if request.url.path == "/metrics":
             body = server.metrics()
-            self.own_ns += time.perf_counter_ns() - t
+            self.own_ns += time.thread_time_ns() - t
             return httpx.Response(200, content=body)
         prompt, tokens = server.begin(request.content)
-        self.own_ns += time.perf_counter_ns() - t
+        self.own_ns += time.thread_time_ns() - t
         try:
             answer = await self.generate(server, prompt)
         finally:
@@ -701,6 +718,8 @@ def _sharded(trajectories: int, servers: int, shards: int, gc_mode: str) -> dict
         "sharded_wall_s": round(span, 2),
         "sharded_cpu_us_per_turn": round(statistics.median(r["cpu_us_per_turn"] for r in runs), 2),
         "sharded_cpu_us_per_turn_max": round(max(r["cpu_us_per_turn"] for r in runs), 2),
+        "sharded_cpu_us_per_turn_gross": round(statistics.median(r["cpu_us_per_turn_gross"] for r in runs), 2),
+        "sharded_doubles_cpu_us_per_turn": round(statistics.median(r["doubles_cpu_us_per_turn"] for r in runs), 2),
         "sharded_max_stall_ms": round(max(r["max_stall_ms"] for r in runs), 2),
         "sharded_max_stall_ms_median": round(statistics.median(r["max_stall_ms"] for r in runs), 2),
         "sharded_loop_busy": round(statistics.median(r["loop_busy"] for r in runs), 2),

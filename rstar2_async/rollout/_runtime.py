@@ -13,14 +13,17 @@ rollout's live data are long lists: each trajectory in flight holds its token id
 (~4K ints at rStar2's length), and each turn adds lists of 240+ ids and logprobs.
 Walked again and again as they age, they made the collector the orchestrator's
 longest stall: with 16,384 trajectories in flight, one young collection at a
-threshold of 1M walked ~150M list elements and held the loop 4.2-9 s
-(``benchmarks/paper_scale.py``).  :func:`tune_gc` therefore freezes whatever
+threshold of 1M walked every token list in flight and held the loop 4.2 s (wall
+time, load 5; ``benchmarks/paper_scale.py``); 16,384 lists of 4,000 ints and
+180,224 pairs of 240-element lists take 1.1 s of CPU to collect on their own.  :func:`tune_gc` therefore freezes whatever
 survives a collection (:func:`_freeze_survivors`): each object is walked at most
 once, by the first collection after it was made, and a collection walks only what
-was made since the last one and is still alive.  At 100,000 containers one took
-~110 ms on a loaded 2-core box, at 20,000 ~20 ms; a lower threshold walks more
-objects that would have died before it (more CPU per turn), a higher one stalls
-longer."""
+was made since the last one and is still alive.  Measured on a loaded 2-core box
+(CPU time): at 20,000, 37-48 ms per collection at 2,048 trajectories in flight
+and up to 172-192 ms at 16,384 (the frozen objects that die take the count down,
+so more than 20,000 are young at a collection), ~12 us per turn in all; at
+5,000, 15-20 ms each at 2,048 but ~22 us per turn (it walks more objects that
+would have died before a later one); at 100,000, ~110 ms at 2,048."""
 
 RUN_OPTIONS: Final[dict[str, Any]] = {"use_uvloop": True}
 """``backend_options`` for ``anyio.run`` in processes that run rollouts: asyncio on
