@@ -115,10 +115,12 @@ async def test_failing_server_is_retried_then_removed_never_paused_and_loaded_wh
         assert not fakes[1].paused, "resumed although its load failed"
         assert fakes[1].paths().count("/collective_rpc") == 2  # one retry
         # It keeps failing: the poller's attempts keep it out of rotation.
-        await anyio.sleep(0.3)
+        with anyio.fail_after(60):  # a bound against a hang, not a timing: the poller's next attempt
+            while fakes[1].paths().count("/collective_rpc") < 3:
+                await anyio.sleep(0.02)
         assert not pool.is_up(1) and fakes[1].version == "default"
         fakes[1].fail_paths.clear()  # e.g. restarted by the fleet
-        with anyio.fail_after(5):
+        with anyio.fail_after(60):
             while not pool.is_up(1):
                 await anyio.sleep(0.02)
         assert fakes[1].version == "5" and fakes[1].weights == str(tmp_path.resolve())
