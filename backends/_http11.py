@@ -64,7 +64,8 @@ class Http11Transport(httpx.AsyncBaseTransport):
         timeout: connect / read / write / pool timeouts for :meth:`post`; an
             ``httpx.AsyncClient``'s requests carry their own.
         max_connections: open connections at most, all origins together; a request
-            beyond waits up to the pool timeout for one to close.
+            beyond waits up to the pool timeout for one to close or go idle (an idle
+            one to another origin is closed to make room).
 
     Resource handling: each request owns its connection until its response is
     read whole; it then goes back to the idle list, or is closed when the
@@ -78,7 +79,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
         self.max_connections = max_connections
         self._idle: dict[_Origin, list[_Connection]] = {}
         self._open = 0
-        self._freed = anyio.Event()
+        self._freed: anyio.Event | None = None  # made by the first request waiting at the cap
         self._closed = False
 
     # -- the hot path ---------------------------------------------------------------
@@ -142,6 +143,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
             if h.our_state is h11.DONE and h.their_state is h11.DONE and not self._closed:
                 h.start_next_cycle()
                 self._idle.setdefault(origin, []).append(connection)
+                self._wake()  # a request waiting at the cap can take it (or close it for its origin)
             else:
                 await self._discard(connection)
             return answer
@@ -217,7 +219,13 @@ class Http11Transport(httpx.AsyncBaseTransport):
         if self._open >= self.max_connections:
             try:
                 with anyio.fail_after(timeout.pool):
-                    while self._open >= self.max_connections:
+                    while self._open >= self.max_connections and not self._idle.get(origin):
+                        other = next((c for c in self._idle.values() if c), None)
+                        if other is not None:  # idle on another origin: closing it makes room
+                            await self._discard(other.pop())
+                            continue
+                        if self._freed is None:
+                            self._freed = anyio.Event()
                         await self._freed.wait()
             except TimeoutError as exc:
                 raise httpx.PoolTimeout(f"all {self.max_connections} connections busy") from exc
@@ -245,8 +253,13 @@ class Http11Transport(httpx.AsyncBaseTransport):
 
     def _closed_one(self) -> None:
         self._open -= 1
-        self._freed.set()
-        self._freed = anyio.Event()
+        self._wake()
+
+    def _wake(self) -> None:
+        """Wake the requests waiting at the cap: a connection closed or went idle."""
+        if self._freed is not None:
+            self._freed.set()
+            self._freed = None
 
 
 def transport_for(

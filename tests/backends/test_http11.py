@@ -212,3 +212,39 @@ async def test_turns_stalled_on_a_hung_server_fail_over_and_all_finish(where: st
         tg.cancel_scope.cancel()
     assert finished == [list(range(3 + 4 * turns))] * trajectories
     assert hung.stalled >= 10
+
+
+async def test_a_request_waiting_for_a_connection_takes_one_that_goes_idle() -> None:
+    """At the cap, a request waits for a connection; one that goes back idle (to its
+    origin or, evicted, to another) is as good as one that closes, so the wait ends
+    there and not with a ``PoolTimeout``."""
+    release = anyio.Event()
+
+    async def slow(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        if request.target == b"/slow":
+            await release.wait()
+        await stream.send(_head(200, 2) + b"ok")
+        return True
+
+    a, b = FakeRawServer(slow), FakeRawServer(slow)
+    async with anyio.create_task_group() as tg:
+        await tg.start(a.serve)
+        await tg.start(b.serve)
+        transport = Http11Transport(timeout=httpx.Timeout(30.0, pool=5.0), max_connections=1)
+        answers: list[tuple[int, bytes]] = []
+
+        async def post(origin: tuple[str, int], target: bytes) -> None:
+            answers.append(await transport.post(origin, target, [], b""))
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as requests:
+                requests.start_soon(post, ("127.0.0.1", a.port), b"/slow")
+                await anyio.wait_all_tasks_blocked()
+                requests.start_soon(post, ("127.0.0.1", a.port), b"/")  # waits for the one connection
+                await anyio.wait_all_tasks_blocked()
+                release.set()
+            # the one connection is idle on a; b needs it closed, not a pool timeout
+            assert await transport.post(("127.0.0.1", b.port), b"/", [], b"") == (200, b"ok")
+        assert answers == [(200, b"ok")] * 2 and a.connections == 1
+        assert transport._open == 1
+        tg.cancel_scope.cancel()
