@@ -323,7 +323,8 @@ async def serve_sglang(args: _SGLangArgs, *, task_status: TaskStatus[tuple[int, 
         command += ["--config", key_file]
     headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else None
     try:
-        with log_path.open("ab") as log:
+        # SGLang logs its arguments at start-up, the key among them: its log is ours alone.
+        with open(log_path, "ab", opener=_private if args.api_key is not None else None) as log:  # noqa: ASYNC230 - a local file, as before
             process = await anyio.open_process(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
@@ -351,6 +352,12 @@ async def serve_sglang(args: _SGLangArgs, *, task_status: TaskStatus[tuple[int, 
         _remove(key_file)
         with anyio.CancelScope(shield=True):
             await stop_tree(process, args.stop_grace_s)
+
+
+def _private(path: str, flags: int) -> int:
+    fd = os.open(path, flags, 0o600)
+    os.fchmod(fd, 0o600)  # a log kept from an earlier run without a key may be open to others
+    return fd
 
 
 def _remove(path: str | None) -> None:

@@ -180,6 +180,8 @@ async def test_sglang_behind_the_proxy_asks_for_the_secret_on_its_own_port(tmp_p
         async with ServerPool([public], model="m", poll_interval_s=0.05, api_key="s3cret") as pool:
             assert pool.statistics().servers_up == 1  # through the proxy, which forwards the key to the engine
     assert bare == [401, 401] and keyed.status_code == 200
+    # SGLang writes its arguments, the key among them, into its log: no one else reads it
+    assert (tmp_path / "logs" / "server-0.log").stat().st_mode & 0o077 == 0
 
 
 def test_a_fleet_off_loopback_needs_a_secret_or_insecure(tmp_path: Path, fake_python: Path) -> None:
