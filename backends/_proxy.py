@@ -20,8 +20,7 @@ users of its node can reach its dev-mode routes there.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Final
+from typing import Final, final
 
 import anyio
 import httpx
@@ -69,7 +68,7 @@ async def serve_proxy(
                 raise HTTPError(502, f"engine at {upstream} unreachable: {type(e).__name__}: {e}") from e
             content_type = answer.headers.get("content-type", "application/octet-stream").encode()
             if "content-length" not in answer.headers:
-                return HTTPResponse(answer.status_code, b"", content_type, stream=_relay(answer, upstream))
+                return HTTPResponse(answer.status_code, b"", content_type, stream=_Relay(answer, upstream))
             try:
                 content = await answer.aread()
             except httpx.TransportError as e:
@@ -82,13 +81,29 @@ async def serve_proxy(
         await server.serve(task_status=task_status)
 
 
-async def _relay(answer: httpx.Response, upstream: str) -> AsyncIterator[bytes]:
-    """The engine's answer part by part, as it comes; closed when the client has
-    it all or goes away (the server closes this generator)."""
-    try:
-        async for part in answer.aiter_bytes():
-            yield part
-    except httpx.TransportError as e:
-        raise HTTPError(502, f"engine at {upstream} cut its answer: {type(e).__name__}: {e}") from e
-    finally:
-        await answer.aclose()
+@final
+class _Relay:
+    """The engine's answer part by part, as it comes; the server closes it when the
+    client has it all or goes away.  Not an async generator: one closed before its
+    first part would skip its ``finally``, and the engine's answer (its connection,
+    its generation) would stay open."""
+
+    def __init__(self, answer: httpx.Response, upstream: str) -> None:
+        self._answer = answer
+        self._parts = answer.aiter_bytes()
+        self._upstream = upstream
+
+    def __aiter__(self) -> _Relay:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self._parts.__anext__()
+        except httpx.TransportError as e:
+            raise HTTPError(502, f"engine at {self._upstream} cut its answer: {type(e).__name__}: {e}") from e
+
+    async def aclose(self) -> None:
+        try:
+            await self._parts.aclose()
+        finally:
+            await self._answer.aclose()

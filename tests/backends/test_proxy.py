@@ -4,6 +4,7 @@ double: streamed (chunked, server-sent events) answers are relayed part by part.
 from __future__ import annotations
 
 import functools
+from collections.abc import AsyncIterator
 
 import anyio
 import h11
@@ -12,6 +13,7 @@ import pytest
 from anyio.abc import SocketStream
 
 from backends import serve_proxy
+from backends._proxy import _Relay
 from tests.backends.test_http11 import FakeRawServer
 
 pytestmark = pytest.mark.anyio
@@ -74,3 +76,22 @@ async def test_an_answer_the_engine_cuts_is_cut_for_the_client() -> None:
                     await http.post("/v1/completions", json={"stream": True})
                 assert (await http.get("/v1/models")).status_code == 200  # the proxy still serves
         tg.cancel_scope.cancel()
+
+
+async def test_a_relay_closed_before_its_first_part_closes_the_engines_answer() -> None:
+    """The server closes a stream it could not start sending (the client went before
+    the head): the engine's answer, and with it its connection, must close too."""
+
+    class FakeEngineStream(httpx.AsyncByteStream):
+        closed = False
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield b"data: first\n\n"
+
+        async def aclose(self) -> None:
+            self.closed = True
+
+    engine = FakeEngineStream()
+    relay = _Relay(httpx.Response(200, stream=engine), "http://engine")
+    await relay.aclose()
+    assert engine.closed
