@@ -22,7 +22,7 @@ import httpx
 import msgspec
 
 from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavailable
-from ._http11 import Http11Transport
+from ._http11 import Http11Transport, transport_for
 from ._retry import RetryPolicy
 from ._types import Completion, FinishReason, SamplingParams
 from ._vllm import parse_vllm_weight_version
@@ -118,11 +118,7 @@ class CompletionClient:
         """Stamped on completions whose response carries no version; the weight sync
         sets it after loading new weights and before resuming the server."""
         timeout = timeout or httpx.Timeout(3600.0, connect=10.0, pool=60.0)
-        if transport is None and base_url.startswith("http://"):
-            transport = Http11Transport(timeout=timeout, max_connections=max_connections)
-        elif transport is None:  # https: a hosted endpoint
-            limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-            transport = httpx.AsyncHTTPTransport(limits=limits)
+        transport = transport or transport_for(base_url, timeout=timeout, max_connections=max_connections)
         # The client owns the transport's lifecycle; the hot path (_post) calls the
         # transport directly.
         self._transport = transport
