@@ -255,8 +255,11 @@ def _resolve(prog: list[tuple]) -> bytes:
 
 def prepare() -> None:
     """Assemble the filter and load libc now, once, so that processes forked after
-    this pay neither (the worker calls it before forking calls)."""
-    _assembled()
+    this pay neither (the worker calls it before forking calls).  On a machine the
+    filter has no syscall table for there is nothing to assemble: the pool runs
+    without the filter there (:func:`supported`), and its workers must still start."""
+    if platform.machine() in _ARCHES:
+        _assembled()
     _libc()
 
 

@@ -71,6 +71,18 @@ def test_seccomp_filter_filled_in_per_pid_is_the_one_assembled_for_it() -> None:
     assert _seccomp.build(7) != _seccomp.build(8)
 
 
+def test_seccomp_prepare_on_a_machine_without_a_syscall_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers import ``_child``, which prepares the filter, whether or not the pool
+    uses it: on an architecture the filter does not know, that must not fail."""
+    monkeypatch.setattr(_seccomp.platform, "machine", lambda: "riscv64")
+    _seccomp._assembled.cache_clear()
+    try:
+        assert _seccomp.supported() is not None
+        _seccomp.prepare()
+    finally:
+        _seccomp._assembled.cache_clear()
+
+
 def test_seccomp_filter_denies_in_a_forked_child() -> None:
     assert _seccomp.supported() is None
     assert len(_seccomp.build(7)) % 8 == 0
