@@ -18,9 +18,12 @@ response models (``CompletionClient._post`` uses it).  Through
 (model lists, admin calls), each body read whole before it returns.
 
 Covered: keep-alive reuse, ``content-length`` and chunked bodies, connect / read /
-write / pool timeouts (``httpx.Timeout``), a cap on open connections, one retry
-on a fresh connection when a reused idle one turns out closed by the server
-before answering.  Not covered: TLS, proxies, HTTP/2, streamed bodies.
+write / pool timeouts (``httpx.Timeout``), a cap on open connections.  A request
+whose reused idle connection turns out closed by the server before any answer
+(a keep-alive timeout, a restart) is sent again on the next one, idle or new,
+each stale one discarded; on a new connection nothing is retried.  The server
+may have read a request it then dropped unanswered: for completions a second
+generation is only wasted work.  Not covered: TLS, proxies, HTTP/2, streamed bodies.
 Errors are httpx's (``httpx.ConnectError``, ``ReadTimeout``, ...), so callers
 translate them as before.
 """
@@ -135,7 +138,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 answer = await self._send_and_read(connection, method, target, head, body, timeout, reused)
             except _StaleConnection:
                 await self._discard(connection)
-                continue  # the server closed it while idle: once more on a fresh one
+                continue  # the server closed it while idle: again on the next one
             except BaseException:
                 await self._discard(connection)  # cancelled or failed mid-exchange: its state is unknown
                 raise
