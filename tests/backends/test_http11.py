@@ -162,7 +162,8 @@ async def test_cancelling_a_stalled_request_closes_its_connection_at_once(where:
                 await anyio.wait_all_tasks_blocked()
                 assert server.stalled == 1
                 scope.cancel()
-        await closed.wait()  # the server saw its client go
+        with anyio.fail_after(20):  # a bound: a socket left open would hang the test, not fail it
+            await closed.wait()  # the server saw its client go
         assert transport._open == 0 and not transport._idle
         tg.cancel_scope.cancel()
 
