@@ -24,7 +24,7 @@ EXPORTS: dict[str, list[str]] = {
     "rstar2_async.rollout": [
         "ADMISSION_BATCH", "CallError", "ChatTokenizer", "DEFAULT_SYSTEM_PROMPT", "GC_GEN0_THRESHOLD",
         "HFChatTokenizer", "JupyterTool", "PythonTool", "RUN_OPTIONS", "RolloutEngine", "RolloutStatistics", "StreamOptions", "Tool",
-        "ToolContext", "ToolOutput", "Toolbox", "count_answer_blocks", "load_tools", "parse_tool_calls",
+        "ToolContext", "ToolOutput", "Toolbox", "collect_frozen_garbage", "count_answer_blocks", "load_tools", "parse_tool_calls",
         "problem_messages", "render_exec_result", "render_tool_turn", "run_trajectory", "truncate_middle", "tune_gc",
     ],
     "rstar2_async.rollout.tools": [

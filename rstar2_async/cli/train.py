@@ -62,7 +62,8 @@ def train(config: TrainConfig, *, resume: bool) -> TrainSummary | None:
     from rstar2_async.recipe import Trainer
     from rstar2_async.rollout import RUN_OPTIONS, tune_gc
 
-    tune_gc()
+    if os.environ.get("RANK", "0") == "0":  # the other ranks of a learner run no rollouts
+        tune_gc()
     return anyio.run(Trainer(config, resume=resume).run, backend_options=RUN_OPTIONS)
 
 

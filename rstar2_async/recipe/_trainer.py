@@ -42,6 +42,7 @@ import msgspec
 
 from ..config import InferenceConfig, StageConfig, TrainConfig, to_toml
 from ..errors import TrainError
+from ..rollout import collect_frozen_garbage
 from ..types import Group, Problem
 from ._ahead import rollouts
 from ._data import batch_for_step, load_problems
@@ -256,6 +257,7 @@ class Trainer:
             self.state.rl_step += 1
             self.state.step_in_stage = step + 1
             values.update(extra() if extra else {})
+            values["runtime/gc_collected"], values["runtime/gc_full_s"] = collect_frozen_garbage()
             self.health.check(self.state.rl_step, values)  # warns when the mismatch or the ratio jumps
             metrics.write(self.state.rl_step, {"stage": stage.name, **values})
             record = partial(record_step, self.run_dir / "trajectories", self.state.rl_step, stage.name, done.decisions)

@@ -17,7 +17,7 @@ Importing this package imports neither torch nor transformers.
 from ._agent import problem_messages, run_trajectory
 from ._chat_template import ChatTokenizer, HFChatTokenizer
 from ._engine import ADMISSION_BATCH, RolloutEngine, RolloutStatistics, StreamOptions
-from ._runtime import GC_GEN0_THRESHOLD, RUN_OPTIONS, tune_gc
+from ._runtime import GC_GEN0_THRESHOLD, RUN_OPTIONS, collect_frozen_garbage, tune_gc
 from ._toolbox import DEFAULT_SYSTEM_PROMPT, Toolbox, load_tools
 from ._toolcall import (
     CallError,
@@ -52,6 +52,7 @@ __all__ = [
     "ToolContext",
     "ToolOutput",
     "Toolbox",
+    "collect_frozen_garbage",
     "count_answer_blocks",
     "load_tools",
     "parse_tool_calls",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import time
 from typing import Any, Final
 
 GC_GEN0_THRESHOLD = 20_000
@@ -49,6 +50,22 @@ def _freeze_survivors(phase: str, info: dict[str, int]) -> None:
         gc.freeze()
 
 
+def collect_frozen_garbage() -> tuple[int, float]:
+    """Collect the cycles that became garbage after they were frozen: unfreeze, a
+    full collection, freeze what survives.  Returns (objects collected, seconds).
+
+    Freezing survivors (:func:`tune_gc`) keeps such cycles for the life of the
+    process, so a long run calls this once per RL step: a full walk of everything
+    alive (about the 1.1 s of CPU above at 16,384 trajectories in flight; a few ms
+    at the CPU demo's size), against a step of minutes.
+    """
+    t0 = time.perf_counter()
+    gc.unfreeze()
+    found = gc.collect()
+    gc.freeze()
+    return found, time.perf_counter() - t0
+
+
 def tune_gc() -> None:
     """Move everything alive now (imports, configs, tokenizers) out of the collector's
     sight, collect at :data:`GC_GEN0_THRESHOLD`, and freeze the survivors of every
@@ -58,4 +75,3 @@ def tune_gc() -> None:
     gc.set_threshold(GC_GEN0_THRESHOLD, 20, 100)
     if _freeze_survivors not in gc.callbacks:
         gc.callbacks.append(_freeze_survivors)
-

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
 from backends import Completion
-from rstar2_async.rollout import GC_GEN0_THRESHOLD, tune_gc
+from rstar2_async.rollout import GC_GEN0_THRESHOLD, collect_frozen_garbage, tune_gc
 from rstar2_async.rollout._conversation import TokenConversation
 from tests.fakes.model import FakeByteTokenizer
 
@@ -39,6 +40,24 @@ def test_tune_gc_freezes_what_survives_a_collection(collector: None) -> None:
     cycle.append(cycle)  # made and dropped between two collections: still collected
     del cycle
     assert gc.collect(0) >= 1
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_cycle_that_dies_frozen_is_collected_once_a_step(collector: None) -> None:
+    tune_gc()
+    node = _Node()
+    gone = weakref.ref(node)
+    gc.collect(0)  # it survives a collection: frozen
+    del node  # now garbage, out of the collector's sight
+    gc.collect()
+    assert gone() is not None  # kept by the freeze
+    found, seconds = collect_frozen_garbage()
+    assert gone() is None and found >= 1 and seconds >= 0
+    assert gc.get_freeze_count() > 0  # the survivors are frozen again
 
 
 def test_a_conversation_shares_its_prompt_until_it_has_tokens_of_its_own() -> None:
