@@ -44,23 +44,25 @@ class Spares:
         return len(self._ready)
 
     def take(self) -> WorkerProcess | None:
-        """A ready spare that has not exited, or None (none ready)."""
+        """A ready spare that is alive (not exited, not stopped), or None (none ready).
+        Dead ones are left to the keeper, woken here, which closes and replaces them."""
         for spare in self._ready:
-            if spare.process.returncode is None:
+            if spare.alive():
                 self._ready.remove(spare)
                 self.taken += 1
                 self._taken_event.set()
                 return spare
+        self._taken_event.set()
         return None
 
     async def keep(self) -> None:
         """Keep ``target`` spares ready until cancelled; replace those that die waiting."""
         try:
             while True:
-                for dead in [w for w in self._ready if w.process.returncode is not None]:
+                for dead in [w for w in self._ready if not w.alive()]:
                     self._ready.remove(dead)
                     self.died += 1
-                    log.warning("sandbox spare worker died while waiting (exit %s); replacing it", dead.process.returncode)
+                    log.warning("sandbox spare worker died or stopped while waiting (exit %s); replacing it", dead.process.returncode)
                     await dead.aclose()
                 if len(self._ready) < self.target:
                     try:

@@ -145,3 +145,27 @@ async def test_a_spare_that_dies_waiting_is_replaced() -> None:
         stats = pool.statistics()
     assert result.stdout == "ok\n" and stats.worker_starts == 3 and stats.spares_taken == 0
     assert pool_processes(pool.id) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
+async def test_a_spare_killed_or_stopped_just_before_it_is_needed_is_not_handed_out(sig: signal.Signals) -> None:
+    # The spare is signalled at the moment the slot's worker is killed mid-call: its
+    # bubblewrap is not reaped yet (it looks alive by its return code), or never will be
+    # (stopped).  Handed out, it would take the call's one retry: ``internal``.
+    async with SandboxPool(config(workers=1, spares=1)) as pool:
+        await wait_until(lambda: pool.statistics().spares_ready == 1)
+        slot = slot_worker(pool)
+        (spare,) = set(worker_pids(pool.id)) - {slot}
+
+        def victim() -> int:
+            os.kill(spare, sig)
+            return slot
+
+        result = await killed_mid_call(pool, victim)
+        stats = pool.statistics()
+        await wait_until(lambda: pool.statistics().spares_ready == 1)  # the dead spare's successor
+        assert spare not in worker_pids(pool.id)
+    assert result is not None and result.status == "ok" and result.stdout == "done\n", result
+    assert (stats.retries, stats.spares_taken) == (1, 0)
+    assert pool_processes(pool.id) == []
+
