@@ -17,8 +17,11 @@ from ._process import WorkerProcess
 
 log = logging.getLogger("sandbox")
 
-RETRY_START_S = 1.0
-"""Pause after a spare failed to start (slots still start their own meanwhile)."""
+RETRY_FIRST_S = 0.5
+"""Pause after a spare failed to start; it doubles with each failure in a row (slots
+still start their own meanwhile)."""
+RETRY_MAX_S = 30.0
+"""The longest pause between failed starts (a machine out of fds or memory for a while)."""
 
 
 class Spares:
@@ -57,6 +60,7 @@ class Spares:
 
     async def keep(self) -> None:
         """Keep ``target`` spares ready until cancelled; replace those that die waiting."""
+        pause = RETRY_FIRST_S
         try:
             while True:
                 for dead in [w for w in self._ready if not w.alive()]:
@@ -67,9 +71,11 @@ class Spares:
                 if len(self._ready) < self.target:
                     try:
                         self._ready.append(await self._start())
-                    except SandboxBroken as e:
-                        log.warning("sandbox spare worker failed to start: %s", str(e).splitlines()[0])
-                        await anyio.sleep(RETRY_START_S)
+                        pause = RETRY_FIRST_S
+                    except (SandboxBroken, OSError) as e:  # OSError: out of fds, memory, processes
+                        log.warning("sandbox spare worker failed to start (next try in %.1fs): %s", pause, str(e).splitlines()[0])
+                        await anyio.sleep(pause)
+                        pause = min(pause * 2, RETRY_MAX_S)
                     continue
                 await self._until_taken_or_dead()
         finally:
