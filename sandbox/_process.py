@@ -70,6 +70,7 @@ class WorkerProcess:
         self._out = BufferedByteReceiveStream(process.stdout)  # type: ignore[arg-type]
         self._closed = False
         self._init_pidfd: int | None = None  # bubblewrap's init: pid 1 of the jail's pid namespace
+        self._interpreter: tuple[int, int] | None = None  # (host pid, pidfd) of the worker interpreter
 
     @property
     def pid(self) -> int:
@@ -109,7 +110,12 @@ class WorkerProcess:
             await worker.aclose()
             raise SandboxBroken(f"sandbox worker failed to load its preloads: {ready.get('error')}")
         if spec.layers.get("jail"):
-            worker._init_pidfd = _child_pidfd(process.pid)
+            init = _child_pidfd(process.pid)
+            if init is not None:
+                worker._init_pidfd = init[1]
+                worker._interpreter = _child_pidfd(init[0])
+        else:
+            worker._interpreter = _child_pidfd(os.getpid(), only=process.pid)
         return worker
 
     async def call(self, frame: CallFrame) -> ReplyFrame:
@@ -127,6 +133,26 @@ class WorkerProcess:
             raise WorkerDied(f"reply to call {reply.id}, expected {frame.id}")
         self.calls += 1
         return reply
+
+    def alive(self) -> bool:
+        """Whether the worker interpreter is there to answer: not exited, not stopped.
+
+        ``process.returncode`` is not enough: it is set only once the event loop has
+        reaped bubblewrap, after the interpreter and bubblewrap's init have exited, so
+        a worker killed a moment ago still looks alive there.  The interpreter's
+        pidfd says that it exited (and pins its pid, so ``/proc`` names it and no
+        recycled one); ``/proc`` says whether it is stopped (SIGSTOP), exiting (a
+        large interpreter takes a while to tear down its memory) or has a SIGKILL
+        pending that it has not yet run to act on.
+        """
+        if self.process.returncode is not None or self._closed:
+            return False
+        if self._interpreter is None:  # not found at start: only the reaped exit tells
+            return True
+        pid, fd = self._interpreter
+        if select.select([fd], [], [], 0)[0]:  # a pidfd is readable once its process exited
+            return False
+        return not _dying(pid)
 
     async def wait_exit(self) -> int:
         """Return once the worker process has exited (for whatever reason)."""
@@ -158,6 +184,8 @@ class WorkerProcess:
             if self._init_pidfd is not None:
                 await anyio.to_thread.run_sync(_wait_fd, self._init_pidfd, 30.0)
                 os.close(self._init_pidfd)
+            if self._interpreter is not None:
+                os.close(self._interpreter[1])
             await self.process.aclose()
             if self.spec.scratch_host:
                 await anyio.to_thread.run_sync(shutil.rmtree, self.spec.scratch_host, True)
@@ -199,29 +227,58 @@ class WorkerProcess:
 
 
 
-def _child_pidfd(pid: int) -> int | None:
-    """A pidfd for the (single) child of ``pid``, or None if it has none (it died)."""
-    try:
-        children = open(f"/proc/{pid}/task/{pid}/children").read().split()
-    except OSError:
-        children = [e for e in os.listdir("/proc") if e.isdigit() and _ppid(e) == pid]
+def _child_pidfd(pid: int, only: int | None = None) -> tuple[int, int] | None:
+    """(host pid, pidfd) of the (single) child of ``pid`` (or of its child ``only``),
+    or None if it has none (it died)."""
+    if only is not None:
+        children = [str(only)]
+    else:
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                children = f.read().split()
+        except OSError:
+            children = [e for e in os.listdir("/proc") if e.isdigit() and _ppid(e) == pid]
     for child in children:
         try:
             fd = os.pidfd_open(int(child))
         except OSError:
             continue
         if _ppid(child) == pid:  # still ours after opening: not a recycled pid
-            return fd
+            return int(child), fd
         os.close(fd)
     return None
 
 
-def _ppid(pid: str) -> int:
+def _stat(pid: str) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), or []."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _ppid(pid: str) -> int:
+    fields = _stat(pid)
+    return int(fields[1]) if len(fields) > 1 else -1
+
+
+_PF_EXITING = 0x4  # include/linux/sched.h: the task is in do_exit
+_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+
+
+def _dying(pid: int) -> bool:
+    """Gone, stopped, exiting, or with a SIGKILL pending (the kernel has not yet run
+    it to act on it)."""
+    fields = _stat(str(pid))
+    if len(fields) < 7 or fields[0] in ("T", "t", "Z", "X", "x") or int(fields[6]) & _PF_EXITING:
+        return True
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            pending = [int(line.split()[1], 16) for line in f if line.startswith(("SigPnd:", "ShdPnd:"))]
     except (OSError, IndexError, ValueError):
-        return -1
+        return True
+    return any(mask & _SIGKILL_BIT for mask in pending)
 
 
 def _wait_fd(fd: int, timeout: float) -> None:

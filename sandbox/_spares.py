@@ -17,8 +17,11 @@ from ._process import WorkerProcess
 
 log = logging.getLogger("sandbox")
 
-RETRY_START_S = 1.0
-"""Pause after a spare failed to start (slots still start their own meanwhile)."""
+RETRY_FIRST_S = 0.5
+"""Pause after a spare failed to start; it doubles with each failure in a row (slots
+still start their own meanwhile)."""
+RETRY_MAX_S = 30.0
+"""The longest pause between failed starts (a machine out of fds or memory for a while)."""
 
 
 class Spares:
@@ -44,30 +47,35 @@ class Spares:
         return len(self._ready)
 
     def take(self) -> WorkerProcess | None:
-        """A ready spare that has not exited, or None (none ready)."""
+        """A ready spare that is alive (not exited, not stopped), or None (none ready).
+        Dead ones are left to the keeper, woken here, which closes and replaces them."""
         for spare in self._ready:
-            if spare.process.returncode is None:
+            if spare.alive():
                 self._ready.remove(spare)
                 self.taken += 1
                 self._taken_event.set()
                 return spare
+        self._taken_event.set()
         return None
 
     async def keep(self) -> None:
         """Keep ``target`` spares ready until cancelled; replace those that die waiting."""
+        pause = RETRY_FIRST_S
         try:
             while True:
-                for dead in [w for w in self._ready if w.process.returncode is not None]:
+                for dead in [w for w in self._ready if not w.alive()]:
                     self._ready.remove(dead)
                     self.died += 1
-                    log.warning("sandbox spare worker died while waiting (exit %s); replacing it", dead.process.returncode)
+                    log.warning("sandbox spare worker died or stopped while waiting (exit %s); replacing it", dead.process.returncode)
                     await dead.aclose()
                 if len(self._ready) < self.target:
                     try:
                         self._ready.append(await self._start())
-                    except SandboxBroken as e:
-                        log.warning("sandbox spare worker failed to start: %s", str(e).splitlines()[0])
-                        await anyio.sleep(RETRY_START_S)
+                        pause = RETRY_FIRST_S
+                    except (SandboxBroken, OSError) as e:  # OSError: out of fds, memory, processes
+                        log.warning("sandbox spare worker failed to start (next try in %.1fs): %s", pause, str(e).splitlines()[0])
+                        await anyio.sleep(pause)
+                        pause = min(pause * 2, RETRY_MAX_S)
                     continue
                 await self._until_taken_or_dead()
         finally:

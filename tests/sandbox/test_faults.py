@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
 
-from sandbox import ExecResult, SandboxPool, pool_processes, worker_pids
+from sandbox import ExecResult, SandboxPool, _spares, pool_processes, worker_pids
+from sandbox._process import WorkerProcess
 
 from ._helpers import config, wait_until
 
@@ -144,4 +147,60 @@ async def test_a_spare_that_dies_waiting_is_replaced() -> None:
         result = await pool.run("print('ok')")
         stats = pool.statistics()
     assert result.stdout == "ok\n" and stats.worker_starts == 3 and stats.spares_taken == 0
+    assert pool_processes(pool.id) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
+async def test_a_spare_killed_or_stopped_just_before_it_is_needed_is_not_handed_out(sig: signal.Signals) -> None:
+    # The spare is signalled at the moment the slot's worker is killed mid-call: its
+    # bubblewrap is not reaped yet (it looks alive by its return code), or never will be
+    # (stopped).  Handed out, it would take the call's one retry: ``internal``.
+    async with SandboxPool(config(workers=1, spares=1)) as pool:
+        await wait_until(lambda: pool.statistics().spares_ready == 1)
+        slot = slot_worker(pool)
+        (spare,) = set(worker_pids(pool.id)) - {slot}
+
+        def victim() -> int:
+            os.kill(spare, sig)
+            return slot
+
+        result = await killed_mid_call(pool, victim)
+        stats = pool.statistics()
+        await wait_until(lambda: pool.statistics().spares_ready == 1)  # the dead spare's successor
+        assert spare not in worker_pids(pool.id)
+    assert result is not None and result.status == "ok" and result.stdout == "done\n", result
+    assert (stats.retries, stats.spares_taken) == (1, 0)
+    assert pool_processes(pool.id) == []
+
+
+class FakeFailingStart:
+    """A spare's start that raises ``OSError`` (out of file descriptors) its first
+    ``failures`` times, then starts a real worker."""
+
+    def __init__(self, start: Callable[[], Awaitable[WorkerProcess]], failures: int) -> None:
+        self.start = start
+        self.failures = failures
+        self.failed = 0
+        self.first_failure = anyio.Event()
+
+    async def __call__(self) -> WorkerProcess:
+        if self.failed < self.failures:
+            self.failed += 1
+            self.first_failure.set()
+            raise OSError(errno.EMFILE, "Too many open files")
+        return await self.start()
+
+
+async def test_a_spare_that_fails_to_start_with_oserror_is_retried(monkeypatch, caplog) -> None:
+    monkeypatch.setattr(_spares, "RETRY_FIRST_S", 0.01)
+    caplog.set_level(logging.WARNING, logger="sandbox")
+    pool = SandboxPool(config(workers=1, spares=1))
+    fake = pool._spares._start = FakeFailingStart(pool._spares._start, failures=2)
+    async with pool:
+        await fake.first_failure.wait()
+        served = await pool.run("print('served')")  # the pool serves while the keeper backs off
+        await wait_until(lambda: pool.statistics().spares_ready == 1)
+        stats = pool.statistics()
+    assert served.stdout == "served\n" and fake.failed == 2 and stats.worker_starts == 2
+    assert caplog.text.count("spare worker failed to start") == 2
     assert pool_processes(pool.id) == []
