@@ -18,6 +18,9 @@ Covered, per connection:
   and ``read_timeout_s`` to send a response: a client that sends half a request
   or stops reading cannot hold a connection slot, and holds no worker, since the
   handler only runs on a whole request;
+- with ``cancel_abandoned``: a client that closes its connection while its
+  request is handled or answered cancels the handler (and closes a streamed
+  answer's source), e.g. the proxy's request to an engine still generating;
 - at most ``max_connections`` at once: the next one is answered 503 and closed;
 - :meth:`HTTPServer.shutdown`: stop listening (new connections are refused),
   close idle connections, let requests in flight be answered (then close their
@@ -125,6 +128,9 @@ class HTTPServer:
         handler: answers a whole request; may raise :class:`HTTPError`.
         secret: required as a bearer token on every request; ``None``: none.
         insecure: allow a non-loopback ``host`` without a secret.
+        cancel_abandoned: watch the client while its request is handled and
+            answered; if it closes its connection, cancel both.  A client that
+            half-closes after its request counts as gone.
 
     Raises:
         ValueError: a non-loopback ``host`` without a secret, unless ``insecure``.
@@ -132,10 +138,11 @@ class HTTPServer:
 
     def __init__(
         self, handler: Handler, *, host: str = "127.0.0.1", port: int = 0, secret: str | None = None,
-        insecure: bool = False, limits: HTTPLimits | None = None,
+        insecure: bool = False, limits: HTTPLimits | None = None, cancel_abandoned: bool = False,
     ) -> None:  # fmt: skip
         check_bind(host, secret, insecure)
         self.handler, self.host, self.port = handler, host, port
+        self.cancel_abandoned = cancel_abandoned
         self.limits = limits or HTTPLimits()
         self._expected = f"Bearer {secret}".encode() if secret is not None else None
         self._tg: TaskGroup | None = None
@@ -205,11 +212,7 @@ class HTTPServer:
                 if closing.response is not None:
                     await self._send_closing(stream, closing.response)
                 return
-            try:
-                response = await self.handler(request)
-            except HTTPError as e:
-                response = _error(e.status, str(e))
-            if not await self._send(conn, stream, response, close=self._stopping):
+            if not await self._answer(conn, stream, request):
                 return
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                 return
@@ -217,6 +220,35 @@ class HTTPServer:
                 conn.start_next_cycle()
             except h11.LocalProtocolError:
                 return
+
+    async def _answer(self, conn: h11.Connection, stream: SocketStream, request: HTTPRequest) -> bool:
+        """Handle ``request`` and send the answer; False: the connection must close."""
+        if not self.cancel_abandoned:
+            return await self._handle_and_send(conn, stream, request)
+        sent = False
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                try:
+                    data = await stream.receive(65536)
+                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    data = b""
+                if data:
+                    conn.receive_data(data)  # the next request, pipelined: parsed once this one is answered
+                else:
+                    tg.cancel_scope.cancel()  # the client went: nobody waits for this answer
+
+            tg.start_soon(watch)
+            sent = await self._handle_and_send(conn, stream, request)
+            tg.cancel_scope.cancel()
+        return sent
+
+    async def _handle_and_send(self, conn: h11.Connection, stream: SocketStream, request: HTTPRequest) -> bool:
+        try:
+            response = await self.handler(request)
+        except HTTPError as e:
+            response = _error(e.status, str(e))
+        return await self._send(conn, stream, response, close=self._stopping)
 
     async def _read_request(self, conn: h11.Connection, stream: SocketStream) -> HTTPRequest:
         """Raises: _Closing (with the answer to give, if any)."""

@@ -4,7 +4,7 @@ always reaches a request stalled mid-headers or mid-body."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 import h11
@@ -249,3 +249,42 @@ async def test_a_request_waiting_for_a_connection_takes_one_that_goes_idle() -> 
         assert answers == [(200, b"ok")] * 2 and a.connections == 1
         assert transport._open == 1
         tg.cancel_scope.cancel()
+
+
+async def test_a_streamed_response_closed_early_closes_its_connection() -> None:
+    """Through an ``httpx.AsyncClient`` the body streams: read whole, its connection
+    is kept for the next request; closed after its first part, the connection is
+    closed (the server sees the request abandoned), never reused."""
+    more = anyio.Event()
+
+    async def parts(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        await stream.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n")
+        if request.target == b"/stall":
+            await server.stall(stream)
+            return False
+        await more.wait()
+        await stream.send(b"2\r\nde\r\n0\r\n\r\n")
+        return True
+
+    server = FakeRawServer(parts)
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        transport = Http11Transport()
+        with anyio.fail_after(20):
+            async with httpx.AsyncClient(transport=transport, base_url=f"http://127.0.0.1:{server.port}") as client:
+                async with client.stream("GET", "/whole") as response:
+                    received = [part async for part in _first_then(response.aiter_raw(), more)]
+                assert received == [b"abc", b"de"] and transport._open == 1 and server.connections == 1
+                closed = server.closed
+                async with client.stream("GET", "/stall") as response:
+                    assert await response.aiter_raw().__anext__() == b"abc"
+                await closed.wait()
+        assert transport._open == 0 and server.connections == 1 and server.stalled == 1
+        tg.cancel_scope.cancel()
+
+
+async def _first_then(parts: AsyncIterator[bytes], event: anyio.Event) -> AsyncIterator[bytes]:
+    """``parts``, setting ``event`` once the first has come (the server sends the rest then)."""
+    async for part in parts:
+        yield part
+        event.set()

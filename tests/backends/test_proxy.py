@@ -95,3 +95,46 @@ async def test_a_relay_closed_before_its_first_part_closes_the_engines_answer() 
     relay = _Relay(httpx.Response(200, stream=engine), "http://engine")
     await relay.aclose()
     assert engine.closed
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_client_that_goes_away_closes_the_engines_connection(streamed: bool) -> None:
+    """The engine is still generating (no answer yet, or one part of a stream) when
+    the client gives up: the proxy must close the engine's connection (vLLM then
+    aborts the generation), not wait on for an answer nobody reads."""
+
+    async def generating(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        if streamed:
+            await stream.send(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            )
+            await stream.send(_chunk(b"data: first\n\n"))
+        await engine.stall(stream)
+        return False
+
+    engine = FakeRawServer(generating)
+    async with anyio.create_task_group() as tg:
+        await tg.start(engine.serve)
+        port = await tg.start(
+            functools.partial(serve_proxy, f"http://127.0.0.1:{engine.port}", host="127.0.0.1", port=0, secret=None)
+        )
+        closed = engine.closed
+        with anyio.fail_after(20):  # a bound: a proxy that waits on would hang the test, not fail it
+            async with (
+                httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http,
+                anyio.create_task_group() as client,
+            ):
+
+                async def request() -> None:
+                    async with http.stream("POST", "/v1/completions", json={"stream": streamed}) as response:
+                        async for _ in response.aiter_bytes():
+                            client.cancel_scope.cancel()  # leaves after the first part
+
+                client.start_soon(request)
+                if not streamed:
+                    while engine.stalled == 0:
+                        await anyio.wait_all_tasks_blocked()
+                    client.cancel_scope.cancel()
+            await closed.wait()  # the engine saw the proxy's connection go
+        tg.cancel_scope.cancel()
+    assert engine.stalled == 1
