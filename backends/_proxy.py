@@ -76,14 +76,14 @@ async def serve_proxy(
             )
             try:
                 answer = await http.send(outbound, stream=True)
-            except httpx.TransportError as e:
+            except httpx.HTTPError as e:
                 raise HTTPError(502, f"engine at {upstream} unreachable: {type(e).__name__}: {e}") from e
             content_type = answer.headers.get("content-type", "application/octet-stream").encode()
             if "content-length" not in answer.headers:
                 return HTTPResponse(answer.status_code, b"", content_type, stream=_Relay(answer, upstream))
             try:
                 content = await answer.aread()
-            except httpx.TransportError as e:
+            except httpx.HTTPError as e:  # cut, or not decodable (its content-encoding)
                 raise HTTPError(502, f"engine at {upstream} cut its answer: {type(e).__name__}: {e}") from e
             finally:
                 await answer.aclose()
@@ -113,7 +113,7 @@ class _Relay:
     async def __anext__(self) -> bytes:
         try:
             return await self._parts.__anext__()
-        except httpx.TransportError as e:
+        except httpx.HTTPError as e:  # cut, or not decodable (its content-encoding)
             raise HTTPError(502, f"engine at {self._upstream} cut its answer: {type(e).__name__}: {e}") from e
 
     async def aclose(self) -> None:

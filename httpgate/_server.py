@@ -21,6 +21,9 @@ Covered, per connection:
 - with ``cancel_abandoned``: a client that closes its connection while its
   request is handled or answered cancels the handler (and closes a streamed
   answer's source), e.g. the proxy's request to an engine still generating;
+- a handler (or a streamed answer's source) that raises anything but
+  :class:`HTTPError`: logged with its traceback, answered 500 if nothing was sent
+  yet, else the connection is cut; the other connections are served on;
 - at most ``max_connections`` at once: the next one is answered 503 and closed;
 - :meth:`HTTPServer.shutdown`: stop listening (new connections are refused),
   close idle connections, let requests in flight be answered (then close their
@@ -36,6 +39,7 @@ HTTP/2, pipelined requests beyond one at a time.
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import final
 
@@ -47,6 +51,7 @@ from anyio.abc import SocketStream, TaskGroup, TaskStatus
 from ._secret import check_bind
 
 _encode = msgspec.json.Encoder().encode
+log = logging.getLogger("httpgate")
 
 
 class HTTPLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -196,11 +201,15 @@ class HTTPServer:
         async with stream:
             if self._connections >= self.limits.max_connections:
                 self.refused += 1
-                await self._send_closing(stream, _error(503, f"too many connections (at most {self.limits.max_connections})"))
+                await self._send_closing(
+                    stream, _error(503, f"too many connections (at most {self.limits.max_connections})")
+                )
                 return
             self._connections += 1
             try:
                 await self._serve_connection(conn, stream)
+            except Exception:  # a bug of ours: it ends this connection, never the listener's task group
+                log.exception("connection from %s failed", _peer(stream))
             finally:
                 self._connections -= 1
 
@@ -248,6 +257,9 @@ class HTTPServer:
             response = await self.handler(request)
         except HTTPError as e:
             response = _error(e.status, str(e))
+        except Exception:
+            log.exception("handler failed on %s %s", request.method.decode(errors="replace"), _shown(request.target))
+            response = _error(500, "internal server error (logged)")
         return await self._send(conn, stream, response, close=self._stopping)
 
     async def _read_request(self, conn: h11.Connection, stream: SocketStream) -> HTTPRequest:
@@ -323,7 +335,9 @@ class HTTPServer:
                 return False
         return False
 
-    async def _send_stream(self, conn: h11.Connection, stream: SocketStream, response: HTTPResponse, *, close: bool) -> bool:
+    async def _send_stream(
+        self, conn: h11.Connection, stream: SocketStream, response: HTTPResponse, *, close: bool
+    ) -> bool:
         """Send a streamed ``response`` part by part (h11 frames it chunked, having no
         length); each part, not the whole, must go within ``read_timeout_s``."""
         assert response.stream is not None
@@ -337,6 +351,9 @@ class HTTPServer:
             return await self._send_part(stream, conn.send(h11.EndOfMessage()))
         except (HTTPError, OSError):
             return False  # the source failed mid-way: cut the connection
+        except Exception:
+            log.exception("streamed answer failed mid-way")
+            return False  # the head went with a status: all that is left is to cut the connection
         finally:
             aclose = getattr(response.stream, "aclose", None)
             if aclose is not None:
@@ -372,5 +389,23 @@ class HTTPServer:
                 pass
 
 
-_REASONS = {400: "Bad Request", 401: "Unauthorized", 408: "Request Timeout", 413: "Content Too Large",
-            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+def _peer(stream: SocketStream) -> object:
+    try:
+        return stream.extra(anyio.abc.SocketAttribute.remote_address)
+    except (anyio.TypedAttributeLookupError, OSError):
+        return "?"
+
+
+def _shown(target: bytes) -> str:
+    """A request's target for the log: its path only (a query may carry data)."""
+    return target.split(b"?", 1)[0][:200].decode(errors="replace")
+
+
+_REASONS = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    408: "Request Timeout",
+    413: "Content Too Large",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}

@@ -138,3 +138,29 @@ async def test_a_client_that_goes_away_closes_the_engines_connection(streamed: b
             await closed.wait()  # the engine saw the proxy's connection go
         tg.cancel_scope.cancel()
     assert engine.stalled == 1
+
+
+async def test_an_answer_the_proxy_cannot_decode_is_a_502() -> None:
+    """A gzip answer that is not gzip fails to decode in the proxy: a 502 for that
+    client, and the proxy serves on."""
+
+    async def garbled(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        if request.target == b"/v1/models":
+            await stream.send(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+        else:
+            await stream.send(b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: 7\r\n\r\nnot gz!")
+        return True
+
+    engine = FakeRawServer(garbled)
+    async with anyio.create_task_group() as tg:
+        await tg.start(engine.serve)
+        port = await tg.start(
+            functools.partial(serve_proxy, f"http://127.0.0.1:{engine.port}", host="127.0.0.1", port=0, secret=None)
+        )
+        with anyio.fail_after(20):
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+                answer = await http.post("/v1/completions", json={})
+                assert answer.status_code == 502 and "DecodingError" in answer.json()["error"]
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+                assert (await http.get("/v1/models")).status_code == 200  # the proxy still serves
+        tg.cancel_scope.cancel()
