@@ -123,7 +123,10 @@ class Http11Transport(httpx.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
+        """Close the idle connections; requests waiting at the cap fail at once
+        (``RuntimeError``), those under way close theirs when they end."""
         self._closed = True
+        self._wake()
         idle, self._idle = self._idle, {}
         for connections in idle.values():
             for connection in connections:
@@ -152,8 +155,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
     ) -> tuple[_Connection, int, list[tuple[bytes, bytes]]]:  # fmt: skip
         """Send the request and read the answer's head: the connection (now the
         caller's, to :meth:`_release`), the status and the headers."""
-        host = origin[0].encode() if origin[1] == 80 else f"{origin[0]}:{origin[1]}".encode()
-        head = [(b"host", host), (b"content-length", str(len(body)).encode()), *headers]
+        head = [(b"host", _host_header(origin)), (b"content-length", str(len(body)).encode()), *headers]
         while True:
             connection, reused = await self._checkout(origin, timeout)
             try:
@@ -262,7 +264,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
         if self._open >= self.max_connections:
             try:
                 with anyio.fail_after(timeout.pool):
-                    while self._open >= self.max_connections and not self._idle.get(origin):
+                    while not self._closed and self._open >= self.max_connections and not self._idle.get(origin):
                         other = next((c for c in self._idle.values() if c), None)
                         if other is not None:  # idle on another origin: closing it makes room
                             await self._discard(other.pop())
@@ -272,6 +274,8 @@ class Http11Transport(httpx.AsyncBaseTransport):
                         await self._freed.wait()
             except TimeoutError as exc:
                 raise httpx.PoolTimeout(f"all {self.max_connections} connections busy") from exc
+            if self._closed:
+                raise RuntimeError("Http11Transport was closed while this request waited for a connection")
             idle = self._idle.get(origin)
             if idle:
                 return idle.pop(), True
@@ -303,6 +307,11 @@ class Http11Transport(httpx.AsyncBaseTransport):
         if self._freed is not None:
             self._freed.set()
             self._freed = None
+
+
+def _host_header(origin: _Origin) -> bytes:
+    name = f"[{origin[0]}]" if ":" in origin[0] else origin[0]  # an IPv6 literal goes in brackets
+    return name.encode() if origin[1] == 80 else f"{name}:{origin[1]}".encode()
 
 
 @final

@@ -14,7 +14,7 @@ import pytest
 from anyio.abc import SocketStream
 
 from backends import RetryPolicy, SamplingParams, ServerPool
-from backends._http11 import Http11Transport
+from backends._http11 import Http11Transport, _host_header
 from tests.fakes.http import read_request
 
 pytestmark = pytest.mark.anyio
@@ -288,3 +288,47 @@ async def _first_then(parts: AsyncIterator[bytes], event: anyio.Event) -> AsyncI
     async for part in parts:
         yield part
         event.set()
+
+
+def test_an_ipv6_host_goes_in_brackets() -> None:
+    """``host: ::1:8000`` is no host and port; ``[::1]:8000`` is (RFC 9110 section 7.2)."""
+    assert _host_header(("::1", 8000)) == b"[::1]:8000"
+    assert _host_header(("fe80::1", 80)) == b"[fe80::1]"
+    assert _host_header(("127.0.0.1", 8000)) == b"127.0.0.1:8000"
+    assert _host_header(("engine", 80)) == b"engine"
+
+
+async def test_closing_the_transport_fails_the_requests_waiting_for_a_connection() -> None:
+    """At the cap, a waiting request fails at once when the transport closes; it does
+    not wait out the pool timeout (an hour here)."""
+    release = anyio.Event()
+
+    async def slow(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        await release.wait()
+        await stream.send(_head(200, 2) + b"ok")
+        return True
+
+    server = FakeRawServer(slow)
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        transport = Http11Transport(timeout=httpx.Timeout(3600.0), max_connections=1)
+        origin = ("127.0.0.1", server.port)
+        failed: list[BaseException] = []
+
+        async def waits() -> None:
+            with pytest.raises(RuntimeError, match="closed while this request waited") as caught:
+                await transport.post(origin, b"/", [], b"")
+            failed.append(caught.value)
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as requests:
+                requests.start_soon(transport.post, origin, b"/", [], b"")  # holds the one connection
+                await anyio.wait_all_tasks_blocked()
+                requests.start_soon(waits)
+                await anyio.wait_all_tasks_blocked()
+                await transport.aclose()
+                await anyio.wait_all_tasks_blocked()
+                assert len(failed) == 1  # before the first request is answered
+                release.set()
+        assert transport._open == 0
+        tg.cancel_scope.cancel()
