@@ -209,7 +209,7 @@ class HTTPServer:
             try:
                 await self._serve_connection(conn, stream)
             except Exception:  # a bug of ours: it ends this connection, never the listener's task group
-                log.exception("connection from %s failed", _peer(stream))
+                log.exception("a connection failed")
             finally:
                 self._connections -= 1
 
@@ -389,23 +389,10 @@ class HTTPServer:
                 pass
 
 
-def _peer(stream: SocketStream) -> object:
-    try:
-        return stream.extra(anyio.abc.SocketAttribute.remote_address)
-    except (anyio.TypedAttributeLookupError, OSError):
-        return "?"
-
-
 def _shown(target: bytes) -> str:
     """A request's target for the log: its path only (a query may carry data)."""
     return target.split(b"?", 1)[0][:200].decode(errors="replace")
 
 
-_REASONS = {
-    400: "Bad Request",
-    401: "Unauthorized",
-    408: "Request Timeout",
-    413: "Content Too Large",
-    431: "Request Header Fields Too Large",
-    503: "Service Unavailable",
-}
+_REASONS = {400: "Bad Request", 401: "Unauthorized", 408: "Request Timeout", 413: "Content Too Large",
+            431: "Request Header Fields Too Large", 503: "Service Unavailable"}  # fmt: skip
