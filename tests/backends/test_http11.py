@@ -4,7 +4,7 @@ always reaches a request stalled mid-headers or mid-body."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import anyio
 import h11
@@ -15,53 +15,9 @@ from anyio.abc import SocketStream
 
 from backends import RetryPolicy, SamplingParams, ServerPool
 from backends._http11 import Http11Transport, _host_header
-from tests.fakes.http import read_request
+from tests.fakes.http import FakeRawServer
 
 pytestmark = pytest.mark.anyio
-
-Answer = Callable[[SocketStream, h11.Request, bytes], Awaitable[bool]]
-"""Answers one request on the stream; False closes the connection."""
-
-
-class FakeRawServer:
-    """An HTTP/1.1 server double on 127.0.0.1 whose ``answer`` writes raw bytes, so
-    a test can stall it anywhere in a response."""
-
-    def __init__(self, answer: Answer) -> None:
-        self.answer = answer
-        self.connections = 0
-        self.requests = 0
-        self.port = 0
-        self.closed = anyio.Event()  # set each time a client closes its end
-        self.stalled = 0
-
-    async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        task_status.started()
-        await listener.serve(self._connection)
-
-    async def _connection(self, stream: SocketStream) -> None:
-        self.connections += 1
-        async with stream:
-            while received := await read_request(h11.Connection(h11.SERVER), stream):
-                # the answers are raw bytes: a fresh parser for each request
-                self.requests += 1
-                if not await self.answer(stream, *received):
-                    return
-            self.closed.set()
-            self.closed = anyio.Event()
-
-    async def stall(self, stream: SocketStream) -> None:
-        """Never answer more, until the client goes away."""
-        self.stalled += 1
-        try:
-            while await stream.receive():
-                pass
-        except (anyio.EndOfStream, anyio.BrokenResourceError):
-            pass
-        self.closed.set()
-        self.closed = anyio.Event()
 
 
 def _completion(body: bytes) -> bytes:

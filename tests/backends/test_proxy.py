@@ -14,7 +14,7 @@ from anyio.abc import SocketStream
 
 from backends import serve_proxy
 from backends._proxy import _Relay
-from tests.backends.test_http11 import FakeRawServer
+from tests.fakes.http import FakeRawServer
 
 pytestmark = pytest.mark.anyio
 
