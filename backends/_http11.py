@@ -201,10 +201,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
             raise httpx.WriteError(f"{type(exc).__name__}: {exc}") from exc
         received = False
         while True:
-            try:
-                event = h.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise httpx.RemoteProtocolError(str(exc)) from exc
+            event = _next_event(h)
             if event is h11.NEED_DATA:
                 try:
                     data = await self._receive(connection, timeout)
@@ -226,10 +223,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
         """The next part of the answer's body; None at its end."""
         h = connection.h11
         while True:
-            try:
-                event = h.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise httpx.RemoteProtocolError(str(exc)) from exc
+            event = _next_event(h)
             if event is h11.NEED_DATA:
                 h.receive_data(await self._receive(connection, timeout))
             elif isinstance(event, h11.Data):
@@ -307,6 +301,13 @@ class Http11Transport(httpx.AsyncBaseTransport):
         if self._freed is not None:
             self._freed.set()
             self._freed = None
+
+
+def _next_event(h: h11.Connection) -> type[h11.PAUSED | h11.NEED_DATA] | h11.Event:
+    try:
+        return h.next_event()
+    except h11.RemoteProtocolError as exc:
+        raise httpx.RemoteProtocolError(str(exc)) from exc
 
 
 def _host_header(origin: _Origin) -> bytes:

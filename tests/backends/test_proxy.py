@@ -10,13 +10,20 @@ import anyio
 import h11
 import httpx
 import pytest
-from anyio.abc import SocketStream
+from anyio.abc import SocketStream, TaskGroup
 
 from backends import serve_proxy
 from backends._proxy import _Relay
 from tests.fakes.http import FakeRawServer
 
 pytestmark = pytest.mark.anyio
+
+
+async def _proxy_for(engine: FakeRawServer, tg: TaskGroup, secret: str | None = None) -> int:
+    """Start ``engine`` and a proxy in front of it in ``tg``: the proxy's port."""
+    await tg.start(engine.serve)
+    upstream = f"http://127.0.0.1:{engine.port}"
+    return await tg.start(functools.partial(serve_proxy, upstream, host="127.0.0.1", port=0, secret=secret))
 
 
 def _chunk(data: bytes) -> bytes:
@@ -38,9 +45,7 @@ async def test_a_streamed_answer_reaches_the_client_part_by_part() -> None:
 
     engine = FakeRawServer(events)
     async with anyio.create_task_group() as tg:
-        await tg.start(engine.serve)
-        upstream = f"http://127.0.0.1:{engine.port}"
-        port = await tg.start(functools.partial(serve_proxy, upstream, host="127.0.0.1", port=0, secret="k"))
+        port = await _proxy_for(engine, tg, secret="k")
         parts: list[bytes] = []
         with anyio.fail_after(20):
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
@@ -66,10 +71,7 @@ async def test_an_answer_the_engine_cuts_is_cut_for_the_client() -> None:
 
     engine = FakeRawServer(cut)
     async with anyio.create_task_group() as tg:
-        await tg.start(engine.serve)
-        port = await tg.start(
-            functools.partial(serve_proxy, f"http://127.0.0.1:{engine.port}", host="127.0.0.1", port=0, secret=None)
-        )
+        port = await _proxy_for(engine, tg)
         with anyio.fail_after(20):
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
                 with pytest.raises(httpx.RemoteProtocolError):
@@ -114,10 +116,7 @@ async def test_a_client_that_goes_away_closes_the_engines_connection(streamed: b
 
     engine = FakeRawServer(generating)
     async with anyio.create_task_group() as tg:
-        await tg.start(engine.serve)
-        port = await tg.start(
-            functools.partial(serve_proxy, f"http://127.0.0.1:{engine.port}", host="127.0.0.1", port=0, secret=None)
-        )
+        port = await _proxy_for(engine, tg)
         closed = engine.closed
         with anyio.fail_after(20):  # a bound: a proxy that waits on would hang the test, not fail it
             async with (
@@ -153,10 +152,7 @@ async def test_an_answer_the_proxy_cannot_decode_is_a_502() -> None:
 
     engine = FakeRawServer(garbled)
     async with anyio.create_task_group() as tg:
-        await tg.start(engine.serve)
-        port = await tg.start(
-            functools.partial(serve_proxy, f"http://127.0.0.1:{engine.port}", host="127.0.0.1", port=0, secret=None)
-        )
+        port = await _proxy_for(engine, tg)
         with anyio.fail_after(20):
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
                 answer = await http.post("/v1/completions", json={})
