@@ -30,7 +30,7 @@ translate them as before.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from typing import Final, final
 
 import anyio
@@ -327,17 +327,24 @@ class _Body(httpx.AsyncByteStream):
         self._connection: _Connection | None = connection
         self._timeout = timeout
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    def __aiter__(self) -> _Body:
+        return self
+
+    async def __anext__(self) -> bytes:
+        # Not an async generator: one dropped unexhausted (httpx's own are, on a
+        # decoding error) would be left for the garbage collector to finalize.
+        connection = self._connection
+        if connection is None:
+            raise StopAsyncIteration
         try:
-            while (connection := self._connection) is not None:
-                part = await self._transport._next_part(connection, self._timeout)
-                if part is None:
-                    break
-                yield part
+            part = await self._transport._next_part(connection, self._timeout)
         except BaseException:
             await self.aclose()
             raise
-        await self.aclose()
+        if part is None:
+            await self.aclose()
+            raise StopAsyncIteration
+        return part
 
     async def aclose(self) -> None:
         connection, self._connection = self._connection, None

@@ -4,6 +4,7 @@ always reaches a request stalled mid-headers or mid-body."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 
 import anyio
@@ -232,8 +233,8 @@ async def test_a_streamed_response_closed_early_closes_its_connection() -> None:
                     received = [part async for part in _first_then(response.aiter_raw(), more)]
                 assert received == [b"abc", b"de"] and transport._open == 1 and server.connections == 1
                 closed = server.closed
-                async with client.stream("GET", "/stall") as response:
-                    assert await response.aiter_raw().__anext__() == b"abc"
+                async with client.stream("GET", "/stall") as response, contextlib.aclosing(response.aiter_raw()) as raw:
+                    assert await raw.__anext__() == b"abc"
                 await closed.wait()
         assert transport._open == 0 and server.connections == 1 and server.stalled == 1
         tg.cancel_scope.cancel()

@@ -91,8 +91,9 @@ class FakeRawServer:
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
         self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        task_status.started()
-        await listener.serve(self._connection)
+        async with listener:  # closed when cancelled: no listening socket left to the garbage collector
+            task_status.started()
+            await listener.serve(self._connection)
 
     async def _connection(self, stream: SocketStream) -> None:
         self.connections += 1
