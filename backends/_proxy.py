@@ -83,8 +83,8 @@ async def serve_proxy(
                 return HTTPResponse(answer.status_code, b"", content_type, stream=_Relay(answer, upstream))
             try:
                 content = await answer.aread()
-            except httpx.HTTPError as e:  # cut, or not decodable (its content-encoding)
-                raise HTTPError(502, f"engine at {upstream} cut its answer: {type(e).__name__}: {e}") from e
+            except httpx.HTTPError as e:
+                raise HTTPError(502, f"engine at {upstream}: answer cut or undecodable: {type(e).__name__}: {e}") from e
             finally:
                 await answer.aclose()
             return HTTPResponse(answer.status_code, content, content_type)
@@ -114,7 +114,9 @@ class _Relay:
         try:
             return await self._parts.__anext__()
         except httpx.HTTPError as e:  # cut, or not decodable (its content-encoding)
-            raise HTTPError(502, f"engine at {self._upstream} cut its answer: {type(e).__name__}: {e}") from e
+            raise HTTPError(
+                502, f"engine at {self._upstream}: answer cut or undecodable: {type(e).__name__}: {e}"
+            ) from e
 
     async def aclose(self) -> None:
         try:
