@@ -146,7 +146,8 @@ class Fleet:
         insecure: serve a non-loopback ``config.host`` without a secret.
 
     Raises:
-        ValueError: a non-loopback ``host`` without ``api_key``, unless ``insecure``.
+        ValueError: a non-loopback ``host`` without ``api_key``, unless ``insecure``;
+            with ``api_key``, an SGLang ``extra_args`` with ``--config`` or ``--api-key``.
         LaunchError (on entry): any server fails its first start (the others are
             stopped).  While running, a server that exhausts ``max_restarts``
             raises :class:`ServerDied` out of the block.
@@ -154,6 +155,8 @@ class Fleet:
 
     def __init__(self, config: FleetConfig, *, api_key: str | None = None, insecure: bool = False) -> None:
         check_bind(config.host, api_key, insecure)
+        if api_key and config.engine == "sglang":
+            _check_sglang_args(config.extra_args)
         self.config = config
         self._api_key = api_key
         self.model = config.model
@@ -316,13 +319,13 @@ async def serve_sglang(args: _SGLangArgs, *, task_status: TaskStatus[tuple[int, 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**engine_environment(), **args.env}
     command, key_file = list(args.command), None
-    if args.api_key is not None:  # ps shows the command line to every user: the key goes in a file only we can read
-        fd, key_file = tempfile.mkstemp(prefix="rstar2-sglang-", suffix=".yaml")
-        with os.fdopen(fd, "w") as f:
-            f.write(f"api-key: {json.dumps(args.api_key)}\n")  # a JSON string is a YAML scalar
-        command += ["--config", key_file]
     headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else None
     try:
+        if args.api_key is not None:  # ps shows the command line to every user: the key goes in a file only we can read
+            fd, key_file = tempfile.mkstemp(prefix="rstar2-sglang-", suffix=".yaml")
+            with os.fdopen(fd, "w") as f:
+                f.write(f"api-key: {json.dumps(args.api_key)}\n")  # a JSON string is a YAML scalar
+            command += ["--config", key_file]
         # SGLang logs its arguments at start-up, the key among them: its log is ours alone.
         with open(log_path, "ab", opener=_private if args.api_key is not None else None) as log:  # noqa: ASYNC230 - a local file, as before
             process = await anyio.open_process(
@@ -352,6 +355,23 @@ async def serve_sglang(args: _SGLangArgs, *, task_status: TaskStatus[tuple[int, 
         _remove(key_file)
         with anyio.CancelScope(shield=True):
             await stop_tree(process, args.stop_grace_s)
+
+
+def _check_sglang_args(extra_args: list[str]) -> None:
+    """SGLang takes the secret from the ``--config`` file the fleet writes: a
+    ``--config`` or ``--api-key`` of the user's would replace it, and leave the
+    engine's loopback port open to anyone on its node (or with another key).
+
+    Raises:
+        ValueError: naming ``fleet.extra_args`` and the option (not its value).
+    """
+    for arg in extra_args:
+        option = arg.split("=", 1)[0]
+        if option in ("--config", "--api-key"):
+            raise ValueError(
+                f"fleet.extra_args: {option} would replace the key file the fleet gives SGLang (its secret); "
+                "drop it, and give the secret with fleet.api_key_file or fleet.api_key_env"
+            )
 
 
 def _private(path: str, flags: int) -> int:

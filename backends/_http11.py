@@ -15,7 +15,7 @@ its socket at once (the close itself is synchronous on both backends).
 Also the hot path's CPU: :meth:`Http11Transport.post` skips httpx's request and
 response models (``CompletionClient._post`` uses it).  Through
 :meth:`handle_async_request` the same transport serves an ``httpx.AsyncClient``
-(model lists, admin calls), each body read whole before it returns.
+(model lists, admin calls, the fleet's proxy), the answer's body streamed.
 
 Covered: keep-alive reuse, ``content-length`` and chunked bodies, connect / read /
 write / pool timeouts (``httpx.Timeout``), a cap on open connections.  A request
@@ -23,7 +23,7 @@ whose reused idle connection turns out closed by the server before any answer
 (a keep-alive timeout, a restart) is sent again on the next one, idle or new,
 each stale one discarded; on a new connection nothing is retried.  The server
 may have read a request it then dropped unanswered: for completions a second
-generation is only wasted work.  Not covered: TLS, proxies, HTTP/2, streamed bodies.
+generation is only wasted work.  Not covered: TLS, proxies, HTTP/2, streamed request bodies.
 Errors are httpx's (``httpx.ConnectError``, ``ReadTimeout``, ...), so callers
 translate them as before.
 """
@@ -71,7 +71,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
             one to another origin is closed to make room).
 
     Resource handling: each request owns its connection until its response is
-    read whole; it then goes back to the idle list, or is closed when the
+    read whole (or, through an ``httpx.AsyncClient``, closed); it then goes back to the idle list, or is closed when the
     exchange failed, was cancelled, or the server asked to close.  ``aclose``
     closes the idle ones.  Cancellation is safe at any point and is never
     delayed: the socket of an interrupted exchange is closed without waiting.
@@ -102,6 +102,9 @@ class Http11Transport(httpx.AsyncBaseTransport):
     # -- as an httpx transport ------------------------------------------------------
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """The response as soon as its head is in; its body streams and its
+        connection stays this request's until the body is read whole or the response
+        is closed (closed early, the connection is closed, not reused)."""
         url = request.url
         if url.scheme != "http":
             raise httpx.UnsupportedProtocol(f"Http11Transport speaks plain http, not {url.scheme!r}")
@@ -114,11 +117,16 @@ class Http11Transport(httpx.AsyncBaseTransport):
             if k.lower() not in (b"host", b"content-length", b"transfer-encoding")
         ]
         origin = (url.host, url.port or 80)
-        status, rheaders, content = await self._exchange(origin, request.method, url.raw_path, headers, body, t)
-        return httpx.Response(status, headers=rheaders, content=content, extensions={"http_version": b"HTTP/1.1"})
+        connection, status, rheaders = await self._start(origin, request.method, url.raw_path, headers, body, t)
+        return httpx.Response(
+            status, headers=rheaders, stream=_Body(self, connection, t), extensions={"http_version": b"HTTP/1.1"}
+        )
 
     async def aclose(self) -> None:
+        """Close the idle connections; requests waiting at the cap fail at once
+        (``RuntimeError``), those under way close theirs when they end."""
         self._closed = True
+        self._wake()
         idle, self._idle = self._idle, {}
         for connections in idle.values():
             for connection in connections:
@@ -130,31 +138,52 @@ class Http11Transport(httpx.AsyncBaseTransport):
         self, origin: _Origin, method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes,
         timeout: httpx.Timeout,
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:  # fmt: skip
-        host = origin[0].encode() if origin[1] == 80 else f"{origin[0]}:{origin[1]}".encode()
-        head = [(b"host", host), (b"content-length", str(len(body)).encode()), *headers]
+        connection, status, rheaders = await self._start(origin, method, target, headers, body, timeout)
+        chunks = []
+        try:
+            while (part := await self._next_part(connection, timeout)) is not None:
+                chunks.append(part)
+        except BaseException:
+            await self._discard(connection)  # cancelled or failed mid-body: its state is unknown
+            raise
+        await self._release(connection)
+        return status, rheaders, b"".join(chunks)
+
+    async def _start(
+        self, origin: _Origin, method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes,
+        timeout: httpx.Timeout,
+    ) -> tuple[_Connection, int, list[tuple[bytes, bytes]]]:  # fmt: skip
+        """Send the request and read the answer's head: the connection (now the
+        caller's, to :meth:`_release`), the status and the headers."""
+        head = [(b"host", _host_header(origin)), (b"content-length", str(len(body)).encode()), *headers]
         while True:
             connection, reused = await self._checkout(origin, timeout)
             try:
-                answer = await self._send_and_read(connection, method, target, head, body, timeout, reused)
+                status, rheaders = await self._send_and_read_head(
+                    connection, method, target, head, body, timeout, reused
+                )
             except _StaleConnection:
                 await self._discard(connection)
                 continue  # the server closed it while idle: again on the next one
             except BaseException:
                 await self._discard(connection)  # cancelled or failed mid-exchange: its state is unknown
                 raise
-            h = connection.h11
-            if h.our_state is h11.DONE and h.their_state is h11.DONE and not self._closed:
-                h.start_next_cycle()
-                self._idle.setdefault(origin, []).append(connection)
-                self._wake()  # a request waiting at the cap can take it (or close it for its origin)
-            else:
-                await self._discard(connection)
-            return answer
+            return connection, status, rheaders
 
-    async def _send_and_read(
+    async def _release(self, connection: _Connection) -> None:
+        """Back to the idle list if its exchange is complete and may go on; else closed."""
+        h = connection.h11
+        if h.our_state is h11.DONE and h.their_state is h11.DONE and not self._closed:
+            h.start_next_cycle()
+            self._idle.setdefault(connection.origin, []).append(connection)
+            self._wake()  # a request waiting at the cap can take it (or close it for its origin)
+        else:
+            await self._discard(connection)
+
+    async def _send_and_read_head(
         self, connection: _Connection, method: bytes, target: bytes, head: list[tuple[bytes, bytes]], body: bytes,
         timeout: httpx.Timeout, reused: bool,
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:  # fmt: skip
+    ) -> tuple[int, list[tuple[bytes, bytes]]]:  # fmt: skip
         h = connection.h11
         try:
             data = h.send(h11.Request(method=method, target=target, headers=head))
@@ -170,12 +199,9 @@ class Http11Transport(httpx.AsyncBaseTransport):
             if reused:
                 raise _StaleConnection from exc
             raise httpx.WriteError(f"{type(exc).__name__}: {exc}") from exc
-        status, rheaders, chunks, received = 0, [], [], False
+        received = False
         while True:
-            try:
-                event = h.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise httpx.RemoteProtocolError(str(exc)) from exc
+            event = _next_event(h)
             if event is h11.NEED_DATA:
                 try:
                     data = await self._receive(connection, timeout)
@@ -188,14 +214,24 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 received = True
                 h.receive_data(data)
             elif isinstance(event, h11.Response):
-                status, rheaders = event.status_code, list(event.headers)
-            elif isinstance(event, h11.Data):
-                chunks.append(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                return status, rheaders, b"".join(chunks)
+                return event.status_code, list(event.headers)
             elif isinstance(event, h11.ConnectionClosed):
                 raise httpx.RemoteProtocolError("the server closed the connection without an answer")
             # h11.InformationalResponse (1xx): keep reading
+
+    async def _next_part(self, connection: _Connection, timeout: httpx.Timeout) -> bytes | None:
+        """The next part of the answer's body; None at its end."""
+        h = connection.h11
+        while True:
+            event = _next_event(h)
+            if event is h11.NEED_DATA:
+                h.receive_data(await self._receive(connection, timeout))
+            elif isinstance(event, h11.Data):
+                return bytes(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                return None
+            elif isinstance(event, h11.ConnectionClosed):
+                raise httpx.RemoteProtocolError("the server closed the connection mid-answer")
 
     @staticmethod
     async def _receive(connection: _Connection, timeout: httpx.Timeout) -> bytes:
@@ -222,7 +258,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
         if self._open >= self.max_connections:
             try:
                 with anyio.fail_after(timeout.pool):
-                    while self._open >= self.max_connections and not self._idle.get(origin):
+                    while not self._closed and self._open >= self.max_connections and not self._idle.get(origin):
                         other = next((c for c in self._idle.values() if c), None)
                         if other is not None:  # idle on another origin: closing it makes room
                             await self._discard(other.pop())
@@ -232,6 +268,8 @@ class Http11Transport(httpx.AsyncBaseTransport):
                         await self._freed.wait()
             except TimeoutError as exc:
                 raise httpx.PoolTimeout(f"all {self.max_connections} connections busy") from exc
+            if self._closed:
+                raise RuntimeError("Http11Transport was closed while this request waited for a connection")
             idle = self._idle.get(origin)
             if idle:
                 return idle.pop(), True
@@ -263,6 +301,55 @@ class Http11Transport(httpx.AsyncBaseTransport):
         if self._freed is not None:
             self._freed.set()
             self._freed = None
+
+
+def _next_event(h: h11.Connection) -> type[h11.PAUSED | h11.NEED_DATA] | h11.Event:
+    try:
+        return h.next_event()
+    except h11.RemoteProtocolError as exc:
+        raise httpx.RemoteProtocolError(str(exc)) from exc
+
+
+def _host_header(origin: _Origin) -> bytes:
+    name = f"[{origin[0]}]" if ":" in origin[0] else origin[0]  # an IPv6 literal goes in brackets
+    return name.encode() if origin[1] == 80 else f"{name}:{origin[1]}".encode()
+
+
+@final
+class _Body(httpx.AsyncByteStream):
+    """An answer's body as it comes, for an ``httpx.AsyncClient``.  Closing it
+    returns the connection (read whole) or closes it (not): a client that stops
+    early, e.g. the proxy's when its own client left, closes the socket, so the
+    server sees the request abandoned (vLLM aborts its generation)."""
+
+    def __init__(self, transport: Http11Transport, connection: _Connection, timeout: httpx.Timeout) -> None:
+        self._transport = transport
+        self._connection: _Connection | None = connection
+        self._timeout = timeout
+
+    def __aiter__(self) -> _Body:
+        return self
+
+    async def __anext__(self) -> bytes:
+        # Not an async generator: one dropped unexhausted (httpx's own are, on a
+        # decoding error) would be left for the garbage collector to finalize.
+        connection = self._connection
+        if connection is None:
+            raise StopAsyncIteration
+        try:
+            part = await self._transport._next_part(connection, self._timeout)
+        except BaseException:
+            await self.aclose()
+            raise
+        if part is None:
+            await self.aclose()
+            raise StopAsyncIteration
+        return part
+
+    async def aclose(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await self._transport._release(connection)  # closed if not read whole
 
 
 def transport_for(

@@ -11,7 +11,11 @@ needs ``authorization: Bearer <secret>`` (401 otherwise, see
 
 An answer without a length (chunked: ``stream=true`` completions, server-sent
 events) is relayed part by part as the engine sends it; one with a length is
-relayed whole.  A relay the engine cuts is cut for the client too.
+relayed whole.  A relay the engine cuts is cut for the client too.  A client that
+goes away abandons its request: the proxy closes the engine's connection, and
+vLLM aborts a request whose connection closes (its generation stops).  Upstream,
+:class:`backends.Http11Transport` (not httpcore, whose shielded close can hang
+forever, see ``backends/_http11.py``).
 
 Not covered: a vLLM engine's loopback port asks for the secret only on ``/v1``
 (an SGLang engine's on every route but ``/health`` and ``/metrics``), so other
@@ -28,6 +32,8 @@ from anyio.abc import TaskStatus
 
 from httpgate import HTTPError, HTTPLimits, HTTPRequest, HTTPResponse, HTTPServer
 
+from ._http11 import transport_for
+
 __all__ = ["PROXY_LIMITS", "serve_proxy"]
 
 PROXY_LIMITS: Final = HTTPLimits(
@@ -35,6 +41,11 @@ PROXY_LIMITS: Final = HTTPLimits(
 )
 """A pool keeps up to 4096 connections per server open, mostly idle between
 turns; weight-update requests carry every tensor's name and shape."""
+
+_UPSTREAM_TIMEOUT: Final = httpx.Timeout(3600.0, connect=5.0, pool=60.0)
+"""Reading the engine's answer (or its next part) may take as long as the token
+clients allow a turn (``Http11Transport``'s default): a long generation is not a
+hung engine; a client that gives up earlier ends the wait by going away."""
 
 # Hop-by-hop headers and the ones httpx sets itself from the forwarded body.
 _DROP: Final = frozenset(
@@ -53,9 +64,10 @@ async def serve_proxy(
         ValueError: a non-loopback ``host`` without a secret, unless ``insecure``.
         OSError: the address cannot be bound.
     """
-    timeout = httpx.Timeout(None, connect=5.0)
-    limits_http = httpx.Limits(max_connections=limits.max_connections, max_keepalive_connections=1024)
-    async with httpx.AsyncClient(base_url=upstream, timeout=timeout, limits=limits_http, trust_env=False) as http:
+    transport = transport_for(upstream, timeout=_UPSTREAM_TIMEOUT, max_connections=limits.max_connections)
+    async with httpx.AsyncClient(
+        base_url=upstream, transport=transport, timeout=_UPSTREAM_TIMEOUT, trust_env=False
+    ) as http:
 
         async def forward(request: HTTPRequest) -> HTTPResponse:
             headers = [(k, v) for k, v in request.headers if k.lower() not in _DROP]
@@ -64,20 +76,22 @@ async def serve_proxy(
             )
             try:
                 answer = await http.send(outbound, stream=True)
-            except httpx.TransportError as e:
+            except httpx.HTTPError as e:
                 raise HTTPError(502, f"engine at {upstream} unreachable: {type(e).__name__}: {e}") from e
             content_type = answer.headers.get("content-type", "application/octet-stream").encode()
             if "content-length" not in answer.headers:
                 return HTTPResponse(answer.status_code, b"", content_type, stream=_Relay(answer, upstream))
             try:
                 content = await answer.aread()
-            except httpx.TransportError as e:
-                raise HTTPError(502, f"engine at {upstream} cut its answer: {type(e).__name__}: {e}") from e
+            except httpx.HTTPError as e:
+                raise HTTPError(502, f"engine at {upstream}: answer cut or undecodable: {type(e).__name__}: {e}") from e
             finally:
                 await answer.aclose()
             return HTTPResponse(answer.status_code, content, content_type)
 
-        server = HTTPServer(forward, host=host, port=port, secret=secret, insecure=insecure, limits=limits)
+        server = HTTPServer(
+            forward, host=host, port=port, secret=secret, insecure=insecure, limits=limits, cancel_abandoned=True
+        )
         await server.serve(task_status=task_status)
 
 
@@ -99,8 +113,10 @@ class _Relay:
     async def __anext__(self) -> bytes:
         try:
             return await self._parts.__anext__()
-        except httpx.TransportError as e:
-            raise HTTPError(502, f"engine at {self._upstream} cut its answer: {type(e).__name__}: {e}") from e
+        except httpx.HTTPError as e:  # cut, or not decodable (its content-encoding)
+            raise HTTPError(
+                502, f"engine at {self._upstream}: answer cut or undecodable: {type(e).__name__}: {e}"
+            ) from e
 
     async def aclose(self) -> None:
         try:

@@ -43,9 +43,11 @@ def read_secret(*, file: str | None = None, env: str | None = None) -> str | Non
     """The secret in ``file`` (surrounding whitespace dropped), else in ``$env``; None if neither is given or set.
 
     Raises:
-        ValueError: ``file`` cannot be read or holds no secret.
+        ValueError: ``file`` is an empty path, cannot be read or holds no secret.
     """
-    if file:
+    if file is not None:
+        if not file:  # a path left blank: falling back to ``$env`` would hide the mistake
+            raise ValueError("secret file: the path is empty")
         try:
             text = Path(file).read_text().strip()
         except OSError as e:

@@ -18,6 +18,12 @@ Covered, per connection:
   and ``read_timeout_s`` to send a response: a client that sends half a request
   or stops reading cannot hold a connection slot, and holds no worker, since the
   handler only runs on a whole request;
+- with ``cancel_abandoned``: a client that closes its connection while its
+  request is handled or answered cancels the handler (and closes a streamed
+  answer's source), e.g. the proxy's request to an engine still generating;
+- a handler (or a streamed answer's source) that raises anything but
+  :class:`HTTPError`: logged with its traceback, answered 500 if nothing was sent
+  yet, else the connection is cut; the other connections are served on;
 - at most ``max_connections`` at once: the next one is answered 503 and closed;
 - :meth:`HTTPServer.shutdown`: stop listening (new connections are refused),
   close idle connections, let requests in flight be answered (then close their
@@ -33,6 +39,7 @@ HTTP/2, pipelined requests beyond one at a time.
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import final
 
@@ -44,6 +51,7 @@ from anyio.abc import SocketStream, TaskGroup, TaskStatus
 from ._secret import check_bind
 
 _encode = msgspec.json.Encoder().encode
+log = logging.getLogger("httpgate")
 
 
 class HTTPLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -125,6 +133,9 @@ class HTTPServer:
         handler: answers a whole request; may raise :class:`HTTPError`.
         secret: required as a bearer token on every request; ``None``: none.
         insecure: allow a non-loopback ``host`` without a secret.
+        cancel_abandoned: watch the client while its request is handled and
+            answered; if it closes its connection, cancel both.  A client that
+            half-closes after its request counts as gone.
 
     Raises:
         ValueError: a non-loopback ``host`` without a secret, unless ``insecure``.
@@ -132,10 +143,11 @@ class HTTPServer:
 
     def __init__(
         self, handler: Handler, *, host: str = "127.0.0.1", port: int = 0, secret: str | None = None,
-        insecure: bool = False, limits: HTTPLimits | None = None,
+        insecure: bool = False, limits: HTTPLimits | None = None, cancel_abandoned: bool = False,
     ) -> None:  # fmt: skip
         check_bind(host, secret, insecure)
         self.handler, self.host, self.port = handler, host, port
+        self.cancel_abandoned = cancel_abandoned
         self.limits = limits or HTTPLimits()
         self._expected = f"Bearer {secret}".encode() if secret is not None else None
         self._tg: TaskGroup | None = None
@@ -189,11 +201,15 @@ class HTTPServer:
         async with stream:
             if self._connections >= self.limits.max_connections:
                 self.refused += 1
-                await self._send_closing(stream, _error(503, f"too many connections (at most {self.limits.max_connections})"))
+                await self._send_closing(
+                    stream, _error(503, f"too many connections (at most {self.limits.max_connections})")
+                )
                 return
             self._connections += 1
             try:
                 await self._serve_connection(conn, stream)
+            except Exception:  # a bug of ours: it ends this connection, never the listener's task group
+                log.exception("a connection failed")
             finally:
                 self._connections -= 1
 
@@ -205,11 +221,7 @@ class HTTPServer:
                 if closing.response is not None:
                     await self._send_closing(stream, closing.response)
                 return
-            try:
-                response = await self.handler(request)
-            except HTTPError as e:
-                response = _error(e.status, str(e))
-            if not await self._send(conn, stream, response, close=self._stopping):
+            if not await self._answer(conn, stream, request):
                 return
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                 return
@@ -217,6 +229,38 @@ class HTTPServer:
                 conn.start_next_cycle()
             except h11.LocalProtocolError:
                 return
+
+    async def _answer(self, conn: h11.Connection, stream: SocketStream, request: HTTPRequest) -> bool:
+        """Handle ``request`` and send the answer; False: the connection must close."""
+        if not self.cancel_abandoned:
+            return await self._handle_and_send(conn, stream, request)
+        sent = False
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                try:
+                    data = await stream.receive(65536)
+                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    data = b""
+                if data:
+                    conn.receive_data(data)  # the next request, pipelined: parsed once this one is answered
+                else:
+                    tg.cancel_scope.cancel()  # the client went: nobody waits for this answer
+
+            tg.start_soon(watch)
+            sent = await self._handle_and_send(conn, stream, request)
+            tg.cancel_scope.cancel()
+        return sent
+
+    async def _handle_and_send(self, conn: h11.Connection, stream: SocketStream, request: HTTPRequest) -> bool:
+        try:
+            response = await self.handler(request)
+        except HTTPError as e:
+            response = _error(e.status, str(e))
+        except Exception:
+            log.exception("handler failed on %s %s", request.method.decode(errors="replace"), _shown(request.target))
+            response = _error(500, "internal server error (logged)")
+        return await self._send(conn, stream, response, close=self._stopping)
 
     async def _read_request(self, conn: h11.Connection, stream: SocketStream) -> HTTPRequest:
         """Raises: _Closing (with the answer to give, if any)."""
@@ -291,7 +335,9 @@ class HTTPServer:
                 return False
         return False
 
-    async def _send_stream(self, conn: h11.Connection, stream: SocketStream, response: HTTPResponse, *, close: bool) -> bool:
+    async def _send_stream(
+        self, conn: h11.Connection, stream: SocketStream, response: HTTPResponse, *, close: bool
+    ) -> bool:
         """Send a streamed ``response`` part by part (h11 frames it chunked, having no
         length); each part, not the whole, must go within ``read_timeout_s``."""
         assert response.stream is not None
@@ -305,6 +351,9 @@ class HTTPServer:
             return await self._send_part(stream, conn.send(h11.EndOfMessage()))
         except (HTTPError, OSError):
             return False  # the source failed mid-way: cut the connection
+        except Exception:
+            log.exception("streamed answer failed mid-way")
+            return False  # the head went with a status: all that is left is to cut the connection
         finally:
             aclose = getattr(response.stream, "aclose", None)
             if aclose is not None:
@@ -340,5 +389,10 @@ class HTTPServer:
                 pass
 
 
+def _shown(target: bytes) -> str:
+    """A request's target for the log: its path only (a query may carry data)."""
+    return target.split(b"?", 1)[0][:200].decode(errors="replace")
+
+
 _REASONS = {400: "Bad Request", 401: "Unauthorized", 408: "Request Timeout", 413: "Content Too Large",
-            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+            431: "Request Header Fields Too Large", 503: "Service Unavailable"}  # fmt: skip

@@ -28,7 +28,7 @@ class InferenceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     in both modes (token mode: to the pool's servers, e.g. ``rstar2 serve``'s secret)."""
     api_key_file: str | None = None
     """File holding the API key (e.g. ``rstar2 serve``'s secret, readable by you
-    alone); wins over ``api_key_env``.  A file that is missing or empty is an error
+    alone); wins over ``api_key_env``.  A file that is missing or empty (or an empty path) is an error
     naming this field, not a run without a key."""
     connect_timeout_s: PositiveFloat = 10.0
     """TCP connect limit; a dead server is detected this fast."""

@@ -12,6 +12,7 @@ import os
 import signal
 import stat
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -198,3 +199,42 @@ def test_config_validation_names_the_fields() -> None:
         FleetConfig(model="m", num_servers=1, gpu_ids=[[0]], tensor_parallel_size=2)
     with pytest.raises(msgspec.ValidationError, match="unknown field"):
         msgspec.convert({"model": "m", "gpus": 3}, FleetConfig)
+
+
+@pytest.mark.parametrize("arg", ["--config", "--api-key=theirs"])
+def test_sglang_extra_args_cannot_replace_the_key_file(tmp_path: Path, fake_python: Path, arg: str) -> None:
+    """SGLang's last ``--config`` wins: the user's would leave the engine without the secret."""
+    cfg = config(tmp_path, fake_python, engine="sglang", extra_args=[arg, "mine.yaml"])
+    with pytest.raises(ValueError, match=r"fleet\.extra_args: --(config|api-key) would replace") as caught:
+        Fleet(cfg, api_key="s3cret")
+    assert "theirs" not in str(caught.value)  # the option, never its value (a key, maybe)
+    Fleet(cfg)  # without a secret the user's --config is theirs to give
+
+
+async def test_the_sglang_key_file_is_removed_when_writing_it_fails(
+    tmp_path: Path, fake_python: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk while the key is written: the file (the key's first bytes, maybe) goes too."""
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(keys))
+
+    class FakeFullDisk:
+        def __init__(self, fd: int, mode: str) -> None:
+            self._fd = fd
+
+        def __enter__(self) -> FakeFullDisk:  # noqa: PYI034 - a local class
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            os.close(self._fd)
+
+        def write(self, text: str) -> int:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fdopen", FakeFullDisk)
+    cfg = config(tmp_path, fake_python, engine="sglang", num_servers=1)
+    with pytest.RaisesGroup(pytest.RaisesExc(OSError, match="No space left"), flatten_subgroups=True):
+        async with Fleet(cfg, api_key="s3cret"):
+            pass
+    assert list(keys.iterdir()) == []

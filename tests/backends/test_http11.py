@@ -4,7 +4,8 @@ always reaches a request stalled mid-headers or mid-body."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator
 
 import anyio
 import h11
@@ -14,54 +15,10 @@ import pytest
 from anyio.abc import SocketStream
 
 from backends import RetryPolicy, SamplingParams, ServerPool
-from backends._http11 import Http11Transport
-from tests.fakes.http import read_request
+from backends._http11 import Http11Transport, _host_header
+from tests.fakes.http import FakeRawServer
 
 pytestmark = pytest.mark.anyio
-
-Answer = Callable[[SocketStream, h11.Request, bytes], Awaitable[bool]]
-"""Answers one request on the stream; False closes the connection."""
-
-
-class FakeRawServer:
-    """An HTTP/1.1 server double on 127.0.0.1 whose ``answer`` writes raw bytes, so
-    a test can stall it anywhere in a response."""
-
-    def __init__(self, answer: Answer) -> None:
-        self.answer = answer
-        self.connections = 0
-        self.requests = 0
-        self.port = 0
-        self.closed = anyio.Event()  # set each time a client closes its end
-        self.stalled = 0
-
-    async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        task_status.started()
-        await listener.serve(self._connection)
-
-    async def _connection(self, stream: SocketStream) -> None:
-        self.connections += 1
-        async with stream:
-            while received := await read_request(h11.Connection(h11.SERVER), stream):
-                # the answers are raw bytes: a fresh parser for each request
-                self.requests += 1
-                if not await self.answer(stream, *received):
-                    return
-            self.closed.set()
-            self.closed = anyio.Event()
-
-    async def stall(self, stream: SocketStream) -> None:
-        """Never answer more, until the client goes away."""
-        self.stalled += 1
-        try:
-            while await stream.receive():
-                pass
-        except (anyio.EndOfStream, anyio.BrokenResourceError):
-            pass
-        self.closed.set()
-        self.closed = anyio.Event()
 
 
 def _completion(body: bytes) -> bytes:
@@ -248,4 +205,87 @@ async def test_a_request_waiting_for_a_connection_takes_one_that_goes_idle() -> 
             assert await transport.post(("127.0.0.1", b.port), b"/", [], b"") == (200, b"ok")
         assert answers == [(200, b"ok")] * 2 and a.connections == 1
         assert transport._open == 1
+        tg.cancel_scope.cancel()
+
+
+async def test_a_streamed_response_closed_early_closes_its_connection() -> None:
+    """Through an ``httpx.AsyncClient`` the body streams: read whole, its connection
+    is kept for the next request; closed after its first part, the connection is
+    closed (the server sees the request abandoned), never reused."""
+    more = anyio.Event()
+
+    async def parts(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        await stream.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n")
+        if request.target == b"/stall":
+            await server.stall(stream)
+            return False
+        await more.wait()
+        await stream.send(b"2\r\nde\r\n0\r\n\r\n")
+        return True
+
+    server = FakeRawServer(parts)
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        transport = Http11Transport()
+        with anyio.fail_after(20):
+            async with httpx.AsyncClient(transport=transport, base_url=f"http://127.0.0.1:{server.port}") as client:
+                async with client.stream("GET", "/whole") as response:
+                    received = [part async for part in _first_then(response.aiter_raw(), more)]
+                assert received == [b"abc", b"de"] and transport._open == 1 and server.connections == 1
+                closed = server.closed
+                async with client.stream("GET", "/stall") as response, contextlib.aclosing(response.aiter_raw()) as raw:
+                    assert await raw.__anext__() == b"abc"
+                await closed.wait()
+        assert transport._open == 0 and server.connections == 1 and server.stalled == 1
+        tg.cancel_scope.cancel()
+
+
+async def _first_then(parts: AsyncIterator[bytes], event: anyio.Event) -> AsyncIterator[bytes]:
+    """``parts``, setting ``event`` once the first has come (the server sends the rest then)."""
+    async for part in parts:
+        yield part
+        event.set()
+
+
+def test_an_ipv6_host_goes_in_brackets() -> None:
+    """``host: ::1:8000`` is no host and port; ``[::1]:8000`` is (RFC 9110 section 7.2)."""
+    assert _host_header(("::1", 8000)) == b"[::1]:8000"
+    assert _host_header(("fe80::1", 80)) == b"[fe80::1]"
+    assert _host_header(("127.0.0.1", 8000)) == b"127.0.0.1:8000"
+    assert _host_header(("engine", 80)) == b"engine"
+
+
+async def test_closing_the_transport_fails_the_requests_waiting_for_a_connection() -> None:
+    """At the cap, a waiting request fails at once when the transport closes; it does
+    not wait out the pool timeout (an hour here)."""
+    release = anyio.Event()
+
+    async def slow(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        await release.wait()
+        await stream.send(_head(200, 2) + b"ok")
+        return True
+
+    server = FakeRawServer(slow)
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        transport = Http11Transport(timeout=httpx.Timeout(3600.0), max_connections=1)
+        origin = ("127.0.0.1", server.port)
+        failed: list[BaseException] = []
+
+        async def waits() -> None:
+            with pytest.raises(RuntimeError, match="closed while this request waited") as caught:
+                await transport.post(origin, b"/", [], b"")
+            failed.append(caught.value)
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as requests:
+                requests.start_soon(transport.post, origin, b"/", [], b"")  # holds the one connection
+                await anyio.wait_all_tasks_blocked()
+                requests.start_soon(waits)
+                await anyio.wait_all_tasks_blocked()
+                await transport.aclose()
+                await anyio.wait_all_tasks_blocked()
+                assert len(failed) == 1  # before the first request is answered
+                release.set()
+        assert transport._open == 0
         tg.cancel_scope.cancel()

@@ -159,16 +159,23 @@ async def test_chat_mode_gets_the_timeouts_connections_and_key_too(tmp_path: Pat
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("content", [None, "  \n"])
-async def test_a_missing_or_empty_key_file_is_an_error_naming_the_field(tmp_path: Path, content: str | None) -> None:
-    key_file = tmp_path / "key"
-    if content is not None:
-        key_file.write_text(content)
+@pytest.mark.parametrize("content", [None, "  \n", "no path"])
+async def test_a_missing_or_empty_key_file_is_an_error_naming_the_field(
+    tmp_path: Path, content: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty path too: it must not fall back to ``$api_key_env`` (set here)."""
+    monkeypatch.setenv("RSTAR2_TEST_KEY", "from-env")
+    key_file = "" if content == "no path" else str(tmp_path / "key")
+    if content not in (None, "no path"):
+        Path(key_file).write_text(content)
     async with anyio.create_task_group() as tg:
         port = await tg.start(serve_http, FakeModelServer())
-        inference = {"base_urls": [f"http://127.0.0.1:{port}/v1"], "mode": "chat", "api_key_file": str(key_file)}
+        inference = {
+            "base_urls": [f"http://127.0.0.1:{port}/v1"], "mode": "chat", "api_key_file": key_file,
+            "api_key_env": "RSTAR2_TEST_KEY",
+        }  # fmt: skip
         config = convert({"inference": inference, "reward": {"workers": 1}, "sandbox": {"workers": 1}}, EvalConfig)
-        with pytest.raises(ConfigError, match=r"inference\.api_key_file: secret file .*(No such file|is empty)"):
+        with pytest.raises(ConfigError, match=r"inference\.api_key_file: secret file.*(No such file|is empty)"):
             async with rollout_stack(
                 rollout=config.rollout, inference=config.inference, sandbox=config.sandbox, reward=config.reward
             ):

@@ -2,7 +2,8 @@
 for scripting misbehaving inference servers over real HTTP.
 
 A handler gets ``(method, path, body)`` and returns ``(status, body)``; raising
-:class:`DropConnection` closes the socket without an answer.
+:class:`DropConnection` closes the socket without an answer.  :class:`FakeRawServer`
+writes raw bytes instead, so a test can stall or cut it anywhere in a response.
 """
 
 from __future__ import annotations
@@ -69,3 +70,49 @@ async def _connection(handler: Handler, stream: SocketStream) -> None:
             if conn.our_state is h11.MUST_CLOSE:
                 return
             conn.start_next_cycle()
+
+
+Answer = Callable[[SocketStream, h11.Request, bytes], Awaitable[bool]]
+"""Answers one request on the stream; False closes the connection."""
+
+
+class FakeRawServer:
+    """An HTTP/1.1 server double on 127.0.0.1 whose ``answer`` writes raw bytes, so
+    a test can stall it anywhere in a response."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.connections = 0
+        self.requests = 0
+        self.port = 0
+        self.closed = anyio.Event()  # set each time a client closes its end
+        self.stalled = 0
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        async with listener:  # closed when cancelled: no listening socket left to the garbage collector
+            task_status.started()
+            await listener.serve(self._connection)
+
+    async def _connection(self, stream: SocketStream) -> None:
+        self.connections += 1
+        async with stream:
+            while received := await read_request(h11.Connection(h11.SERVER), stream):
+                # the answers are raw bytes: a fresh parser for each request
+                self.requests += 1
+                if not await self.answer(stream, *received):
+                    return
+            self.closed.set()
+            self.closed = anyio.Event()
+
+    async def stall(self, stream: SocketStream) -> None:
+        """Never answer more, until the client goes away."""
+        self.stalled += 1
+        try:
+            while await stream.receive():
+                pass
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            pass
+        self.closed.set()
+        self.closed = anyio.Event()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import anyio
 import httpx
 import pytest
@@ -162,7 +164,9 @@ def test_binding_off_loopback_needs_a_secret(tmp_path, monkeypatch) -> None:
     check_bind("::1", None, insecure=False)
     HTTPServer(_Echo(), host="0.0.0.0", secret=SECRET)
     announced: list[str] = []
-    generated = resolve_secret("0.0.0.0", file=None, env="RSTAR2_TEST_NO_SUCH_VAR", insecure=False, announce=announced.append)
+    generated = resolve_secret(
+        "0.0.0.0", file=None, env="RSTAR2_TEST_NO_SUCH_VAR", insecure=False, announce=announced.append
+    )
     assert announced == [generated] and len(generated) >= 32
     assert resolve_secret("127.0.0.1", file=None, env=None, insecure=False, announce=announced.append) is None
     assert resolve_secret("0.0.0.0", file=None, env=None, insecure=True, announce=announced.append) is None
@@ -176,3 +180,35 @@ def test_binding_off_loopback_needs_a_secret(tmp_path, monkeypatch) -> None:
         read_secret(file=str(tmp_path / "empty"))
     with pytest.raises(ValueError, match="missing"):
         read_secret(file=str(tmp_path / "missing"))
+
+
+async def test_a_handler_that_fails_is_a_500_and_the_server_serves_on(caplog: pytest.LogCaptureFixture) -> None:
+    """An unexpected exception from a handler, or from a streamed answer after its
+    head went, ends at most its own connection: logged with its traceback, never the
+    listener (and every other client with it)."""
+
+    async def parts() -> AsyncIterator[bytes]:
+        yield b"first"
+        raise RuntimeError("the source broke")
+
+    async def handler(request: HTTPRequest) -> HTTPResponse:
+        if request.path == b"/boom":
+            raise RuntimeError("a bug in the handler")
+        if request.path == b"/stream":
+            return HTTPResponse(200, b"", b"text/plain", stream=parts())
+        return HTTPResponse(200, b"ok", b"text/plain")
+
+    server = HTTPServer(handler)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(server.serve)
+        with anyio.fail_after(20):
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+                answer = await http.get("/boom")
+                assert answer.status_code == 500 and "error" in answer.json()
+                with pytest.raises(httpx.RemoteProtocolError):  # cut, not complete
+                    await http.get("/stream")
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:  # a new connection
+                assert (await http.get("/")).content == b"ok"
+        tg.cancel_scope.cancel()
+    failures = [r for r in caplog.records if r.name == "httpgate" and r.exc_info]
+    assert [str(r.exc_info[1]) for r in failures] == ["a bug in the handler", "the source broke"]
