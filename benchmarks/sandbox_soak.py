@@ -61,8 +61,9 @@ _decode = msgspec.json.Decoder(ExecResult).decode
 
 
 async def _chaos(pool: SandboxPool, rng: random.Random, counts: Counter[str]) -> None:
-    """Every second a SIGKILL (every fifth a SIGSTOP) to a worker that was there a second
-    ago (one still starting is not yet a worker; the pool retries a start that dies, too).
+    """Every second a SIGKILL, and every fifth second a SIGSTOP as well (to another), to
+    workers that were there a second ago (one still starting is not yet a worker; the
+    pool retries a start that dies, too).
     The first strike comes at once, on a worker of the opened pool, so even a run shorter
     than a second has its chaos."""
     tick = 0
@@ -71,9 +72,8 @@ async def _chaos(pool: SandboxPool, rng: random.Random, counts: Counter[str]) ->
         tick += 1
         now = set(worker_pids(pool.id))
         pids, before = sorted(now & before), now
-        if pids:
-            victim = rng.choice(pids)
-            sig = signal.SIGSTOP if tick % 5 == 0 else signal.SIGKILL
+        strikes = [signal.SIGKILL, signal.SIGSTOP] if tick % 5 == 0 else [signal.SIGKILL]
+        for victim, sig in zip(rng.sample(pids, min(len(pids), len(strikes))), strikes, strict=False):
             try:
                 os.kill(victim, sig)
                 counts[sig.name] += 1
