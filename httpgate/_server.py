@@ -323,17 +323,11 @@ class HTTPServer:
         headers = [(b"content-type", response.content_type), (b"content-length", str(len(response.body)).encode())]
         if close:
             headers.append((b"connection", b"close"))
-        with anyio.move_on_after(self.limits.read_timeout_s):
-            try:
-                # One write for head, body and end: a send per part costs a syscall and a
-                # scheduling round each, and the client as many reads.
-                head = conn.send(h11.Response(status_code=response.status, headers=headers))
-                body = conn.send(h11.Data(data=response.body))
-                await stream.send(b"".join((head, body, conn.send(h11.EndOfMessage()))))  # type: ignore[arg-type]
-                return True
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                return False
-        return False
+        # One write for head, body and end: a send per part costs a syscall and a
+        # scheduling round each, and the client as many reads.
+        head = conn.send(h11.Response(status_code=response.status, headers=headers))
+        body = conn.send(h11.Data(data=response.body))
+        return await self._send_part(stream, b"".join((head, body, conn.send(h11.EndOfMessage()))))  # type: ignore[arg-type]
 
     async def _send_stream(
         self, conn: h11.Connection, stream: SocketStream, response: HTTPResponse, *, close: bool
