@@ -84,7 +84,7 @@ async def serve_proxy(
             try:
                 content = await answer.aread()
             except httpx.HTTPError as e:
-                raise HTTPError(502, f"engine at {upstream}: answer cut or undecodable: {type(e).__name__}: {e}") from e
+                raise _cut(upstream, e) from e
             finally:
                 await answer.aclose()
             return HTTPResponse(answer.status_code, content, content_type)
@@ -113,13 +113,16 @@ class _Relay:
     async def __anext__(self) -> bytes:
         try:
             return await self._parts.__anext__()
-        except httpx.HTTPError as e:  # cut, or not decodable (its content-encoding)
-            raise HTTPError(
-                502, f"engine at {self._upstream}: answer cut or undecodable: {type(e).__name__}: {e}"
-            ) from e
+        except httpx.HTTPError as e:
+            raise _cut(self._upstream, e) from e
 
     async def aclose(self) -> None:
         try:
             await self._parts.aclose()
         finally:
             await self._answer.aclose()
+
+
+def _cut(upstream: str, e: httpx.HTTPError) -> HTTPError:
+    """The 502 for an engine's answer that was cut or is not decodable (its content-encoding)."""
+    return HTTPError(502, f"engine at {upstream}: answer cut or undecodable: {type(e).__name__}: {e}")
