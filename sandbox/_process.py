@@ -22,6 +22,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ._errors import SandboxBroken
 from ._jail import WorkerSpec
+from ._procs import stat_fields
 from ._types import Status
 
 _HEADER = struct.Struct(">I")
@@ -249,17 +250,8 @@ def _child_pidfd(pid: int, only: int | None = None) -> tuple[int, int] | None:
     return None
 
 
-def _stat(pid: str) -> list[str]:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state first), or []."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
 def _ppid(pid: str) -> int:
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     return int(fields[1]) if len(fields) > 1 else -1
 
 
@@ -270,7 +262,7 @@ _SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
 def _dying(pid: int) -> bool:
     """Gone, stopped, exiting, or with a SIGKILL pending (the kernel has not yet run
     it to act on it)."""
-    fields = _stat(str(pid))
+    fields = stat_fields(str(pid))
     if len(fields) < 7 or fields[0] in ("T", "t", "Z", "X", "x") or int(fields[6]) & _PF_EXITING:
         return True
     try:

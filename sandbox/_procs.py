@@ -22,12 +22,12 @@ def pool_processes(pool_id: str) -> list[tuple[int, int, str]]:
             continue
         try:
             cmd = (entry / "cmdline").read_bytes()
-            if needle not in cmd:
-                continue
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:  # gone while we looked
             continue
-        if fields[0] != "Z":
+        if needle not in cmd:
+            continue
+        fields = stat_fields(entry.name)
+        if fields and fields[0] != "Z":  # []: gone while we looked
             out.append((int(entry.name), int(fields[1]), cmd.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")))
     return out
 
@@ -43,3 +43,13 @@ def worker_pids(pool_id: str) -> list[int]:
 
 def _argv0(cmd: str) -> str:
     return cmd.split(" ", 1)[0]
+
+
+def stat_fields(pid: str) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), or []
+    (gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
