@@ -34,7 +34,7 @@ from ._transformers import TransformersBackend, TransformersStatistics
 from ._transports import BroadcastTransport, DiskTransport, GlooSender, PendingWeights, VLLMNcclSender
 from ._types import ChatCompletion, Completion, FinishReason, SamplingParams
 from ._vllm import VLLMAdmin, parse_vllm_metrics
-from ._weight_sync import SyncReport, WeightSync
+from ._weight_sync import SyncReport, WeightSync, follow_versions
 
 __all__ = [
     "BackendClosed",
@@ -87,6 +87,7 @@ __all__ = [
     "WeightSync",
     "WeightSyncError",
     "default_vllm_python",
+    "follow_versions",
     "launch_vllm",
     "parse_vllm_metrics",
     "serve_proxy",

@@ -24,6 +24,11 @@ Guarantees:
   weights; otherwise it returns a :class:`SyncReport` naming the servers it
   retried and those it took out.
 
+Other pools over the same servers (rollout shards in other processes) follow the
+sync: ``hold`` keeps them from admitting new turns during it, ``on_version`` tells
+them the new version before the servers resume, and :func:`follow_versions` keeps a
+server out of their rotation until this sync's pool has loaded it.
+
 Not covered: servers that are down when ``sync`` starts are skipped (they are
 loaded when they come back); the broadcast transport cannot retry a single
 server (the transfer is a collective) and reloads it from disk instead: from the
@@ -34,8 +39,10 @@ later sync loads all servers from disk: the group is not re-formed.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Final, Literal, final
 
@@ -46,7 +53,7 @@ from ._errors import BackendError, WeightSyncError
 from ._pool import PoolServer, ServerPool
 from ._transports import BroadcastTransport, DiskTransport, PendingWeights, weights_directory
 
-__all__ = ["SyncReport", "WeightSync"]
+__all__ = ["SyncReport", "WeightSync", "follow_versions"]
 
 PauseMode = Literal["wait", "abort"]
 
@@ -88,6 +95,13 @@ class WeightSync:
         retries: extra tries of a failing server's step before taking it out.
         restart: optional ``restart(index)`` (e.g. the fleet's) called for a server
             taken out; it comes back through the pool's poller and is loaded then.
+        hold: for servers that other pools generate on too (rollout shards in other
+            processes, each pool :func:`follow_versions`): ``hold()`` is entered with
+            the pool's own hold, for the whole sync, and must keep every other pool
+            from admitting a new turn while inside.
+        on_version: tells those pools each new version: awaited with ``(version,
+            servers)`` (the indexes in ``pool`` that took it) before the servers
+            resume, so that what they generate next is stamped with it.
     """
 
     def __init__(
@@ -98,12 +112,16 @@ class WeightSync:
         pause_mode: PauseMode = "wait",
         retries: int = 2,
         restart: Callable[[int], Awaitable[None]] | None = None,
+        hold: Callable[[], AbstractAsyncContextManager[None]] | None = None,
+        on_version: Callable[[int, list[int]], Awaitable[None]] | None = None,
     ) -> None:
         self.pool = pool
         self.transport = transport
         self.pause_mode = pause_mode
         self.retries = retries
         self.restart = restart
+        self.hold = hold
+        self.on_version = on_version
         self._version: int | None = None
         self._source: Any = None  # where the current weights are (or will be) on disk
         pool.on_server_back = self.on_server_back
@@ -132,7 +150,7 @@ class WeightSync:
         removed: set[int] = set()
         paused: list[PoolServer] = []
         times = dict.fromkeys(("pause", "load", "flush", "version", "resume"), 0.0)
-        async with self.pool.held():
+        async with self.pool.held(), self.hold() if self.hold is not None else contextlib.nullcontext():
             try:
                 start = time.monotonic()
                 await self._each(servers, self._pause, retried, removed, paused)
@@ -161,6 +179,8 @@ class WeightSync:
                 if ok:
                     self.pool.set_weight_version(version, ok)
                     self._version = version
+                    if self.on_version is not None:
+                        await self.on_version(version, ok)
                 times["version"] = time.monotonic() - start
             finally:
                 for index in removed:
@@ -261,3 +281,22 @@ class WeightSync:
         await server.admin.reset_prefix_cache()
         await server.admin.set_weight_version(str(self._version))
         server.client.weight_version = self._version
+
+
+def follow_versions(pool: ServerPool) -> None:
+    """Make ``pool`` follow a :class:`WeightSync` of another pool over the same
+    servers (a rollout shard's pool, moved by the trainer's sync): a server that was
+    down re-enters ``pool``'s rotation only once it reports the version ``pool`` was
+    told (:meth:`ServerPool.set_weight_version`), i.e. once the sync's own pool has
+    loaded it; until then each poll leaves it out.  Before the first version
+    (``weight_version == 0``: the servers hold their initial weights) any server is
+    taken back, as :meth:`WeightSync.on_server_back` does before its first sync.
+    Installs itself as ``pool.on_server_back``.
+    """
+
+    async def check(server: PoolServer) -> None:
+        expected = pool.weight_version
+        if expected and await server.admin.weight_version() != str(expected):
+            raise WeightSyncError(f"server {server.index} is not on version {expected} yet")
+
+    pool.on_server_back = check

@@ -16,7 +16,7 @@ import anyio
 import httpx
 import pytest
 
-from backends import BroadcastTransport, DiskTransport, PendingWeights, SamplingParams, WeightSync
+from backends import BroadcastTransport, DiskTransport, PendingWeights, SamplingParams, WeightSync, follow_versions
 from backends._errors import WeightSyncError
 from backends._launcher import free_port
 from backends._pool import ServerPool
@@ -341,3 +341,55 @@ async def test_pending_weights_are_broadcast_before_their_directory_exists(tmp_p
     else:
         assert reports[0].servers == [0, 1] and reports[0].retried == [1]
         assert fakes[1].weights == str(directory.resolve()) and fakes[1].version == "1"
+
+
+async def test_a_pool_that_follows_the_sync_is_held_told_the_version_and_takes_a_server_back_only_once_loaded(
+    tmp_path: Path,
+) -> None:
+    # A rollout shard's pool (another process in a run) over the servers of the pool the sync moves.
+    fakes = [FakeVLLM(), FakeVLLM()]
+    async with fleet(*fakes) as pool, ServerPool([s.url for s in pool.servers], model="m", poll_interval_s=0.05) as shard:
+        follow_versions(shard)
+        seen: list[tuple[str, list[str]]] = []
+
+        @asynccontextmanager
+        async def hold() -> AsyncIterator[None]:
+            async with shard.held():
+                seen.append(("hold", fakes[0].paths()))
+                yield
+            seen.append(("release", fakes[0].paths()))
+
+        async def on_version(version: int, servers: list[int]) -> None:
+            seen.append((f"version {version} {servers}", fakes[0].paths()))
+            shard.set_weight_version(version, servers)
+
+        sync = WeightSync(pool, DiskTransport(), hold=hold, on_version=on_version)
+        await sync.sync(tmp_path, version=3)
+        assert seen == [("hold", []), ("version 3 [0, 1]", CHOREOGRAPHY[:4]), ("release", CHOREOGRAPHY)]
+        ids = FakeByteTokenizer().encode_prompt([{"role": "user", "content": "What is 2*3?"}])
+        assert (await shard.generate(ids, max_tokens=300, sampling=SamplingParams())).weight_version == 3
+
+        # Server 1 restarts on its initial weights; the sync's pool reloads it, slowly.
+        loading, release = anyio.Event(), anyio.Event()
+        original = pool.servers[1].admin.load_weights_from_disk
+
+        async def slow(path: str) -> None:
+            loading.set()
+            await release.wait()
+            await original(path)
+
+        pool.servers[1].admin.load_weights_from_disk = slow  # type: ignore[method-assign]
+        fakes[1].dead = True
+        with anyio.fail_after(60):  # bounds against a hang, not timings: the pollers' next rounds
+            while shard.is_up(1) or pool.is_up(1):
+                await anyio.sleep(0.02)
+            fakes[1].dead, fakes[1].version = False, "default"
+            await loading.wait()
+            asked = fakes[1].paths().count("/weight_info")
+            while fakes[1].paths().count("/weight_info") < asked + 3:  # the shard's pool asked again and again
+                await anyio.sleep(0.02)
+            assert not shard.is_up(1), "took back a server on older weights"
+            release.set()
+            while not shard.is_up(1):
+                await anyio.sleep(0.02)
+        assert fakes[1].version == "3" and shard.servers[1].client.weight_version == 3
