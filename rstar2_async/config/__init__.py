@@ -14,7 +14,7 @@ from ._io import convert, load_toml, read_toml, to_toml
 from ._learner import LearnerConfig
 from ._memory import USABLE_FRACTION, MemoryPlan, ModelShape, plan_memory
 from ._reward import DataConfig, RewardConfig
-from ._rollout import RolloutConfig, SamplingConfig
+from ._rollout import RolloutConfig, SamplingConfig, check_shards, shard_share
 from ._train import (
     EvalSection,
     ModelConfig,
@@ -46,12 +46,14 @@ __all__ = [
     "TrainConfig",
     "USABLE_FRACTION",
     "WeightSyncConfig",
+    "check_shards",
     "convert",
     "eval_sections",
     "load_toml",
     "plan_memory",
     "read_rollout_record",
     "read_toml",
+    "shard_share",
     "to_toml",
     "write_rollout_record",
 ]

@@ -42,6 +42,15 @@ class RolloutConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     """Admission bound: trajectories running at once over every call of the run's one
     engine (a rollout running ahead and an evaluation share it).  Others wait in
     FIFO order."""
+    shards: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Worker processes the rollout runs in (``rstar2_async.rollout.ShardedEngine``).
+    0: in the run's own process.  N >= 1: N workers, each with its own engine, a
+    server pool over its share of the servers (server i goes to worker i mod N, so N
+    may not exceed the servers), and ``ceil(x / N)`` of each of ``max_in_flight``,
+    ``sandbox.workers`` and ``reward.workers`` (each worker also keeps its own
+    ``sandbox.spares``).  Shards take the rollout's event loop off the learner's
+    process (their GIL is not the learner's) and let a large rollout use several
+    cores; the run's process keeps the weight sync, the records and health polls."""
     trajectory_timeout_s: PositiveFloat = 1800.0
     """Wall-clock budget of one trajectory; past it the trajectory ends as ``timeout``."""
     tool_timeout_s: PositiveFloat = 4.0
@@ -66,3 +75,22 @@ class RolloutConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     and ``rstar2_async.rollout.tools:jupyter`` (rStar2's notebook-style Python: each
     call sees the variables of the trajectory's earlier calls).  The system prompt
     lists the tools in this order."""
+
+
+def shard_share(total: int, shards: int) -> int:
+    """One worker's share of ``total`` over ``shards`` workers (``rollout.shards``):
+    ``ceil(total / shards)``, so that no bound is lowered by the split."""
+    return -(-total // shards)
+
+
+def check_shards(shards: int, servers: int, where: str) -> None:
+    """``rollout.shards`` against the number of servers (``where`` names their field).
+
+    Raises:
+        ValueError: more workers than servers (a worker would have none).
+    """
+    if shards > servers:
+        raise ValueError(
+            f"rollout.shards: {shards} workers for {servers} servers ({where}): each worker needs a server "
+            f"of its own; set rollout.shards <= {servers}"
+        )

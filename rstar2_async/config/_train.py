@@ -25,7 +25,7 @@ from sandbox import SandboxConfig
 from ._inference import InferenceConfig, LocalServerConfig, PoolConfig, WeightSyncConfig
 from ._learner import LearnerConfig
 from ._reward import DataConfig, RewardConfig
-from ._rollout import PositiveInt, RolloutConfig, SamplingConfig
+from ._rollout import PositiveInt, RolloutConfig, SamplingConfig, check_shards
 
 
 class RunConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -182,6 +182,8 @@ class TrainConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
                 'learner.tis_cap: required with run.mode = "streaming" and run.max_staleness > 0: groups sampled by '
                 "older weights are trained with the truncated importance weight; set it (e.g. 2.0), or max_staleness = 0"
             )
+        if self.rollout.shards:
+            self._check_shards()
         if self.run.mode == "streaming" and self.weight_sync.pause_mode == "wait":
             raise ValueError(
                 'weight_sync.pause_mode = "wait" with run.mode = "streaming": the sync would wait for turns that never '
@@ -195,6 +197,19 @@ class TrainConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
         stage = self.stages[min(index, len(self.stages) - 1)]
         limits = {"max_turns": stage.max_turns, "max_response_tokens": stage.max_response_tokens}
         return msgspec.structs.replace(self.rollout, **{k: v for k, v in limits.items() if v is not None})
+
+    def _check_shards(self) -> None:
+        """Shards split the servers; the sync cannot drain their requests on SGLang."""
+        if self.inference is None:
+            check_shards(self.rollout.shards, self.server.num_servers, "server.num_servers")
+        else:
+            check_shards(self.rollout.shards, len(self.inference.base_urls), "inference.base_urls")
+        launched_sglang = self.inference is None and self.server.engine == "sglang"
+        if launched_sglang and self.run.mode == "on_policy" and self.weight_sync.pause_mode != "abort":
+            raise ValueError(
+                'rollout.shards with server.engine = "sglang" needs weight_sync.pause_mode = "abort": SGLang cannot '
+                "finish the turns in flight before it pauses, and the sync cannot drain the workers' requests"
+            )
 
     def _check_broadcast(self) -> None:
         """The broadcast needs the servers' token-mode admin calls and their exact

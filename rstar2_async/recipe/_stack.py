@@ -1,13 +1,14 @@
 """Assembling the run's one rollout engine from configuration: servers, sandbox, reward.
 
 One async context manager owns every resource it starts (server processes or an
-in-process model, sandbox workers, grading workers, HTTP pools) and stops them all
-on exit, cancellation included.
+in-process model, sandbox workers, grading workers, HTTP pools, rollout shards) and
+stops them all on exit, cancellation included.  The parts are built by ``_builders``;
+with ``rollout.shards`` each worker builds its own from them (``_shard_stack``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,24 +16,8 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from backends import (
-    BroadcastTransport,
-    ChatClient,
-    DiskTransport,
-    Fleet,
-    FleetConfig,
-    GlooSender,
-    RetryPolicy,
-    ServerPool,
-    ServerSpec,
-    ServerUnavailable,
-    TokenBackend,
-    TransformersBackend,
-    VLLMNcclSender,
-    WeightSync,
-)
-from httpgate import read_secret
-from sandbox import SandboxConfig, SandboxPool
+from backends import ChatClient, Fleet, ServerPool, ServerUnavailable, TokenBackend, TransformersBackend, WeightSync
+from sandbox import SandboxConfig
 
 from ..config import (
     ConfigError,
@@ -44,20 +29,26 @@ from ..config import (
     WeightSyncConfig,
 )
 from ..reward import Grader
-from ..rollout import ChatTokenizer, HFChatTokenizer, RolloutEngine
+from ..rollout import ChatTokenizer, HFChatTokenizer, RolloutEngine, ShardedEngine
+from ._builders import Engine, api_key, client_timeout, fleet_config, rollout_engine, weight_transport
+from ._builders import server_pool as server_pool_of
+from ._shard_stack import ShardStackConfig, shard_specs
 
-__all__ = ["RolloutStack", "check_reachable", "rollout_stack"]
+__all__ = ["RolloutStack", "check_reachable", "rollout_stack", "turns_resumed"]
 
 
 @dataclass
 class RolloutStack:
     """What :func:`rollout_stack` started; everything is closed when its block ends."""
 
-    engine: RolloutEngine
-    """The run's one engine: every rollout and evaluation goes through it."""
-    grader: Grader
+    engine: RolloutEngine | ShardedEngine
+    """The run's one engine: every rollout and evaluation goes through it (with
+    ``rollout.shards``, the workers' engines behind one :class:`ShardedEngine`)."""
+    grader: Grader | None
+    """The engine's grader (None with shards: each worker has its own)."""
     pool: ServerPool | None
-    """Token mode against servers: the servers behind the engine."""
+    """Token mode against servers: the servers behind the engine (with shards, over
+    every server for the weight sync and health alone: the workers generate)."""
     sync: WeightSync | None
     """Token mode against servers: moves them to the weights exported in a directory
     (read by the servers, or broadcast from this process: ``weight_sync.transport``)."""
@@ -107,12 +98,19 @@ async def rollout_stack(
       ``inference.base_urls`` with the tokenizer from ``tokenizer_dir``.
     - ``inference.mode == "chat"``: the OpenAI SDK against ``inference.base_urls[0]``.
 
+    ``rollout.shards = N >= 1`` (token mode): the engine is a :class:`ShardedEngine`
+    over N worker processes, each with its share of the servers, sandbox workers and
+    graders; this process keeps a pool over every server for the sync and health.
+
     With a pool, ``sync`` uses ``weight_sync`` (default: disk).  The broadcast group
     is formed on the first sync, from this process, which must then be the
     learner's rank 0.
 
     Raises:
-        ConfigError: token mode against endpoints without ``tokenizer_dir``.
+        ConfigError: token mode against endpoints without ``tokenizer_dir``;
+            ``rollout.shards`` in chat mode, with the in-process engine, or over
+            more workers than servers.
+        ShardError: a rollout shard could not start.
         PluginError: a tool or the reward function does not load.
         backends.LaunchError: a local server failed to start.
         sandbox.SandboxBroken: sandbox workers could not start (e.g. no bubblewrap).
@@ -125,15 +123,16 @@ async def rollout_stack(
     async with AsyncExitStack() as stack:
         fleet: Fleet | None = None
         server_pool: ServerPool | None = None
-        sync: WeightSync | None = None
         backend: TokenBackend | ChatClient
         tokenizer: ChatTokenizer | None = None
         if model_dir is not None and local.engine == "transformers":
+            if rollout.shards:
+                raise ConfigError('rollout.shards: the "transformers" engine runs in this process; set rollout.shards = 0')
             tokenizer = HFChatTokenizer.from_pretrained(model_dir)
             backend = await stack.enter_async_context(TransformersBackend(model_dir, max_model_len=local.max_model_len))
         else:
             if model_dir is not None:
-                fleet = await stack.enter_async_context(Fleet(_fleet_config(model_dir, local, inference, weight_sync, log_dir)))
+                fleet = await stack.enter_async_context(Fleet(fleet_config(model_dir, local, inference, weight_sync, log_dir)))
                 tokenizer_dir = model_dir
                 urls = [server.url for server in fleet.servers]
                 inference = msgspec.structs.replace(inference, base_urls=urls, mode="tokens")
@@ -145,114 +144,65 @@ async def rollout_stack(
                         'inference.mode = "tokens" needs the model\'s tokenizer: pass --tokenizer DIR (or use chat mode)'
                     )
                 tokenizer = HFChatTokenizer.from_pretrained(tokenizer_dir)
-                server_pool = await stack.enter_async_context(_server_pool(inference, pool_config, local, model_dir))
+                # With shards: for the sync, health and admin only (the workers generate).
+                server_pool = await stack.enter_async_context(server_pool_of(inference, pool_config, _engine(local, model_dir)))
                 backend = server_pool
-                pause = weight_sync.pause_mode or "wait"  # the trainer resolves it for streaming
-                sync = WeightSync(server_pool, _transport(weight_sync, local), pause_mode=pause)
+            elif rollout.shards:
+                raise ConfigError(f'rollout.shards = {rollout.shards} needs inference.mode = "tokens" (chat mode has no server pool to split)')
             else:
                 backend = await stack.enter_async_context(
                     ChatClient.from_url(
                         inference.base_urls[0],
                         model=inference.model,
-                        api_key=_api_key(inference),
+                        api_key=api_key(inference),
                         max_retries=inference.max_retries,
-                        timeout=_timeout(inference),
+                        timeout=client_timeout(inference),
                         max_connections=inference.max_connections,
                     )
                 )
-        pool_sandbox = await stack.enter_async_context(SandboxPool(sandbox))
-        grader = await stack.enter_async_context(
-            Grader(
-                workers=reward.workers,
-                timeout=reward.timeout_s,
-                function=reward.function,
-                mode=reward.grading or "strict",
+        engine: RolloutEngine | ShardedEngine
+        grader: Grader | None = None
+        sync: WeightSync | None = None
+        if rollout.shards:
+            assert server_pool is not None and tokenizer_dir is not None
+            parts = ShardStackConfig(
+                rollout=rollout, inference=inference, engine=_engine(local, model_dir), pool=pool_config, sandbox=sandbox,
+                reward=reward, tokenizer_dir=str(tokenizer_dir),
+            )  # fmt: skip
+            engine = await stack.enter_async_context(ShardedEngine(shard_specs(parts), tokenizer=tokenizer))
+        else:
+            engine, grader = await rollout_engine(
+                stack, backend=backend, tokenizer=tokenizer, rollout=rollout, sandbox=sandbox, reward=reward
             )
-        )
-        engine = RolloutEngine(backend=backend, sandbox=pool_sandbox, config=rollout, tokenizer=tokenizer, reward=grader)
+        if server_pool is not None:
+            pause = weight_sync.pause_mode or "wait"  # the trainer resolves it for streaming
+            transport = weight_transport(weight_sync, local)
+            if isinstance(engine, ShardedEngine):  # the workers' pools hold and learn the version too
+                sync = WeightSync(server_pool, transport, pause_mode=pause, hold=engine.held, on_version=_tell(engine))
+            else:
+                sync = WeightSync(server_pool, transport, pause_mode=pause)
         yield RolloutStack(engine=engine, grader=grader, pool=server_pool, sync=sync, fleet=fleet)
 
 
-def _api_key(inference: InferenceConfig) -> str | None:
-    """The servers' key: ``inference.api_key_file``'s content, else ``$inference.api_key_env``.
-
-    Raises:
-        ConfigError: the file is missing, unreadable or empty.
-    """
-    try:
-        return read_secret(file=inference.api_key_file, env=inference.api_key_env)
-    except ValueError as e:
-        raise ConfigError(f"inference.api_key_file: {e}; write the key there or leave the field out") from e
+def _engine(local: LocalServerConfig, model_dir: Path | None) -> Engine:
+    """Launched servers speak the fleet's engine; endpoints are taken to be vLLM."""
+    return local.engine if model_dir is not None and local.engine != "transformers" else "vllm"
 
 
-def _timeout(inference: InferenceConfig) -> httpx.Timeout:
-    return httpx.Timeout(inference.read_timeout_s, connect=inference.connect_timeout_s, pool=inference.pool_timeout_s)
+def _tell(engine: ShardedEngine) -> Callable[[int, list[int]], Awaitable[None]]:
+    """The sync's ``on_version`` for the workers' pools.  Not acknowledged: a turn
+    the pause cut short may come back to a worker before its pool has the version;
+    vLLM stamps its tokens itself, so only servers that do not are affected."""
+
+    async def on_version(version: int, servers: list[int]) -> None:
+        engine.set_weight_version(version, servers)
+
+    return on_version
 
 
-def _fleet_config(
-    model_dir: Path, local: LocalServerConfig, inference: InferenceConfig, weight_sync: WeightSyncConfig, log_dir: Path | None
-) -> FleetConfig:
-    return FleetConfig(
-        model=str(model_dir),
-        engine=local.engine,  # type: ignore[arg-type]  # "transformers" never gets here
-        num_servers=local.num_servers,
-        gpu_ids=local.gpu_ids,
-        tensor_parallel_size=local.tensor_parallel_size,
-        served_model_name=inference.model,
-        max_model_len=local.max_model_len,
-        kv_cache_gib=local.kv_cache_gib,
-        # the user's own come last and win; the transfer flag is vLLM's
-        extra_args=(_transfer_args(weight_sync) if local.engine == "vllm" else []) + local.extra_args,
-        log_dir=str(log_dir / "servers") if log_dir else None,
-    )
-
-
-def _server_pool(inference: InferenceConfig, pool: PoolConfig, local: LocalServerConfig, model_dir: Path | None) -> ServerPool:
-    # Launched servers speak the fleet's engine; endpoints are taken to be vLLM.
-    engine = local.engine if model_dir is not None else "vllm"
-    return ServerPool(
-        [ServerSpec(url=url, engine=engine) for url in inference.base_urls],  # type: ignore[arg-type]
-        model=inference.model,
-        api_key=_api_key(inference),
-        policy=pool.policy,
-        order=pool.order or "budget",
-        affinity_slack=pool.affinity_slack,
-        affinity_queue_slack=pool.affinity_queue_slack,
-        expected_new_tokens=pool.expected_new_tokens,
-        hold_reports=pool.hold_reports,
-        hold_headroom=pool.hold_headroom,
-        reserve_new_tokens=pool.reserve_new_tokens,
-        expected_reservations=pool.expected_reservations,
-        headroom=pool.headroom,
-        default_capacity_tokens=pool.default_capacity_tokens,
-        poll_interval_s=pool.poll_interval_s,
-        request_timeout_s=pool.request_timeout_s,
-        unavailable_timeout_s=pool.unavailable_timeout_s,
-        max_failovers=pool.max_failovers,
-        retry=RetryPolicy(max_retries=inference.max_retries, initial_s=inference.backoff_initial_s, max_s=inference.backoff_max_s),
-        timeout=_timeout(inference),
-        max_connections=inference.max_connections,
-    )
-
-
-def _transport(config: WeightSyncConfig, local: LocalServerConfig) -> DiskTransport | BroadcastTransport:
-    if config.transport == "disk":
-        return DiskTransport()
-    assert config.master_port is not None  # WeightSyncConfig checks it
-    ranks = config.ranks_per_server
-    if ranks is None:  # launched servers; TrainConfig requires it for external ones
-        ranks = local.tensor_parallel_size
-    return BroadcastTransport(
-        master_address=config.master_address,
-        master_port=config.master_port,
-        ranks_per_server=ranks,
-        sender=VLLMNcclSender() if config.sender == "nccl" else GlooSender(),
-    )
-
-
-def _transfer_args(config: WeightSyncConfig) -> list[str]:
-    """vLLM arguments of launched servers: without a transfer engine they refuse
-    ``/init_weight_transfer_engine``."""
-    if config.transport == "broadcast" and config.sender == "nccl":
-        return ["--weight-transfer-config", '{"backend": "nccl"}']
-    return []
+def turns_resumed(stack: RolloutStack) -> int:
+    """Generations a pause cut short and resumed so far, over every server the
+    rollout generates on (the workers' with shards)."""
+    if isinstance(stack.engine, ShardedEngine):
+        return stack.engine.turns_resumed()
+    return 0 if stack.pool is None else sum(s.client.statistics().resumed for s in stack.pool.servers)
