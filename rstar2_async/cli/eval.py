@@ -174,7 +174,10 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
             async with anyio.create_task_group() as tg:
                 offset = done - engine.statistics().trajectories_finished  # resumed samples count as done
                 tg.start_soon(partial(show_progress, engine, len(problems) * args.n, dataset, done_before=offset))
-                summaries.append(await evaluate(engine, dataset, problems, n=args.n, out_dir=out / dataset))
+                summaries.append(await evaluate(
+                    engine, dataset, problems, n=args.n, out_dir=out / dataset, sampling=config.rollout.sampling,
+                    mode=config.reward.grading or "strict",
+                ))  # fmt: skip
                 tg.cancel_scope.cancel()
     table = Table(
         title=f"{name}: n={args.n}, temperature={args.temperature}, top_p={args.top_p}, grading={config.reward.grading}"

@@ -21,8 +21,8 @@ from pathlib import Path
 import msgspec
 
 from ..config import SamplingConfig
-from ..reward import Grader, GradingMode, final_answer, normalize_answer
-from ..rollout import RolloutEngine
+from ..reward import GradingMode, final_answer, normalize_answer
+from ..rollout import RolloutEngine, ShardedEngine
 from ..types import Group, Problem, Trajectory
 
 __all__ = ["EvalSummary", "evaluate", "load_finished", "majority_correct", "summarize"]
@@ -137,23 +137,23 @@ def summarize(
 
 
 async def evaluate(
-    engine: RolloutEngine,
+    engine: RolloutEngine | ShardedEngine,
     dataset: str,
     problems: Sequence[Problem],
     *,
     n: int,
     out_dir: Path,
-    sampling: SamplingConfig | None = None,
+    sampling: SamplingConfig,
+    mode: GradingMode,
 ) -> EvalSummary:
     """Run ``n`` samples per problem, resuming from ``out_dir/samples.jsonl``, and
-    write ``out_dir/summary.json``.  The engine must have a reward.
+    write ``out_dir/summary.json``.  The engine must grade (a reward).
 
     Args:
-        sampling: this evaluation's sampling (default: the engine's); written into
-            the summary either way.
+        sampling: this evaluation's sampling (passed to the engine, and written into
+            the summary).
+        mode: how the engine's grader reads answers (maj@n reads them the same way).
     """
-    if engine.reward is None:
-        raise ValueError("evaluation needs an engine with a reward (a reward.Grader)")
     out_dir.mkdir(parents=True, exist_ok=True)
     samples_path = out_dir / "samples.jsonl"
     finished = load_finished(samples_path, problems)
@@ -165,8 +165,6 @@ async def evaluate(
             f.flush()
 
         groups = await engine.run(problems, n, sampling=sampling, finished=finished, on_trajectory=append)
-    sampling = sampling or engine.config.sampling
-    mode: GradingMode = engine.reward.mode if isinstance(engine.reward, Grader) else "strict"
     summary = msgspec.structs.replace(
         summarize(dataset, groups, n=n, temperature=sampling.temperature, top_p=sampling.top_p, mode=mode),
         resumed_samples=len(finished),

@@ -14,7 +14,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from ..rollout import RolloutEngine
+from ..rollout import RolloutEngine, ShardedEngine
 
 __all__ = ["REFRESH_S", "StepBar", "show_progress"]
 
@@ -22,7 +22,7 @@ REFRESH_S = 0.5
 """Poll interval: frequent enough to look live, rare enough to cost nothing."""
 
 
-async def show_progress(engine: RolloutEngine, total: int, description: str, *, done_before: int = 0) -> None:
+async def show_progress(engine: RolloutEngine | ShardedEngine, total: int, description: str, *, done_before: int = 0) -> None:
     """Render a progress bar until cancelled.  Run it in the task group that runs the
     rollout and cancel it when the rollout ends.  Silent when stderr is not a
     terminal (CI logs stay readable)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +12,10 @@ import msgspec
 
 from ..config import ModelConfig, StageConfig
 from ..errors import TrainError
-from ..reward import Reward
 from ..selection import RocDecision, roc_downsample
 from ..types import Group, Problem
 
-__all__ = ["RolloutResult", "StreamState", "TimedReward", "TrainState", "TrainSummary", "downsample", "prepare_model"]
+__all__ = ["RolloutResult", "StreamState", "TrainState", "TrainSummary", "downsample", "prepare_model"]
 
 
 class StreamState(msgspec.Struct, kw_only=True):
@@ -103,31 +101,6 @@ def downsample(group: Group, stage: StageConfig, rng: random.Random) -> RocDecis
         group, stage.n_keep, rng, selection=stage.roc_selection, min_per_class=stage.roc_min_per_class,
         rounding=stage.roc_rounding,
     )  # fmt: skip
-
-
-class TimedReward:
-    """Wraps the run's reward to measure the wall time during which any grading runs.
-
-    Grading happens inside the rollout, as each trajectory ends, so this time
-    overlaps the rollout's; summing per-call durations instead would count
-    concurrent gradings several times over."""
-
-    def __init__(self, inner: Reward) -> None:
-        self.inner = inner
-        self.seconds = 0.0
-        self._active = 0
-        self._since = 0.0
-
-    async def reward(self, response_text: str, problem: Problem) -> float:
-        if self._active == 0:
-            self._since = time.monotonic()
-        self._active += 1
-        try:
-            return await self.inner.reward(response_text, problem)
-        finally:
-            self._active -= 1
-            if self._active == 0:
-                self.seconds += time.monotonic() - self._since
 
 
 def prepare_model(model: ModelConfig, run_dir: Path) -> Path:

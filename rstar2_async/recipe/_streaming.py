@@ -53,7 +53,7 @@ from ..errors import TrainError
 from ..selection import RocDecision
 from ..types import Group, Problem
 from ._data import batch_for_step
-from ._stack import RolloutStack
+from ._stack import RolloutStack, turns_resumed
 from ._state import RolloutResult, StreamState, downsample
 
 if TYPE_CHECKING:
@@ -225,7 +225,7 @@ async def run_streaming_stage(
     state = trainer.state.stream = trainer.state.stream or StreamState()
     stream = _Stream(trainer, index, stage, problems, state)
     stream.restore(queued)
-    engine, interrupted = stack.engine, _interruptions(stack)
+    engine, interrupted = stack.engine, partial(turns_resumed, stack)
     feed_send, feed = anyio.create_memory_object_stream[Problem](0)
     # Left set if the stage is stopped: the stop's checkpoint keeps the stream too.
     trainer.checkpoint_files = stream.snapshot
@@ -235,9 +235,9 @@ async def run_streaming_stage(
         tg.start_soon(stream.admit, feed_send)
         tg.start_soon(stream.collect, groups)
         for step in range(trainer.state.step_in_stage, stage.steps):
-            t0, reward0, interrupted0 = time.monotonic(), trainer.timed.seconds, interrupted()
+            t0, grading0, interrupted0 = time.monotonic(), engine.statistics().grading_s, interrupted()
             done = await stream.next_batch()
-            done.seconds, done.reward_seconds = time.monotonic() - t0, trainer.timed.seconds - reward0
+            done.seconds, done.reward_seconds = time.monotonic() - t0, engine.statistics().grading_s - grading0
             extra = partial(stream.step_metrics, lambda since=interrupted0: interrupted() - since)
             await trainer.learn_step(stack, stage, step, done, metrics, extra=extra)
             stream.trained(done)  # the sync is done: its room goes back to admission
@@ -251,9 +251,3 @@ def oldest_version(group: Group, default: int) -> int:
     """The oldest weight version among a group's generated tokens (a trajectory
     that never generated, e.g. its server failed for good, has none)."""
     return min((t.weight_version for t in group.trajectories if t.turns), default=default)
-
-
-def _interruptions(stack: RolloutStack) -> Callable[[], int]:
-    """Generations a pause cut short and resumed, over the pool's servers so far."""
-    pool = stack.pool
-    return lambda: 0 if pool is None else sum(s.client.statistics().resumed for s in pool.servers)

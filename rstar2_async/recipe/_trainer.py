@@ -52,7 +52,7 @@ from ._metrics import MetricsWriter, plot_metrics, read_metrics, write_samples
 from ._progress import StepBar, show_progress
 from ._publish import Publisher, load_servers
 from ._stack import RolloutStack, rollout_stack
-from ._state import RolloutResult, TimedReward, TrainState, TrainSummary, downsample, prepare_model
+from ._state import RolloutResult, TrainState, TrainSummary, downsample, prepare_model
 from ._streaming import QUEUE_FILE, oldest_version, read_queue, run_streaming_stage
 from ._trajectories import record_step
 from ._weights import publish_weights
@@ -175,7 +175,6 @@ class Trainer:
         ) as stack:  # fmt: skip
             if self.state.weight_version:  # resumed: servers we started hold these weights but not their
                 await load_servers(stack, weights, self.state.weight_version)  # version; others may hold older ones
-            self.timed = stack.engine.reward = TimedReward(stack.grader)
             self.health = HealthWatch(read_metrics(self.run_dir / "metrics.jsonl"))  # resumed: its medians too
             async with Publisher(stack, self._learn, self.driver, current=weights) as self.publisher:
                 with MetricsWriter(self.run_dir) as metrics, anyio.CancelScope() as self._work:
@@ -276,9 +275,8 @@ class Trainer:
         """Roll out one batch; GRPO-RoC downsamples each group as it completes."""
         rng = random.Random(f"{self.config.run.seed}/roc/{stage.name}/{step}")
         done = RolloutResult(batch)
-        reward_before = self.timed.seconds
-        t0 = time.monotonic()
         engine = stack.engine
+        t0, grading0 = time.monotonic(), engine.statistics().grading_s
         async with anyio.create_task_group() as tg:
             tg.start_soon(show_progress, engine, len(batch) * stage.n_oversample, f"{stage.name} step {step + 1}")
             async with engine.stream(
@@ -288,7 +286,7 @@ class Trainer:
                     done.add(group, downsample(group, stage, rng))
             tg.cancel_scope.cancel()
         done.seconds = time.monotonic() - t0
-        done.reward_seconds = self.timed.seconds - reward_before
+        done.reward_seconds = engine.statistics().grading_s - grading0
         return done
 
     async def _update(self, stack: RolloutStack, stage: StageConfig, done: RolloutResult) -> dict[str, Any]:
@@ -343,10 +341,11 @@ class Trainer:
             return
         t0 = time.monotonic()
         record: dict[str, Any] = {"rl_step": self.state.rl_step, "stage": label}
+        grading = self.config.reward.grading or "strict"  # the grader's own default
         for name in section.data:
             problems = load_problems(name, limit=section.limit, fields=self.config.data)
             out = self.run_dir / "eval" / f"step-{self.state.rl_step:06d}-{label}" / Path(name).stem
-            summary = await evaluate(stack.engine, Path(name).stem, problems, n=section.n, out_dir=out, sampling=section.sampling)
+            summary = await evaluate(stack.engine, Path(name).stem, problems, n=section.n, out_dir=out, sampling=section.sampling, mode=grading)
             record[Path(name).stem] = summary.avg_at_n
         scores = [v for k, v in record.items() if k not in ("rl_step", "stage")]
         record["accuracy"] = sum(scores) / len(scores)

@@ -67,6 +67,9 @@ class RolloutStatistics(msgspec.Struct, frozen=True):
     tool_errors: int
     generated_tokens: int
     elapsed_s: float
+    grading_s: float = 0.0
+    """Wall seconds during which at least one grading ran (gradings overlap the
+    rollout and each other: summing their durations would count them twice)."""
 
 
 class StreamOptions(TypedDict, total=False):
@@ -131,6 +134,7 @@ class RolloutEngine:
         self._started = self._finished = self._groups = 0
         self._turns = self._tool_calls = self._tool_errors = self._tokens = 0
         self._t0 = time.monotonic()
+        self._grading, self._grading_s, self._grading_since = 0, 0.0, 0.0
 
     def statistics(self) -> RolloutStatistics:
         limiter = self._limiter.statistics()
@@ -145,6 +149,7 @@ class RolloutEngine:
             tool_errors=self._tool_errors,
             generated_tokens=self._tokens,
             elapsed_s=time.monotonic() - self._t0,
+            grading_s=self._grading_s + (time.monotonic() - self._grading_since if self._grading else 0.0),
         )
 
     @asynccontextmanager
@@ -285,14 +290,25 @@ class RolloutEngine:
                 prompt_ids=pending.prompt_ids,
             )
             if self.reward is not None:
-                reward = await self.reward.reward(model_text, pending.problem)
-                trajectory = msgspec.structs.replace(trajectory, reward=reward)
+                trajectory = msgspec.structs.replace(trajectory, reward=await self._grade(model_text, pending.problem))
         finally:
             self._limiter.release_on_behalf_of(borrower)
         self._account(trajectory)
         if pending.on_trajectory is not None:
             pending.on_trajectory(trajectory)
         self._complete(pending, i, trajectory, send)
+
+    async def _grade(self, model_text: str, problem: Problem) -> float:
+        assert self.reward is not None
+        if self._grading == 0:
+            self._grading_since = time.monotonic()
+        self._grading += 1
+        try:
+            return await self.reward.reward(model_text, problem)
+        finally:
+            self._grading -= 1
+            if self._grading == 0:
+                self._grading_s += time.monotonic() - self._grading_since
 
     def _complete(self, pending: _PendingGroup, i: int, trajectory: Trajectory, send: ObjectSendStream[Group]) -> None:
         pending.slots[i] = trajectory

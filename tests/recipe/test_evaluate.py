@@ -45,7 +45,7 @@ async def test_metrics_samples_and_resume(tmp_path: Path) -> None:
             engine = RolloutEngine(
                 backend=client, sandbox=FakeSandbox(), config=RolloutConfig(), tokenizer=FakeByteTokenizer(), reward=grader
             )
-            summary = await evaluate(engine, "toy", problems(), n=3, out_dir=tmp_path)
+            summary = await evaluate(engine, "toy", problems(), n=3, out_dir=tmp_path, sampling=engine.config.sampling, mode="strict")
             assert summary.avg_at_n == 0.5 and summary.pass_at_n == 0.5 and summary.maj_at_n == 0.5
             assert summary.mean_turns == 2 and summary.mean_tool_calls == 1 and summary.mean_tool_errors == 0
             assert summary.finish_reasons == {"answer": 12} and summary.resumed_samples == 0
@@ -56,7 +56,7 @@ async def test_metrics_samples_and_resume(tmp_path: Path) -> None:
             # Interrupted run: keep 7 complete lines and half of the 8th.
             (tmp_path / "samples.jsonl").write_bytes(b"\n".join(lines[:7]) + b"\n" + lines[7][:20])
             before = len(server.requests)
-            resumed = await evaluate(engine, "toy", problems(), n=3, out_dir=tmp_path)
+            resumed = await evaluate(engine, "toy", problems(), n=3, out_dir=tmp_path, sampling=engine.config.sampling, mode="strict")
             assert resumed.resumed_samples == 7
             assert len(server.requests) - before == 5 * 2  # only the 5 missing samples ran
             assert (resumed.avg_at_n, resumed.pass_at_n) == (0.5, 0.5)
