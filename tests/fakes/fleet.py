@@ -5,7 +5,11 @@ with the shapes the real engines use (measured for vLLM, documented for SGLang).
 ``FakeVLLM`` generates with a :class:`tests.fakes.model.FakeModelServer`; knobs:
 ``dead`` (drop every connection), ``hang`` (never answer completions),
 ``fail_paths`` (paths answered 500), ``capacity_tokens`` / ``used_tokens``
-(reported in ``/metrics``).  While paused, completions wait for ``/resume``.
+(reported in ``/metrics``).  While paused, completions wait for ``/resume``; a
+completion that a ``/pause?mode=abort`` overlapped answers the first half of its
+tokens with ``finish_reason: "abort"`` (vLLM ends it at once; the double when its
+model answers).  Once versioned, completions carry the version they started on
+(``weight_version``), as vLLM's do.
 """
 
 from __future__ import annotations
@@ -41,10 +45,13 @@ class FakeVLLM:
     weights: str = "initial"
     log: list[Recorded] = field(default_factory=list)
     running: int = 0
+    aborted: int = 0
+    """Completions cut short by an abort-mode pause."""
 
     def __post_init__(self) -> None:
         self._resumed = anyio.Event()
         self._resumed.set()
+        self._abort_pauses = 0
 
     @property
     def paused(self) -> bool:
@@ -69,13 +76,16 @@ class FakeVLLM:
                 await anyio.sleep_forever()
             await self._resumed.wait()
             self.running += 1
+            pauses, version = self._abort_pauses, self.version
             try:
                 status, payload = await self.scripted(method, path, body)
             finally:
                 self.running -= 1
             if self.dead:  # killed while generating
                 raise DropConnection
-            return status, payload
+            if status != 200 or (version == "default" and pauses == self._abort_pauses):
+                return status, payload
+            return status, self._stamp(payload, version, aborted=pauses != self._abort_pauses)
         return self.admin(path, query, parsed)
 
     def admin(self, path: str, query: dict[str, str], body: object) -> tuple[int, bytes]:
@@ -95,6 +105,7 @@ class FakeVLLM:
                 return 200, text.encode()
             case "/pause":
                 self._resumed = anyio.Event()
+                self._abort_pauses += query.get("mode") == "abort"
                 return 200, b'{"status": "paused"}'
             case "/resume":
                 self._resumed.set()
@@ -120,6 +131,19 @@ class FakeVLLM:
             case "/init_weight_transfer_engine" | "/start_weight_update" | "/update_weights":
                 return 200, ok
         return 404, b'{"error": "not found"}'
+
+    def _stamp(self, payload: bytes, version: str, *, aborted: bool) -> bytes:
+        answer = json.loads(payload)
+        if version != "default":
+            answer["weight_version"] = version
+        if aborted:
+            self.aborted += 1
+            choice = answer["choices"][0]
+            keep = len(choice["token_ids"]) // 2
+            choice["token_ids"] = choice["token_ids"][:keep]
+            choice["logprobs"] = {k: v[:keep] for k, v in choice["logprobs"].items()}
+            choice["text"], choice["finish_reason"] = self.scripted.tokenizer.decode(choice["token_ids"]), "abort"
+        return msgspec.json.encode(answer)
 
 
 @dataclass

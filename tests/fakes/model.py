@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 import msgspec
@@ -26,6 +27,32 @@ _SPECIAL_RE = re.compile("(<\\|im_start\\|>|<\\|im_end\\|>)")
 # What surrounds a tool turn's content in the ChatML template (HFChatTokenizer's bridge).
 _TOOL_TURN_OPEN = (10, IM_START, *b"user\n")
 _TOOL_TURN_CLOSE = (IM_END, 10, IM_START, *b"assistant\n")
+
+
+CHATML_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def write_byte_tokenizer(out: Path) -> Path:
+    """:class:`FakeByteTokenizer` as a Hugging Face tokenizer directory, for code
+    that loads one by path (a rollout shard's worker): byte-level BPE without merges
+    whose ids are the bytes, the two ChatML specials, and the ChatML template."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    # GPT-2's byte -> character table, which the ByteLevel pre-tokenizer applies.
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    chars = {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(others)}
+    tok = Tokenizer(models.BPE(vocab={chars[b]: b for b in range(256)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(_SPECIAL[i], special=True, normalized=False) for i in (IM_START, IM_END)])
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({"eos_token": _SPECIAL[IM_END], "chat_template": CHATML_TEMPLATE}))
+    return out
 
 
 class FakeByteTokenizer:

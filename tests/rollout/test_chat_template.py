@@ -78,3 +78,15 @@ def test_rollout_path_does_not_import_torch(model_dir: Path) -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_byte_tokenizer_directory_tokenises_as_the_fake_byte_tokenizer(tmp_path: Path) -> None:
+    # What lets a shard worker, which loads its tokenizer by path, talk to the fake model.
+    from tests.fakes.model import FakeByteTokenizer, write_byte_tokenizer
+
+    real, fake = HFChatTokenizer.from_pretrained(write_byte_tokenizer(tmp_path)), FakeByteTokenizer()
+    messages = [{"role": "system", "content": "Tools: é ü\n"}, {"role": "user", "content": "What is 2*3? <x>"}]
+    assert real.encode_prompt(messages) == fake.encode_prompt(messages)
+    assert real.encode_tool_turn("out é <|im_end|>") == fake.encode_tool_turn("out é <|im_end|>")  # literal, both
+    assert real.eos_token_id == fake.eos_token_id and real.eos_text == fake.eos_text
+    assert real.decode(fake.encode_prompt(messages)) == fake.decode(fake.encode_prompt(messages))
