@@ -82,6 +82,17 @@ class StreamOptions(TypedDict, total=False):
     on_trajectory: Callable[[Trajectory], None] | None
 
 
+def check_limits(max_turns: int | None, max_response_tokens: int | None) -> None:
+    """A call's own limits: ``None`` or ``>= 1``.
+
+    Raises:
+        ValueError: one is below 1 (the message names it).
+    """
+    for name, value in (("max_turns", max_turns), ("max_response_tokens", max_response_tokens)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name}: expected int >= 1, got {value}")
+
+
 class _PendingGroup:
     __slots__ = ("config", "on_trajectory", "problem", "prompt_ids", "remaining", "slots")
 
@@ -195,7 +206,8 @@ class RolloutEngine:
         # extra, and send_nowait spares each trajectory two trips through the loop.
         send, receive = anyio.create_memory_object_stream[Group](math.inf)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._produce, problems, n, config, finished or {}, on_trajectory, send)
+            # Read as each problem is taken: a caller may add to it meanwhile (a shard worker).
+            tg.start_soon(self._produce, problems, n, config, {} if finished is None else finished, on_trajectory, send)
             async with receive:
                 try:
                     yield receive
@@ -216,9 +228,7 @@ class RolloutEngine:
     ) -> RolloutConfig:
         if sampling is None and max_turns is None and max_response_tokens is None:
             return self.config
-        for name, value in (("max_turns", max_turns), ("max_response_tokens", max_response_tokens)):
-            if value is not None and value < 1:
-                raise ValueError(f"{name}: expected int >= 1, got {value}")
+        check_limits(max_turns, max_response_tokens)
         c = self.config
         return msgspec.structs.replace(
             c,
