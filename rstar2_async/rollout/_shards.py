@@ -106,8 +106,7 @@ class ShardedEngine:
                     starting.start_soon(tg.start, self._supervise, shard)
         except BaseException as exc:
             tg.cancel_scope.cancel()  # stops the workers that did start (shielded, see ShardProcess.open)
-            with anyio.CancelScope(shield=True):
-                await self.__aexit__(None, None, None)
+            await self.__aexit__(None, None, None)
             if isinstance(exc, BaseExceptionGroup) and (errors := exc.subgroup(ShardError)) is not None:
                 raise _first(errors) from None
             raise
