@@ -18,8 +18,8 @@ EXPORTS: dict[str, list[str]] = {
         "ConfigError", "DataConfig", "EvalConfig", "EvalSection", "InferenceConfig", "LearnerConfig",
         "LocalServerConfig", "MemoryPlan", "ModelConfig", "ModelShape", "PoolConfig", "ROLLOUT_RECORD",
         "RewardConfig", "RolloutConfig", "RunConfig", "SamplingConfig", "StageConfig", "TinyModelConfig",
-        "TrainConfig", "USABLE_FRACTION", "WeightSyncConfig", "convert", "eval_sections", "load_toml", "plan_memory",
-        "read_rollout_record", "read_toml", "to_toml", "write_rollout_record",
+        "TrainConfig", "USABLE_FRACTION", "WeightSyncConfig", "check_shards", "convert", "eval_sections", "load_toml", "plan_memory",
+        "read_rollout_record", "read_toml", "shard_share", "to_toml", "write_rollout_record",
     ],
     "rstar2_async.rollout": [
         "ADMISSION_BATCH", "CallError", "ChatTokenizer", "DEFAULT_SYSTEM_PROMPT", "GC_GEN0_THRESHOLD",

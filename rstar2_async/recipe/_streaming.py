@@ -225,7 +225,13 @@ async def run_streaming_stage(
     state = trainer.state.stream = trainer.state.stream or StreamState()
     stream = _Stream(trainer, index, stage, problems, state)
     stream.restore(queued)
-    engine, interrupted = stack.engine, partial(turns_resumed, stack)
+    engine, resumed = stack.engine, [turns_resumed(stack)]
+
+    def interrupted() -> int:
+        """Turns resumed since the last step's record (none falls between two steps)."""
+        before, resumed[0] = resumed[0], turns_resumed(stack)
+        return resumed[0] - before
+
     feed_send, feed = anyio.create_memory_object_stream[Problem](0)
     # Left set if the stage is stopped: the stop's checkpoint keeps the stream too.
     trainer.checkpoint_files = stream.snapshot
@@ -235,10 +241,10 @@ async def run_streaming_stage(
         tg.start_soon(stream.admit, feed_send)
         tg.start_soon(stream.collect, groups)
         for step in range(trainer.state.step_in_stage, stage.steps):
-            t0, grading0, interrupted0 = time.monotonic(), engine.statistics().grading_s, interrupted()
+            t0, grading0 = time.monotonic(), engine.statistics().grading_s
             done = await stream.next_batch()
             done.seconds, done.reward_seconds = time.monotonic() - t0, engine.statistics().grading_s - grading0
-            extra = partial(stream.step_metrics, lambda since=interrupted0: interrupted() - since)
+            extra = partial(stream.step_metrics, interrupted)
             await trainer.learn_step(stack, stage, step, done, metrics, extra=extra)
             stream.trained(done)  # the sync is done: its room goes back to admission
             await trainer.after_step(stack, stage, step, metrics)

@@ -10,9 +10,8 @@ streaming mode the syncs cut turns short that then resume on the new weights.
 
 from __future__ import annotations
 
-import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -20,7 +19,7 @@ import msgspec
 import pytest
 
 from rstar2_async.config import ConfigError, TrainConfig, convert
-from rstar2_async.recipe import Trainer
+from rstar2_async.recipe import Trainer, batch_for_step, load_problems
 from rstar2_async.types import Group
 from tests.fakes.fleet import FakeVLLM
 from tests.fakes.http import serve_http
@@ -60,14 +59,52 @@ class FakeLearnerDriver:
         return root
 
 
-def some_wrong(counter: itertools.count) -> object:
-    """The arithmetic solver, wrong on every third answer: groups of right and wrong."""
+def first_answer_wrong() -> object:
+    """The arithmetic solver, wrong on the first answer to each problem: every group
+    has right and wrong answers, so RoC keeps each one (and the count is exact)."""
+    answered: set[str] = set()
 
     def policy(conversation: str) -> str:
         text = arithmetic_policy(conversation)
-        return "<answer>\\boxed{-1}</answer>" if "<answer>" in text and next(counter) % 3 == 0 else text
+        if "<answer>" in text:
+            problem = conversation.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
+            if problem not in answered:
+                answered.add(problem)
+                return "<answer>\\boxed{-1}</answer>"
+        return text
 
     return policy
+
+
+class HoldOneTurn:
+    """Holds the first turn of one problem until a sync pauses its server with abort:
+    a turn in flight that the sync must cut short, whenever the sync comes."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem, self.taken = problem, False
+
+    def wrap(self, fake: FakeVLLM) -> Callable[[str, str, bytes], Awaitable[tuple[int, bytes]]]:
+        """``fake``'s handler, its model holding that turn."""
+        paused = anyio.Event()
+        fake.scripted = _Held(fake.scripted, self, paused)  # type: ignore[assignment]
+
+        async def handle(method: str, target: str, body: bytes) -> tuple[int, bytes]:
+            if target.startswith("/pause") and "mode=abort" in target:
+                paused.set()
+            return await fake(method, target, body)
+
+        return handle
+
+
+class _Held:
+    def __init__(self, model: FakeModelServer, hold: HoldOneTurn, paused: anyio.Event) -> None:
+        self.model, self.tokenizer, self.hold, self.paused = model, model.tokenizer, hold, paused
+
+    async def __call__(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        if path == "/v1/completions" and not self.hold.taken and self.hold.problem in self.tokenizer.decode(json.loads(body)["prompt"]):
+            self.hold.taken = True
+            await self.paused.wait()
+        return await self.model(method, path, body)
 
 
 def config(tmp_path: Path, ports: list[int], *, mode: str, shards: int) -> TrainConfig:
@@ -94,12 +131,19 @@ def config(tmp_path: Path, ports: list[int], *, mode: str, shards: int) -> Train
 @pytest.mark.parametrize("shards", [0, 2])
 @pytest.mark.parametrize("mode", ["on_policy", "streaming"])
 async def test_rl_steps_train_each_group_once_within_the_staleness_bound(tmp_path: Path, mode: str, shards: int) -> None:
-    counter = itertools.count()
-    fakes = [FakeVLLM(FakeModelServer(policy=some_wrong(counter), delay_s=0.02)) for _ in range(2)]
+    policy = first_answer_wrong()
+    fakes = [FakeVLLM(FakeModelServer(policy=policy, delay_s=0.01)) for _ in range(2)]
+    handlers: list[Callable[[str, str, bytes], Awaitable[tuple[int, bytes]]]] = list(fakes)
+    train = config(tmp_path, [0, 0], mode=mode, shards=shards)
+    if mode == "streaming":  # the first turn of the first group step 2 trains: in flight at the first sync
+        stage = train.stages[0]
+        second = batch_for_step(load_problems(stage.data), B, seed=train.run.seed, stage=0, step=1)[0]
+        hold = HoldOneTurn(second.problem)
+        handlers = [hold.wrap(fake) for fake in fakes]
     base = write_byte_tokenizer(tmp_path / "model")
     driver = FakeLearnerDriver()
     async with anyio.create_task_group() as tg:
-        ports = [await tg.start(serve_http, fake) for fake in fakes]
+        ports = [await tg.start(serve_http, handler) for handler in handlers]
         trainer = Trainer(config(tmp_path, ports, mode=mode, shards=shards), resume=False)
         trainer.driver = driver  # type: ignore[assignment]
         trainer._check_run_dir()
@@ -109,7 +153,7 @@ async def test_rl_steps_train_each_group_once_within_the_staleness_bound(tmp_pat
 
     assert [v for v, _ in driver.updates] == list(range(STEPS)) and trainer.state.weight_version == STEPS
     trained = [(v, g) for v, groups in driver.updates for g in groups]
-    assert len(trained) == STEPS * B  # in streaming, B kept groups every step; on-policy, those RoC kept
+    assert len(trained) == STEPS * B  # RoC keeps every group (first_answer_wrong)
     ids = [g.problem.id for _, g in trained]
     assert len(set(ids)) == len(ids)  # none trained twice
     for version, group in trained:
@@ -122,7 +166,7 @@ async def test_rl_steps_train_each_group_once_within_the_staleness_bound(tmp_pat
     assert [r["weight_version"] for r in steps] == list(range(1, STEPS + 1))
     assert all(r["time/reward_s"] > 0 for r in steps)  # the graders' time, from the workers with shards
     if mode == "streaming":
-        assert sum(f.aborted for f in fakes) > 0  # the syncs cut turns short (abort mode)...
+        assert hold.taken and sum(f.aborted for f in fakes) > 0  # the syncs cut turns short (abort mode)...to the sync in flight
         assert sum(r["async/turns_interrupted"] for r in steps) > 0  # ...and they were resumed
 
 
