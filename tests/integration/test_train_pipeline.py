@@ -31,7 +31,7 @@ steps left it at 0.0, and sampled RL groups were then often all wrong: no update
 
 def config(
     tmp_path: Path, *, rl_steps: int, max_staleness: int = 0, hard_stage: bool = False, checkpoint_every: int = 1,
-    mode: str = "on_policy",
+    mode: str = "on_policy", shards: int = 0,
 ) -> TrainConfig:
     data = tmp_path / "data"
     # One-digit products: copying the tool's output is learnt in SFT_STEPS steps, and
@@ -51,7 +51,7 @@ def config(
             "server": {"max_model_len": 512, "kv_cache_gib": 0.25},
             "rollout": {
                 "max_turns": 3, "max_response_tokens": 160, "system_prompt": SYSTEM, "list_tools": False,
-                "sampling": {"temperature": 1.0},
+                "sampling": {"temperature": 1.0}, "shards": shards,
             },
             "sandbox": {"workers": 1},
             "learner": {"zero_stage": 0, "precision": "fp32", "gradient_checkpointing": False, "lr": 1e-3, "warmup_steps": 0,
@@ -164,11 +164,13 @@ def test_sigterm_checkpoints_and_resume_continues(tmp_path: Path) -> None:
     assert all(r["async/stale_groups_dropped"] == 0 for r in records if r.get("stage") == "rl")
 
 
-def test_streaming_killed_mid_stage_resumes_without_losing_or_repeating_a_group(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shards", [0, 1])
+def test_streaming_killed_mid_stage_resumes_without_losing_or_repeating_a_group(tmp_path: Path, shards: int) -> None:
     """A streaming stage (staleness 1) SIGKILLed, its whole process tree, right after a
     checkpoint that holds finished-but-untrained groups: the resumed run trains every
-    group of the stream exactly once, none staler than the bound."""
-    cfg = config(tmp_path, rl_steps=4, max_staleness=1, mode="streaming")
+    group of the stream exactly once, none staler than the bound; with the rollout in
+    the trainer's process, and in a worker process (``rollout.shards = 1``)."""
+    cfg = config(tmp_path, rl_steps=4, max_staleness=1, mode="streaming", shards=shards)
     toml = tmp_path / "run.toml"
     toml.write_text(to_toml(cfg))
     run = Path(cfg.run.out_dir) / cfg.run.name
