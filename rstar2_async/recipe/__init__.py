@@ -4,7 +4,8 @@
 (``_data``), the rollout and its reward through the run's one engine (built by
 ``_stack`` with its servers, sandbox and grader), GRPO-RoC, the learner's update,
 export and weight sync, then metrics (``_metrics``), evaluation (``_evaluate``) and
-checkpoints.  ``_ahead`` runs a rollout one step ahead when staleness is allowed;
+checkpoints.  ``_builders`` makes the stack's parts; with ``rollout.shards`` each
+rollout worker process builds its own from them (``_shard_stack``).  ``_ahead`` runs a rollout one step ahead when staleness is allowed;
 ``_state`` is what a checkpoint keeps.  Importing this package imports no torch (the
 trainer imports the learner when it runs).
 """

@@ -16,16 +16,18 @@ import math
 import statistics
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 from pathlib import Path
 
 import msgspec
 
-from ..config import SamplingConfig
+from ..config import SamplingConfig, TrainConfig
 from ..reward import GradingMode, final_answer, normalize_answer
 from ..rollout import RolloutEngine, ShardedEngine
 from ..types import Group, Problem, Trajectory
+from ._data import load_problems
 
-__all__ = ["EvalSummary", "evaluate", "load_finished", "majority_correct", "summarize"]
+__all__ = ["EvalSummary", "evaluate", "evaluate_run", "load_finished", "majority_correct", "summarize"]
 
 
 class EvalSummary(msgspec.Struct, frozen=True):
@@ -172,3 +174,24 @@ async def evaluate(
     )
     (out_dir / "summary.json").write_bytes(msgspec.json.format(_encoder.encode(summary)) + b"\n")
     return summary
+
+
+async def evaluate_run(
+    engine: RolloutEngine | ShardedEngine, config: TrainConfig, rl_step: int, label: str, out: Path
+) -> dict[str, Any]:
+    """A training run's evaluation (``[eval]``): each set into
+    ``out/step-NNNNNN-<label>/<set>``; returns its record, ``{"rl_step", "stage",
+    "<set>": avg@n, ..., "accuracy": their mean}``."""
+    section = config.eval
+    record: dict[str, Any] = {"rl_step": rl_step, "stage": label}
+    for name in section.data:
+        problems = load_problems(name, limit=section.limit, fields=config.data)
+        stem = Path(name).stem
+        summary = await evaluate(
+            engine, stem, problems, n=section.n, out_dir=out / f"step-{rl_step:06d}-{label}" / stem,
+            sampling=section.sampling, mode=config.reward.grading or "strict",  # the grader's own default
+        )  # fmt: skip
+        record[stem] = summary.avg_at_n
+    scores = [v for k, v in record.items() if k not in ("rl_step", "stage")]
+    record["accuracy"] = sum(scores) / len(scores)
+    return record

@@ -95,5 +95,7 @@ async def make(spec: ShardSpec) -> AsyncIterator[ShardStack]:
         tokenizer = HFChatTokenizer.from_pretrained(c.tokenizer_dir)
         pool = await stack.enter_async_context(server_pool(inference, c.pool, c.engine))
         follow_versions(pool)
-        engine, _ = await rollout_engine(stack, backend=pool, tokenizer=tokenizer, rollout=rollout, sandbox=sandbox, reward=reward)
+        engine, _ = await rollout_engine(
+            stack, backend=pool, tokenizer=tokenizer, rollout=rollout, sandbox=sandbox, reward=reward
+        )
         yield ShardStack(engine=engine, pool=pool)

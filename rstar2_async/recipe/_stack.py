@@ -145,10 +145,13 @@ async def rollout_stack(
                     )
                 tokenizer = HFChatTokenizer.from_pretrained(tokenizer_dir)
                 # With shards: for the sync, health and admin only (the workers generate).
-                server_pool = await stack.enter_async_context(server_pool_of(inference, pool_config, _engine(local, model_dir)))
+                server_pool = server_pool_of(inference, pool_config, _engine(local, model_dir))
+                await stack.enter_async_context(server_pool)
                 backend = server_pool
             elif rollout.shards:
-                raise ConfigError(f'rollout.shards = {rollout.shards} needs inference.mode = "tokens" (chat mode has no server pool to split)')
+                raise ConfigError(
+                    f'rollout.shards = {rollout.shards} needs inference.mode = "tokens" (chat mode has no server pool to split)'
+                )
             else:
                 backend = await stack.enter_async_context(
                     ChatClient.from_url(

@@ -46,7 +46,7 @@ from ..rollout import collect_frozen_garbage
 from ..types import Group, Problem
 from ._ahead import rollouts
 from ._data import batch_for_step, load_problems
-from ._evaluate import evaluate
+from ._evaluate import evaluate_run
 from ._health import HealthWatch, update_metrics
 from ._metrics import MetricsWriter, plot_metrics, read_metrics, write_samples
 from ._progress import StepBar, show_progress
@@ -336,19 +336,10 @@ class Trainer:
         return time.monotonic() - t0
 
     async def _evaluate(self, stack: RolloutStack, metrics: MetricsWriter, label: str) -> None:
-        section = self.config.eval
-        if not section.data:
+        if not self.config.eval.data:
             return
         t0 = time.monotonic()
-        record: dict[str, Any] = {"rl_step": self.state.rl_step, "stage": label}
-        grading = self.config.reward.grading or "strict"  # the grader's own default
-        for name in section.data:
-            problems = load_problems(name, limit=section.limit, fields=self.config.data)
-            out = self.run_dir / "eval" / f"step-{self.state.rl_step:06d}-{label}" / Path(name).stem
-            summary = await evaluate(stack.engine, Path(name).stem, problems, n=section.n, out_dir=out, sampling=section.sampling, mode=grading)
-            record[Path(name).stem] = summary.avg_at_n
-        scores = [v for k, v in record.items() if k not in ("rl_step", "stage")]
-        record["accuracy"] = sum(scores) / len(scores)
+        record = await evaluate_run(stack.engine, self.config, self.state.rl_step, label, self.run_dir / "eval")
         self.state.evals.append(record)
         seconds = time.monotonic() - t0
         values = {f"eval/{k}": v for k, v in record.items() if k not in ("rl_step", "stage")}
