@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Final, TypedDict, Unpack, final
 
 import anyio
@@ -91,6 +91,14 @@ def check_limits(max_turns: int | None, max_response_tokens: int | None) -> None
     for name, value in (("max_turns", max_turns), ("max_response_tokens", max_response_tokens)):
         if value is not None and value < 1:
             raise ValueError(f"{name}: expected int >= 1, got {value}")
+
+
+async def in_order(problems: Sequence[Problem], stream: AbstractAsyncContextManager[MemoryObjectReceiveStream[Group]]) -> list[Group]:
+    """Every group of ``stream`` (a ``stream()`` call over ``problems``), in the order of ``problems``."""
+    order = {id(p): i for i, p in enumerate(problems)}
+    async with stream as groups:
+        collected = [group async for group in groups]
+    return sorted(collected, key=lambda g: order[id(g.problem)])
 
 
 class _PendingGroup:
@@ -216,12 +224,7 @@ class RolloutEngine:
 
     async def run(self, problems: Sequence[Problem], n: int, **options: Unpack[StreamOptions]) -> list[Group]:
         """All groups, in the order of ``problems``.  Arguments as for :meth:`stream`."""
-        order = {id(p): i for i, p in enumerate(problems)}
-        groups: list[Group] = []
-        async with self.stream(problems, n, **options) as stream:
-            async for group in stream:
-                groups.append(group)
-        return sorted(groups, key=lambda g: order[id(g.problem)])
+        return await in_order(problems, self.stream(problems, n, **options))
 
     def _call_config(
         self, sampling: SamplingConfig | None, max_turns: int | None, max_response_tokens: int | None

@@ -15,7 +15,7 @@ flight: a problem is named by ``(stream, problem id)``.
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Final
@@ -179,14 +179,6 @@ def frame(message: msgspec.Struct) -> bytes:
     """One length-prefixed message, ready to write."""
     payload = _encoder.encode(message)
     return HEADER.pack(len(payload)) + payload
-
-
-async def frames(receive_exactly: Callable[[int], object]) -> AsyncIterator[bytes]:
-    """Payloads read with ``receive_exactly(n)`` (an awaitable of ``n`` bytes) until
-    it raises (EOF ends it with ``anyio.EndOfStream`` or ``IncompleteRead``)."""
-    while True:
-        (size,) = HEADER.unpack(await receive_exactly(HEADER.size))  # type: ignore[misc]
-        yield await receive_exactly(size)  # type: ignore[misc]
 
 
 def local_servers(spec: ShardSpec, servers: Sequence[int], count: int) -> list[int]:

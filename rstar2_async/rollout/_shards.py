@@ -21,7 +21,7 @@ import itertools
 import math
 import sys
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Self, Unpack, final
 
@@ -32,11 +32,10 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from backends import PoolStatistics
 
-from ..config import SamplingConfig
 from ..errors import ShardError
-from ..types import Group, Problem, Trajectory
+from ..types import Group, Problem
 from ._chat_template import ChatTokenizer
-from ._engine import RolloutStatistics, StreamOptions, check_limits
+from ._engine import RolloutStatistics, StreamOptions, check_limits, in_order
 from ._shard_books import Shard, ShardBooks, Stream
 from ._shard_process import ShardProcess
 from ._shard_wire import Hold, Open, Release, ShardSpec
@@ -127,12 +126,7 @@ class ShardedEngine:
         self,
         problems: Iterable[Problem] | AsyncIterable[Problem],
         n: int,
-        *,
-        sampling: SamplingConfig | None = None,
-        max_turns: int | None = None,
-        max_response_tokens: int | None = None,
-        finished: Mapping[tuple[str, int], Trajectory] | None = None,
-        on_trajectory: Callable[[Trajectory], None] | None = None,
+        **options: Unpack[StreamOptions],
     ) -> AsyncIterator[MemoryObjectReceiveStream[Group]]:
         """:meth:`RolloutEngine.stream` over the workers: groups as they finish; a
         group's ``problem`` is the object fed; several streams may be open at once.
@@ -152,13 +146,16 @@ class ShardedEngine:
         """
         if n < 1:
             raise ValueError(f"n: expected int >= 1, got {n}")
+        max_turns, max_response_tokens = options.get("max_turns"), options.get("max_response_tokens")
         check_limits(max_turns, max_response_tokens)
         self._check_usable()
         books = self._books
         sid = next(self._ids)
-        open_ = Open(stream=sid, n=n, sampling=sampling, max_turns=max_turns, max_response_tokens=max_response_tokens)
+        open_ = Open(
+            stream=sid, n=n, sampling=options.get("sampling"), max_turns=max_turns, max_response_tokens=max_response_tokens
+        )
         send, receive = anyio.create_memory_object_stream[Group](math.inf)
-        stream = books.streams[sid] = Stream(open_, finished or {}, on_trajectory, send)
+        stream = books.streams[sid] = Stream(open_, options.get("finished") or {}, options.get("on_trajectory"), send)
         books.broadcast(open_)
         try:
             with stream.scope:
@@ -176,12 +173,7 @@ class ShardedEngine:
 
     async def run(self, problems: Sequence[Problem], n: int, **options: Unpack[StreamOptions]) -> list[Group]:
         """All groups, in the order of ``problems``.  Arguments as for :meth:`stream`."""
-        order = {id(p): i for i, p in enumerate(problems)}
-        groups: list[Group] = []
-        async with self.stream(problems, n, **options) as stream:
-            async for group in stream:
-                groups.append(group)
-        return sorted(groups, key=lambda g: order[id(g.problem)])
+        return await in_order(problems, self.stream(problems, n, **options))
 
     def statistics(self) -> RolloutStatistics:
         """The workers' latest reports summed (a dead worker's counters included;
@@ -200,6 +192,10 @@ class ShardedEngine:
     def pids(self) -> list[int | None]:
         """Each worker's process id now (``None`` while it restarts)."""
         return [None if s.process is None else s.process.pid for s in self._books.shards]
+
+    def restarts(self) -> list[int]:
+        """How many times each worker was started again after it died."""
+        return [s.restarts for s in self._books.shards]
 
     @contextlib.asynccontextmanager
     async def held(self) -> AsyncIterator[None]:
@@ -254,14 +250,9 @@ class ShardedEngine:
         Reports started once the first one is ready; its start failure is raised."""
         started = False
         while not self._closing:
-            async with ShardProcess.open(shard.spec, self._python, self._env) as process:
-                try:
+            try:
+                async with ShardProcess.open(shard.spec, self._python, self._env) as process:
                     ready = await process.ready()
-                except ShardError as exc:
-                    if not started:
-                        raise
-                    error = exc
-                else:
                     self._books.attach(shard, process, ready.capacity)
                     if self._closing:  # started while the engine closes: let it go at once
                         process.close_input()
@@ -274,6 +265,10 @@ class ShardedEngine:
                     if self._closing:
                         return
                     error = await process.failure("died")
+            except ShardError as exc:  # it could not start
+                if not started:
+                    raise
+                error = exc
             shard.failures += 1
             shard.restarts += 1
             if shard.failures > self._restarts:
