@@ -165,7 +165,9 @@ async def test_rl_steps_train_each_group_once_within_the_staleness_bound(tmp_pat
     records = [json.loads(line) for line in (trainer.run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if r.get("stage") == "rl"]
     assert [r["weight_version"] for r in steps] == list(range(1, STEPS + 1))
-    assert all(r["time/reward_s"] > 0 for r in steps)  # the graders' time, from the workers with shards
+    # The graders' time (from the workers with shards); a streaming step whose groups were
+    # all graded before it began waited for no grading.
+    assert sum(r["time/reward_s"] for r in steps) > 0
     if mode == "streaming":
         assert hold.taken and sum(f.aborted for f in fakes) > 0  # a sync cut a turn short (abort mode)...
         assert sum(r["async/turns_interrupted"] for r in steps) > 0  # ...and they were resumed
