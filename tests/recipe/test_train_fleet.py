@@ -3,7 +3,7 @@ shards (``rollout.shards``), against fake vLLM servers over HTTP: the real stack
 (pool, weight sync, jailed sandbox, grader, shard workers) and the real trainer;
 only the servers' model and the learner are test doubles.
 
-Checked: every trained group is trained once, no group is staler than
+Checked: every trained group is trained once, the final evaluation runs, no group is staler than
 ``run.max_staleness``, each turn carries the version that generated it, and in
 streaming mode the syncs cut turns short that then resume on the new weights.
 (tests/integration runs the same loop against a real vLLM and a real learner.)"""
@@ -122,6 +122,7 @@ def config(tmp_path: Path, ports: list[int], *, mode: str, shards: int) -> Train
             "sandbox": {"workers": 2, "spares": 0, "warmup": ""},
             "reward": {"workers": 2},
             "learner": {"tis_cap": 2.0},
+            "eval": {"data": [str(data)], "limit": 3, "n": 2},
             "stages": [{"name": "rl", "kind": "rl", "data": str(data), "steps": STEPS, "batch_problems": B, "n_oversample": N,
                         "n_keep": 2, "roc_min_per_class": 1}],
         },
@@ -165,6 +166,10 @@ async def test_rl_steps_train_each_group_once_within_the_staleness_bound(tmp_pat
     records = [json.loads(line) for line in (trainer.run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if r.get("stage") == "rl"]
     assert [r["weight_version"] for r in steps] == list(range(1, STEPS + 1))
+    [evaluation] = trainer.state.evals
+    assert evaluation["stage"] == "final" and evaluation["accuracy"] > 0  # the solver's samples were graded
+    summary = json.loads(next((trainer.run_dir / "eval").glob("*/train/summary.json")).read_text())
+    assert summary["problems"] == 3 and summary["n"] == 2 and summary["errors"] == 0
     # The graders' time (from the workers with shards); a streaming step whose groups were
     # all graded before it began waited for no grading.
     assert sum(r["time/reward_s"] for r in steps) > 0
