@@ -87,7 +87,8 @@ def write_rollout_record(weights_dir: Path, rollout: RolloutConfig) -> Path:
     path = weights_dir / ROLLOUT_RECORD
     tmp = path.with_name(f".{ROLLOUT_RECORD}.tmp-{os.getpid()}")
     head = "# The rollout settings these weights were trained with (rstar2 train); rstar2 eval --model uses them.\n"
-    tmp.write_text(head + to_toml(_RolloutRecord(rollout)))
+    # How the run laid its rollout out over processes is not a setting of the weights.
+    tmp.write_text(head + to_toml(_RolloutRecord(msgspec.structs.replace(rollout, shards=0))))
     os.replace(tmp, path)
     return path
 

@@ -112,7 +112,7 @@ def test_a_bad_training_config_names_the_field(tmp_path: Path) -> None:
 @pytest.mark.anyio
 async def test_the_trainer_publishes_each_export_with_its_rollout_settings(tmp_path: Path) -> None:
     stage = {"name": "rl", "kind": "rl", "data": "unused.jsonl", "max_response_tokens": 99}
-    sections = {"run": {"out_dir": str(tmp_path)}, "model": {"tiny": {}}, "rollout": {"system_prompt": "S"}, "stages": [stage]}
+    sections = {"run": {"out_dir": str(tmp_path)}, "model": {"tiny": {}}, "rollout": {"system_prompt": "S", "shards": 1}, "stages": [stage]}
     trainer = Trainer(convert(sections, TrainConfig), resume=False)
     synced: list[tuple[Path, int]] = []
 
@@ -139,4 +139,5 @@ async def test_the_trainer_publishes_each_export_with_its_rollout_settings(tmp_p
     assert sorted(p.name for p in weights.iterdir()) == ["latest", "v000002"]  # the older one is gone
     recorded = read_rollout_record(latest)
     assert recorded is not None and (recorded.system_prompt, recorded.max_response_tokens) == ("S", 99)
+    assert recorded.shards == 0  # the run's process layout is not a setting of the weights
     assert [v for _, v in synced] == [1, 2]
