@@ -50,7 +50,9 @@ class RolloutConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     ``sandbox.workers`` and ``reward.workers`` (each worker also keeps its own
     ``sandbox.spares``).  Shards take the rollout's event loop off the learner's
     process (their GIL is not the learner's) and let a large rollout use several
-    cores; the run's process keeps the weight sync, the records and health polls."""
+    cores; the run's process keeps the weight sync, the records and health polls.
+    Token mode only (not chat endpoints, nor the in-process ``transformers`` engine);
+    ``rstar2 eval`` honours it too; exported weights record 0 (not a setting of theirs)."""
     trajectory_timeout_s: PositiveFloat = 1800.0
     """Wall-clock budget of one trajectory; past it the trajectory ends as ``timeout``."""
     tool_timeout_s: PositiveFloat = 4.0
