@@ -34,10 +34,11 @@ import httpx
 import msgspec
 from anyio.abc import TaskStatus
 
+from httpgate import transport_for
+
 from ._admission import PoolAdmission, PoolState, Waiter
 from ._dispatch import Dispatcher, DispatchStatistics, Policy
 from ._errors import BackendError, BadResponse, ServerUnavailable
-from ._http11 import transport_for
 from ._retry import RetryPolicy
 from ._sglang import SGLangAdmin, SGLangTokenClient
 from ._token_client import TokenClient

@@ -21,8 +21,9 @@ import anyio
 import httpx
 import msgspec
 
+from httpgate import Http11Transport, transport_for
+
 from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavailable
-from ._http11 import Http11Transport, transport_for
 from ._retry import RetryPolicy
 from ._types import Completion, FinishReason, SamplingParams
 from ._vllm import parse_vllm_weight_version
