@@ -1,15 +1,21 @@
-"""The HTTP service and the batching client: against a real pool, and against a mock transport."""
+"""The HTTP service and the batching client: against a real pool, against a mock
+transport, and against a service double that hangs mid-answer (a batch ends in its
+read timeout or with the client, never hangs)."""
 
 from __future__ import annotations
 
 import socket
 
 import anyio
+import h11
 import httpx
 import msgspec
 import pytest
+from anyio.abc import SocketStream
 
+from httpgate import Http11Transport
 from sandbox import ExecResult, SandboxClient, SandboxClosed, SandboxPool, SandboxService
+from tests.fakes.http import FakeRawServer, raw_head
 
 from ._helpers import config
 
@@ -100,3 +106,68 @@ async def test_client_reports_service_errors_as_internal() -> None:
     async with SandboxClient(["http://a"], transport=httpx.MockTransport(handler)) as client:
         result = await client.run("print(1)")
     assert result.status == "internal" and "500" in result.stderr
+
+
+STALLS = {
+    "headers": b"HTTP/1.1 200 OK\r\ncontent-",
+    "body": raw_head(200, 100) + b'{"results": [{"sta',
+    "nothing": b"",
+}
+
+
+def _hangs(where: str, stalling: anyio.Event) -> FakeRawServer:
+    """A sandbox service double that stalls every batch's answer at ``where``."""
+
+    async def answer(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        await stream.send(STALLS[where])
+        stalling.set()
+        await server.stall(stream)
+        return False
+
+    server = FakeRawServer(answer)
+    return server
+
+
+@pytest.mark.parametrize("where", sorted(STALLS))
+async def test_a_batch_on_a_hung_service_ends_in_its_read_timeout(where: str) -> None:
+    server = _hangs(where, anyio.Event())
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        address = f"http://127.0.0.1:{server.port}"
+        with anyio.fail_after(30):  # a bound: a hang fails the test
+            # the read timeout: the call's 0.1 s and a margin of 0.2 s
+            async with SandboxClient([address], retries=1, read_margin_s=0.2, api_key="k") as client:
+                result = await client.run("print(1)", timeout=0.1)
+                await server.wait_gone(2)  # each attempt's connection closed on its timeout
+        tg.cancel_scope.cancel()
+    assert result.status == "internal" and "ReadTimeout" in result.stderr, result
+    assert server.stalled == 2 and server.connections == 2
+
+
+@pytest.mark.parametrize("where", sorted(STALLS))
+async def test_closing_the_client_ends_a_batch_a_hung_service_holds(where: str) -> None:
+    stalling = anyio.Event()
+    server = _hangs(where, stalling)
+    results: list[ExecResult] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        address = f"http://127.0.0.1:{server.port}"
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as calls:
+                async with SandboxClient([address]) as client:  # a read timeout of two minutes
+
+                    async def call() -> None:
+                        results.append(await client.run("print(1)"))
+
+                    calls.start_soon(call)
+                    await stalling.wait()
+            await server.wait_gone(1)  # the batch's connection, closed when the client was
+        tg.cancel_scope.cancel()
+    assert [r.status for r in results] == ["internal"] and "closed while the call was in flight" in results[0].stderr
+
+
+def test_plain_http_addresses_go_through_our_transport() -> None:
+    local = SandboxClient(["http://10.0.0.5:8089", "http://10.0.0.6:8089"])
+    behind_tls = SandboxClient(["http://10.0.0.5:8089", "https://sandbox.example.com"])
+    assert isinstance(local._http._transport, Http11Transport)
+    assert not isinstance(behind_tls._http._transport, Http11Transport)
