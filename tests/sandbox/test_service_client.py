@@ -17,7 +17,7 @@ from httpgate import Http11Transport
 from sandbox import ExecResult, SandboxClient, SandboxClosed, SandboxPool, SandboxService
 from tests.fakes.http import FakeRawServer, raw_head
 
-from ._helpers import config
+from ._helpers import config, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -63,6 +63,26 @@ async def test_service_end_to_end_with_failover() -> None:
     assert 'sandbox_calls_by_status_total{status="timeout"} 1' in metrics
     assert "sandbox_queue_depth 0" in metrics and 'sandbox_call_latency_seconds_bucket{le="+Inf"} 32' in metrics
     assert bad.status_code == 400 and too_long.status_code == 400 and missing.status_code == 404
+
+
+async def test_a_batch_whose_client_left_leaves_the_queue() -> None:
+    """One worker, three endless calls in one batch: one runs, two queue.  The client
+    exits (its batch cancelled, its connection closed): the service cancels the
+    batch, so the two queued calls leave the queue without running, while the
+    running one still runs (it ends at its timeout, its result dropped)."""
+    async with SandboxPool(config(workers=1, max_timeout_s=60.0)) as pool, anyio.create_task_group() as tg:
+        port = await tg.start(SandboxService(pool, port=0).serve)
+        async with SandboxClient([f"http://127.0.0.1:{port}"], batch_size=3) as client:
+            async with anyio.create_task_group() as calls:
+                for _ in range(3):
+                    calls.start_soon(lambda: client.run("while True: pass", timeout=60.0))
+                await wait_until(lambda: pool.statistics().queue_depth == 2)
+                calls.cancel_scope.cancel()  # a caller's cancellation leaves the batch in flight...
+            assert pool.statistics().queue_depth == 2
+        await wait_until(lambda: pool.statistics().queue_depth == 0)  # ...the client's exit ends it
+        stats = pool.statistics()
+        tg.cancel_scope.cancel()
+    assert stats.workers_busy == 1 and stats.by_status == {}
 
 
 async def test_client_batches_calls() -> None:
