@@ -1,49 +1,26 @@
 """The chat client against a server that hangs mid-answer: a turn ends in its
 timeout or its cancellation, never hangs (``timeout`` around pytest turns a hang
-into a failure); its plain-http client is on ``httpgate.Http11Transport``."""
+into a failure); its plain-http client is on ``httpgate.Http11Transport``.  The
+server's model list and ``/tokenize`` answer 404: no clamping."""
 
 from __future__ import annotations
 
 import anyio
-import h11
 import httpx
 import pytest
-from anyio.abc import SocketStream
 
 from backends import ChatClient, SamplingParams, ServerUnavailable
 from httpgate import Http11Transport
-from tests.fakes.http import FakeRawServer, raw_head
+from tests.fakes.http import STALLS, hung_server
 
 pytestmark = pytest.mark.anyio
 
 CHAT = [{"role": "user", "content": "What is 2*3?"}]
-STALLS = {
-    "headers": b"HTTP/1.1 200 OK\r\ncontent-",
-    "body": raw_head(200, 100) + b'{"id": "c", "choi',
-    "nothing": b"",
-}
-
-
-def _hangs(where: str, stalling: anyio.Event) -> FakeRawServer:
-    """A server whose model list and ``/tokenize`` answer 404 and whose chat
-    completions stall at ``where``."""
-
-    async def answer(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
-        if not request.target.endswith(b"/chat/completions"):
-            await stream.send(raw_head(404, 2) + b"{}")
-            return True
-        await stream.send(STALLS[where])
-        stalling.set()
-        await server.stall(stream)
-        return False
-
-    server = FakeRawServer(answer)
-    return server
 
 
 @pytest.mark.parametrize("where", sorted(STALLS))
 async def test_a_turn_on_a_hung_server_ends_in_its_read_timeout(where: str) -> None:
-    server = _hangs(where, anyio.Event())
+    server = hung_server(where, anyio.Event(), only=b"/chat/completions")
     async with anyio.create_task_group() as tg:
         await tg.start(server.serve)
         url = f"http://127.0.0.1:{server.port}/v1"
@@ -59,7 +36,7 @@ async def test_a_turn_on_a_hung_server_ends_in_its_read_timeout(where: str) -> N
 @pytest.mark.parametrize("where", sorted(STALLS))
 async def test_cancelling_a_turn_on_a_hung_server_closes_its_connection_at_once(where: str) -> None:
     stalling = anyio.Event()
-    server = _hangs(where, stalling)
+    server = hung_server(where, stalling, only=b"/chat/completions")
     async with anyio.create_task_group() as tg:
         await tg.start(server.serve)
         url = f"http://127.0.0.1:{server.port}/v1"

@@ -130,3 +130,30 @@ class FakeRawServer:
 def raw_head(status: int, length: int, extra: bytes = b"") -> bytes:
     """A response's head with a ``content-length``, as raw bytes."""
     return b"HTTP/1.1 %d OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s\r\n" % (status, length, extra)
+
+
+STALLS = {
+    "headers": b"HTTP/1.1 200 OK\r\ncontent-",
+    "body": raw_head(200, 100) + b'{"results": [{"sta',
+    "nothing": b"",
+}
+"""Where a hung server stops answering: mid-headers, mid-body (of 100 bytes promised),
+before any byte."""
+
+
+def hung_server(where: str, stalling: anyio.Event, *, only: bytes = b"") -> FakeRawServer:
+    """A server that stalls its answer at ``where`` (:data:`STALLS`) to every request
+    whose target ends with ``only``, setting ``stalling`` then, until the client goes;
+    any other request is answered 404."""
+
+    async def answer(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        if not request.target.endswith(only):
+            await stream.send(raw_head(404, 2) + b"{}")
+            return True
+        await stream.send(STALLS[where])
+        stalling.set()
+        await server.stall(stream)
+        return False
+
+    server = FakeRawServer(answer)
+    return server

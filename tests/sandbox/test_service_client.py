@@ -7,15 +7,13 @@ from __future__ import annotations
 import socket
 
 import anyio
-import h11
 import httpx
 import msgspec
 import pytest
-from anyio.abc import SocketStream
 
 from httpgate import Http11Transport
 from sandbox import ExecResult, SandboxClient, SandboxClosed, SandboxPool, SandboxService
-from tests.fakes.http import FakeRawServer, raw_head
+from tests.fakes.http import STALLS, hung_server
 
 from ._helpers import config, wait_until
 
@@ -128,29 +126,9 @@ async def test_client_reports_service_errors_as_internal() -> None:
     assert result.status == "internal" and "500" in result.stderr
 
 
-STALLS = {
-    "headers": b"HTTP/1.1 200 OK\r\ncontent-",
-    "body": raw_head(200, 100) + b'{"results": [{"sta',
-    "nothing": b"",
-}
-
-
-def _hangs(where: str, stalling: anyio.Event) -> FakeRawServer:
-    """A sandbox service double that stalls every batch's answer at ``where``."""
-
-    async def answer(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
-        await stream.send(STALLS[where])
-        stalling.set()
-        await server.stall(stream)
-        return False
-
-    server = FakeRawServer(answer)
-    return server
-
-
 @pytest.mark.parametrize("where", sorted(STALLS))
 async def test_a_batch_on_a_hung_service_ends_in_its_read_timeout(where: str) -> None:
-    server = _hangs(where, anyio.Event())
+    server = hung_server(where, anyio.Event())
     async with anyio.create_task_group() as tg:
         await tg.start(server.serve)
         address = f"http://127.0.0.1:{server.port}"
@@ -167,7 +145,7 @@ async def test_a_batch_on_a_hung_service_ends_in_its_read_timeout(where: str) ->
 @pytest.mark.parametrize("where", sorted(STALLS))
 async def test_closing_the_client_ends_a_batch_a_hung_service_holds(where: str) -> None:
     stalling = anyio.Event()
-    server = _hangs(where, stalling)
+    server = hung_server(where, stalling)
     results: list[ExecResult] = []
     async with anyio.create_task_group() as tg:
         await tg.start(server.serve)
