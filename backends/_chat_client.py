@@ -9,8 +9,9 @@ evaluation, never training.
 
 On a plain ``http://`` endpoint (a local vLLM) :meth:`ChatClient.from_url` gives the
 SDK an ``httpx.AsyncClient`` on :class:`httpgate.Http11Transport`: the SDK's own
-(httpcore's pool) closes a response in a shielded wait that anyio's asyncio Lock
-(< 4.14, agronholm/anyio#1145) can leave hanging past any timeout or cancellation.
+(httpcore's pool; httpcore2's in SDKs on httpx2) closes a response in a shielded
+wait that anyio's asyncio Lock (< 4.14, agronholm/anyio#1145) can leave hanging
+past any timeout or cancellation.
 ``https://`` (a hosted API) keeps the SDK's client: TLS, proxies from the environment.
 """
 
