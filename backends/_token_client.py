@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Hashable, Sequence
 from types import TracebackType
-from typing import Any, Final, Self, final
+from typing import Any, Final, Generic, Self, TypeVar, final
 
 import anyio
 import httpx
@@ -32,15 +32,20 @@ MAX_RESUMES: Final = 16
 aborts every request (stuck paused, shutting down) must not spin a trajectory forever."""
 
 
-class _Logprobs(msgspec.Struct):
-    token_logprobs: list[float | None] = []
-    tokens: list[str] = []
+_LogprobT = TypeVar("_LogprobT", float, float | None)
 
 
-class _Choice(msgspec.Struct):
+class _Logprobs(msgspec.Struct, Generic[_LogprobT]):
+    token_logprobs: list[_LogprobT] = []
+    tokens: msgspec.Raw = msgspec.Raw(b"[]")
+    """``"token_id:123"`` strings, read only from a server that sends no ``token_ids``
+    (kept raw: decoding 240 strings nobody reads was a third of the decode)."""
+
+
+class _Choice(msgspec.Struct, Generic[_LogprobT]):
     text: str = ""
     token_ids: list[int] | None = None
-    logprobs: _Logprobs | None = None
+    logprobs: _Logprobs[_LogprobT] | None = None
     finish_reason: str | None = None
 
 
@@ -54,13 +59,17 @@ class _Models(msgspec.Struct):
     data: list[_ModelCard] = []
 
 
-class _Response(msgspec.Struct):
-    choices: list[_Choice]
+class _Response(msgspec.Struct, Generic[_LogprobT]):
+    choices: list[_Choice[_LogprobT]]
     weight_version: int | str | None = None
     """Ours as an int, or as vLLM keeps versions: a string (``"default"`` is not ours)."""
 
 
-_decoder: Final = msgspec.json.Decoder(_Response)
+_decoder: Final = msgspec.json.Decoder(_Response[float])
+_nullable_decoder: Final = msgspec.json.Decoder(_Response[float | None])
+"""For an answer with a ``null`` logprob, which the first decoder refuses: the common
+answer then needs no pass of its own to replace them."""
+_tokens_decoder: Final = msgspec.json.Decoder(list[str])
 _models_decoder: Final = msgspec.json.Decoder(_Models)
 _encoder: Final = msgspec.json.Encoder()
 _FINISH: Final[dict[str | None, FinishReason]] = {"stop": "stop", "length": "length", "abort": "abort", None: "abort"}
@@ -332,18 +341,25 @@ class TokenClient(CompletionClient):
         return self._parse(content)
 
     def _parse(self, content: bytes) -> Completion:
+        parsed: _Response[float] | _Response[float | None]
         try:
-            choice = (parsed := _decoder.decode(content)).choices[0]
+            try:
+                parsed = _decoder.decode(content)
+                logprobs_of = _logprobs
+            except msgspec.ValidationError:  # a null logprob (or a bad answer: decoded again to tell)
+                parsed = _nullable_decoder.decode(content)
+                logprobs_of = _nullable_logprobs
+            choice = parsed.choices[0]
         except (msgspec.DecodeError, IndexError) as exc:
             raise BadResponse(f"{self.base_url}: undecodable completion: {content[:200]!r}") from exc
         lp = choice.logprobs
         ids = choice.token_ids
         if ids is None:  # servers without return_token_ids: "token_id:123" strings
             try:
-                ids = [int(t.removeprefix("token_id:")) for t in (lp.tokens if lp else [])]
-            except ValueError as exc:
+                ids = [int(t.removeprefix("token_id:")) for t in _tokens_decoder.decode(lp.tokens if lp else b"[]")]
+            except (msgspec.DecodeError, ValueError) as exc:
                 raise BadResponse(f"{self.base_url}: no token ids in the completion") from exc
-        logprobs = [0.0 if x is None else x for x in (lp.token_logprobs if lp else [])]
+        logprobs = logprobs_of(lp)
         if len(logprobs) != len(ids):
             raise BadResponse(f"{self.base_url}: {len(ids)} token ids but {len(logprobs)} logprobs")
         version = parsed.weight_version
@@ -358,3 +374,11 @@ class TokenClient(CompletionClient):
             weight_version=version,
             text=choice.text,
         )
+
+
+def _logprobs(lp: _Logprobs[float] | None) -> list[float]:
+    return lp.token_logprobs if lp else []
+
+
+def _nullable_logprobs(lp: _Logprobs[float | None] | None) -> list[float]:
+    return [0.0 if x is None else x for x in (lp.token_logprobs if lp else [])]
