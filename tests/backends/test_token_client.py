@@ -1,7 +1,8 @@
-"""The token client's reading of vLLM's completions: token ids, logprobs, bad answers."""
+"""The token client: the request it sends, and its reading of vLLM's completions (token ids, logprobs, bad answers)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -56,3 +57,29 @@ async def test_ids_from_the_token_strings_of_a_server_without_token_ids() -> Non
 async def test_bad_answers_are_bad_responses(choice: dict[str, Any], message: str) -> None:
     with pytest.raises(BadResponse, match=message):
         await generate(choice)
+
+
+async def test_the_request_as_sent_through_an_httpx_transport() -> None:
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"data": []})
+        sent.append(request)
+        return httpx.Response(200, json={"choices": [{"token_ids": [7], "logprobs": {"token_logprobs": [-1]}, "finish_reason": "stop"}]})
+
+    transport = httpx.MockTransport(handler)
+    async with TokenClient("http://h:8000/v1", model="m", api_key="k", transport=transport, retry=NO_RETRY) as client:
+        await client.generate([1, 2, 3], max_tokens=4, sampling=SamplingParams(temperature=0.5, seed=3))
+    [request] = sent
+    assert (request.method, str(request.url)) == ("POST", "http://h:8000/v1/completions")
+    content = request.content
+    assert request.headers.raw == [
+        (b"Host", b"h:8000"),
+        (b"content-type", b"application/json"),
+        (b"authorization", b"Bearer k"),
+        (b"Content-Length", str(len(content)).encode()),
+    ]
+    body = json.loads(content)
+    assert (body["prompt"], body["max_tokens"], body["temperature"], body["seed"]) == ([1, 2, 3], 4, 0.5, 3)
+    assert body["return_token_ids"] is True and request.extensions["timeout"]["read"] == 3600.0
