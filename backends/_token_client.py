@@ -194,8 +194,10 @@ class CompletionClient:
                 break
             prompt = list(prompt_ids) + token_ids if token_ids else prompt_ids
             part = await self._send(prompt, remaining, sampling)
-            token_ids += part.token_ids
-            logprobs += part.logprobs
+            if versions:  # a resumed part: new lists, the part's are not ours to extend
+                token_ids, logprobs = token_ids + part.token_ids, logprobs + part.logprobs
+            else:  # the first part's lists, fresh from its answer, are the result's (no copy)
+                token_ids, logprobs = part.token_ids, part.logprobs
             versions.append(part.weight_version)
             finish = part.finish_reason
             if finish != "abort":
