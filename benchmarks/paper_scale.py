@@ -64,9 +64,10 @@ Run: ``.venv/bin/python benchmarks/paper_scale.py --scale-repeats 1 --repeats 3`
 for the collector's baseline).  Prints one JSON line last; medians of the repeats.
 
 Measured so (2026-12-02, this repository's 2-core CPU box shared with four other
-engineers' jobs; one process at full scale ``--scale-repeats 1 --skip-admission
---shards 1``, main at 9da1fb7 (A) and this code (B) interleaved, two pairs at load
-5.6-12.3, and main's code under this script's measurement (C) once between them):
+engineers' jobs; one process at full scale ``--scale-repeats 1 --skip-admission``
+without the sharded run, main at 9da1fb7 (A) and this code (B) interleaved, two
+pairs at load 5.6-12.3, and main's code under this script's measurement (C) once
+between them):
 
 - One process, 16,384 trajectories over 64 doubles: CPU per turn, gross, 368
   before (344, 391), 323 now (305, 340): 0.88x.  Less the doubles' own, 348 before
