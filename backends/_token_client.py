@@ -179,7 +179,7 @@ class CompletionClient:
             BadResponse: the answer did not decode, after the retries.
 
         Cancellation: safe at any point and never delayed; the HTTP request is
-        abandoned and its connection closed (see :mod:`backends._http11`).
+        abandoned and its connection closed (see :class:`httpgate.Http11Transport`).
         """
         token_ids: list[int] = []
         logprobs: list[float] = []
