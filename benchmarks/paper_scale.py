@@ -88,14 +88,23 @@ interleaved, one run each, so the figures are medians of two):
   little CPU (``loop_busy`` 0.24-0.62 of one core at load 8-13 on 2 cores) and
   runs what fell due meanwhile in one loop iteration.  Cyclic garbage kept by
   freezing: 0.11-0.12 objects per turn.
-- Sharded, 8 processes at once (2,048 trajectories over 8 doubles each):
-  180,224 turns in 76 s, **2,372 turns/s** for the whole against 600-1,442 for one
-  process; per process 470 us per turn gross (435 less the doubles' own, now
-  measured in CPU time), ``loop_busy`` 0.13, longest collection 66 ms, stalls 1.3-1.6 s:
-  eight processes on two shared cores each wait for a core.  One process needs
-  ~490 us x 3,700 turns/s (the doubles' pace) = 1.8 cores, so it cannot keep up;
-  the eight shards need ~0.23 of a core each, which a machine with two free cores
-  gives them.
+- Sharded, 8 processes at once (2,048 trajectories over 8 doubles each), by hand
+  with multiprocessing: 180,224 turns in 76 s, **2,372 turns/s** for the whole
+  against 600-1,442 for one process; per process 470 us per turn gross (435 less
+  the doubles' own, now measured in CPU time), ``loop_busy`` 0.13, longest
+  collection 66 ms, stalls 1.3-1.6 s: eight processes on two shared cores each wait
+  for a core.  One process needs ~490 us x 3,700 turns/s (the doubles' pace) = 1.8
+  cores, so it cannot keep up; the eight shards need ~0.23 of a core each, which a
+  machine with two free cores gives them.
+- Through ShardedEngine (one run each, load 4.6-12.3): 8 workers 247,808 turns in
+  124 s, 1,452 turns/s, per worker 405 us per turn (432 gross), stalls 3.3-4.8 s,
+  the router 57 us per turn (loop busy 0.08, stall 344 ms); 4 workers (load 6-10.6)
+  1,490 turns/s, per worker 380 (404 gross), the router 62.  The pipe's cost, at
+  2,048 trajectories over 8 doubles, one worker against one process, interleaved,
+  three each (load 2.8-9.7): the same 476 turns/s (the doubles' pace); the worker
+  407 us per turn (median) against the process's 410; the router 88.5, of which
+  ~59 its own stall monitor (28 ms of CPU a second, measured idle) and ~29 the
+  routing, the pipes and decoding each trajectory (~90 us for one of ~40 KB).
 - Admission per release at 855 / 3,942 / 16,208 turns waiting (load 2.8): now 20.9 /
   23.2 / 28.2 us, ``admission_cost_ratio_16x`` **1.35**; before 23.6 / 25.9 / 29.8
   (1.26); the loop before the wait queue 1,164 / 5,660 / 24,427 us (21x).
