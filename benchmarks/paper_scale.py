@@ -41,11 +41,16 @@ doubles, behind one in-process httpx transport (no sockets).
    the longest in CPU time; ``gc_frozen_garbage_per_turn``: the cyclic garbage
    that freezing survivors kept (see ``rstar2_async.rollout.tune_gc``), collected
    after the run.  ``--gc before`` runs with the collector as it was tuned before.
-   ``sharded_*`` (``--shards``, 8): the rollout split over that many processes run
-   at once, each its share of the trajectories over its share of the doubles (2,048
-   over 8), its own engine, pool and dispatcher (each the one view of its
-   servers): per-process CPU per turn and stall (median, and the worst), and the
-   whole's turns per second over the span from the first start to the last end.
+   ``sharded_*`` (``--shards``, 8; 0: none): the same run through
+   :class:`rstar2_async.rollout.ShardedEngine` over that many worker processes, each
+   built by ``shard_stack`` (its share of the doubles, 2,048 trajectories over 8 of
+   them at 8 workers, its own engine, pool and dispatcher: each the one view of its
+   servers); this process routes the problems and gathers every trajectory over the
+   workers' pipes.  Per worker: CPU per turn and stall (median, and the worst);
+   ``sharded_parent_*``: the router's CPU per turn, loop busy and stall;
+   ``sharded_total_cpu_us_per_turn``: every process's CPU less the doubles', per
+   turn; the whole's turns per second over the run.  Each process's figure includes
+   its stall monitor's own timer.
 
 2. **Admission cost** (``admission_cost_ratio_16x``): the pool's admission pass,
    timed per release, with 1,024, 4,096 and 16,384 turns waiting (1x, 4x, 16x),
@@ -104,14 +109,15 @@ between them):
   trajectories move in waves (16,384 started at once, their tools all 0.3 s), so
   thousands of tasks fall due in one loop iteration; collections now take 180-390
   ms of CPU at most.
-- Sharded, 8 processes at once (2,048 trajectories over 8 doubles each):
-  180,224 turns in 76 s, **2,372 turns/s** for the whole against 600-1,442 for one
-  process; per process 470 us per turn gross (435 less the doubles' own, now
-  measured in CPU time), ``loop_busy`` 0.13, longest collection 66 ms, stalls 1.3-1.6 s:
-  eight processes on two shared cores each wait for a core.  One process needs
-  ~490 us x 3,700 turns/s (the doubles' pace) = 1.8 cores, so it cannot keep up;
-  the eight shards need ~0.23 of a core each, which a machine with two free cores
-  gives them.
+- Through ShardedEngine (one run each, load 4.6-12.3): 8 workers 247,808 turns in
+  124 s, 1,452 turns/s, per worker 405 us per turn (432 gross), stalls 3.3-4.8 s,
+  the router 57 us per turn (loop busy 0.08, stall 344 ms); 4 workers (load 6-10.6)
+  1,490 turns/s, per worker 380 (404 gross), the router 62.  The pipe's cost, at
+  2,048 trajectories over 8 doubles, one worker against one process, interleaved,
+  three each (load 2.8-9.7): the same 476 turns/s (the doubles' pace); the worker
+  407 us per turn (median) against the process's 410; the router 88.5, of which
+  ~59 its own stall monitor (28 ms of CPU a second, measured idle) and ~29 the
+  routing, the pipes and decoding each trajectory (~90 us for one of ~40 KB).
 - Admission per release at 855 / 3,942 / 16,208 turns waiting (load 2.8): now 20.9 /
   23.2 / 28.2 us, ``admission_cost_ratio_16x`` **1.35**; before 23.6 / 25.9 / 29.8
   (1.26); the loop before the wait queue 1,164 / 5,660 / 24,427 us (21x).
@@ -130,13 +136,13 @@ import bisect
 import contextlib
 import gc
 import json
-import multiprocessing
 import os
 import random
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, Self
 
@@ -149,7 +155,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends import Completion, SamplingParams, ServerPool
 from rstar2_async.config import RolloutConfig
-from rstar2_async.rollout import RUN_OPTIONS, RolloutEngine, Toolbox, load_tools, problem_messages, tune_gc
+from rstar2_async.rollout import (
+    RUN_OPTIONS,
+    RolloutEngine,
+    ShardedEngine,
+    ShardSpec,
+    ShardStack,
+    Toolbox,
+    load_tools,
+    problem_messages,
+    tune_gc,
+)
 from rstar2_async.types import Problem
 from sandbox import ExecResult
 from tests.fakes.model import IM_END, FakeByteTokenizer
@@ -718,49 +734,96 @@ def _scale(trajectories: int, servers: int, repeats: int, prefix: str) -> dict[s
     return result
 
 
-def _shard(trajectories: int, servers: int, gc_mode: str, start: Any, out: Any) -> None:
-    """One process of the sharded rollout: its engine, pool and dispatcher over its
-    servers, started with the others (``start``, a barrier); its figures go to ``out``."""
-    tune_gc() if gc_mode == "ours" else tune_gc_before()
-    start.wait()
-    out.send(anyio.run(pooled_run, trajectories, servers, backend_options=RUN_OPTIONS))
-    out.close()
+class ShardBench(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``--shards``: what each worker builds (``ShardSpec.config``)."""
+
+    trajectories: int  # the whole run's
+    servers: int  # the whole fleet's
+    gc: str
+    out: str  # where each worker writes its figures
+
+
+@contextlib.asynccontextmanager
+async def shard_stack(spec: ShardSpec) -> AsyncIterator[ShardStack]:
+    """A worker of the sharded run (a :class:`ShardedEngine` factory): its share of the
+    doubles, its pool and engine; its own figures (CPU, the doubles' share, stalls,
+    collections, from its stack's start to its end) go to ``out`` when it closes."""
+    bench = msgspec.json.decode(spec.config, type=ShardBench)
+    tune_gc() if bench.gc == "ours" else tune_gc_before()
+    tokenizer, config, _, script = _setup(bench.trajectories // spec.shards)
+    fleet = SimFleet(script, len(spec.share(bench.servers)), CAPACITY_TOKENS)
+    monitor = StallMonitor()
+    async with _pool(fleet, "ours") as pool, anyio.create_task_group() as tg:
+        tg.start_soon(monitor.run)
+        engine = RolloutEngine(backend=pool, sandbox=SleepSandbox(), config=config, tokenizer=tokenizer)
+        own0, cpu0, t0 = fleet.own_ns, time.process_time(), time.perf_counter()
+        with GcTimer() as collector:
+            yield ShardStack(engine=engine, pool=pool)
+        figures = {
+            "turns": pool.statistics().turns,
+            "wall_s": time.perf_counter() - t0,
+            "cpu_s": time.process_time() - cpu0,
+            "own_s": (fleet.own_ns - own0) / 1e9,
+            "max_stall_ms": monitor.max_ms(),
+            "gc_longest_ms": collector.longest,
+        }
+        Path(bench.out, f"shard{spec.shard}.json").write_text(json.dumps(figures))
+        tg.cancel_scope.cancel()
+
+
+async def sharded_run(trajectories: int, servers: int, shards: int, gc_mode: str, out: str) -> dict[str, Any]:
+    """The whole run through a :class:`ShardedEngine` of ``shards`` workers (this
+    process routes the problems and gathers the groups); its own figures."""
+    bench = msgspec.json.encode(ShardBench(trajectories=trajectories, servers=servers, gc=gc_mode, out=out))
+    specs = [ShardSpec(factory="paper_scale:shard_stack", config=bench, shard=i, shards=shards) for i in range(shards)]
+    _, _, problems, _ = _setup(trajectories)
+    monitor = StallMonitor()
+    t_start = time.perf_counter()
+    async with ShardedEngine(specs) as engine, anyio.create_task_group() as tg:
+        tg.start_soon(monitor.run)
+        start_s = time.perf_counter() - t_start
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        groups = await engine.run(problems, n=SAMPLES)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        tg.cancel_scope.cancel()
+    turns = sum(t.num_turns for g in groups for t in g.trajectories)
+    assert turns == trajectories // SAMPLES * SAMPLES * TURNS, turns
+    return {"turns": turns, "wall_s": wall, "cpu_s": cpu, "max_stall_ms": monitor.max_ms(), "start_s": start_s}
 
 
 def _sharded(trajectories: int, servers: int, shards: int, gc_mode: str) -> dict[str, Any]:
-    """The rollout split over ``shards`` processes run at once, each over its share
-    of the trajectories and the servers: per-process CPU per turn and stall, and the
-    whole's turns per second (all turns over the span from the first start to the
-    last end)."""
-    ctx = multiprocessing.get_context("spawn")
-    start = ctx.Barrier(shards)
-    pipes = [ctx.Pipe(duplex=False) for _ in range(shards)]
-    procs = [
-        ctx.Process(target=_shard, args=(trajectories // shards, servers // shards, gc_mode, start, w), daemon=True)
-        for _, w in pipes
-    ]
-    for proc in procs:
-        proc.start()
-    runs = [r.recv() for r, _ in pipes]
-    for proc in procs:
-        proc.join()
-    for run in runs:
-        print(json.dumps({"shard": run}), file=sys.stderr)
-    span = max(r["span"][1] for r in runs) - min(r["span"][0] for r in runs)
+    """The rollout through :class:`ShardedEngine` over ``shards`` worker processes,
+    each over its share of the trajectories and the doubles: per-worker CPU per turn
+    and stall, this process's (the router's) CPU per turn and stall, and the whole's
+    turns per second over the run (from the first problem routed to the last group)."""
+    with tempfile.TemporaryDirectory() as out:
+        run = anyio.run(sharded_run, trajectories, servers, shards, gc_mode, out, backend_options=RUN_OPTIONS)
+        runs = [json.loads(Path(out, f"shard{i}.json").read_text()) for i in range(shards)]
+    print(json.dumps({"sharded_parent": run, "shards": runs}), file=sys.stderr)
+    for r in runs:
+        r["cpu_us_per_turn"] = (r["cpu_s"] - r["own_s"]) / r["turns"] * 1e6
+    span = run["wall_s"]
     return {
         "sharded_processes": shards,
         "sharded_trajectories_each": trajectories // shards,
         "sharded_servers_each": servers // shards,
-        "sharded_turns_per_s": round(sum(r["turns"] for r in runs) / span, 1),
+        "sharded_turns_per_s": round(run["turns"] / span, 1),
         "sharded_wall_s": round(span, 2),
         "sharded_cpu_us_per_turn": round(statistics.median(r["cpu_us_per_turn"] for r in runs), 2),
         "sharded_cpu_us_per_turn_max": round(max(r["cpu_us_per_turn"] for r in runs), 2),
-        "sharded_cpu_us_per_turn_gross": round(statistics.median(r["cpu_us_per_turn_gross"] for r in runs), 2),
-        "sharded_doubles_cpu_us_per_turn": round(statistics.median(r["doubles_cpu_us_per_turn"] for r in runs), 2),
+        "sharded_cpu_us_per_turn_gross": round(statistics.median(r["cpu_s"] / r["turns"] * 1e6 for r in runs), 2),
+        "sharded_doubles_cpu_us_per_turn": round(statistics.median(r["own_s"] / r["turns"] * 1e6 for r in runs), 2),
         "sharded_max_stall_ms": round(max(r["max_stall_ms"] for r in runs), 2),
         "sharded_max_stall_ms_median": round(statistics.median(r["max_stall_ms"] for r in runs), 2),
-        "sharded_loop_busy": round(statistics.median(r["loop_busy"] for r in runs), 2),
+        "sharded_loop_busy": round(statistics.median((r["cpu_s"] - r["own_s"]) / span for r in runs), 2),
         "sharded_gc_longest_ms": round(max(r["gc_longest_ms"] for r in runs), 2),
+        # The router's share: routing, the pipes, decoding every trajectory, the groups.
+        "sharded_parent_cpu_us_per_turn": round(run["cpu_s"] / run["turns"] * 1e6, 2),
+        "sharded_parent_loop_busy": round(run["cpu_s"] / span, 2),
+        "sharded_parent_max_stall_ms": round(run["max_stall_ms"], 2),
+        # Every process's CPU per turn less the doubles' (compare with cpu_us_per_turn).
+        "sharded_total_cpu_us_per_turn": round((run["cpu_s"] + sum(r["cpu_s"] - r["own_s"] for r in runs)) / run["turns"] * 1e6, 2),
+        "sharded_start_s": round(run["start_s"], 2),
     }
 
 
@@ -772,8 +835,8 @@ def main() -> None:
     parser.add_argument("--scale-repeats", type=int, default=None, help="repeats of the paper-scale run (default --repeats)")
     parser.add_argument(
         "--shards", type=int, default=8,
-        help="also run the rollout split over this many processes at once (each its share of the trajectories over its "
-        "share of the servers, its own engine, pool and dispatcher); 1: none",
+        help="also run the rollout through a ShardedEngine of this many worker processes (each its share of the "
+        "trajectories over its share of the servers, its own engine, pool and dispatcher); 0: none",
     )
     parser.add_argument(
         "--gc", choices=("ours", "before"), default="ours",
@@ -789,7 +852,7 @@ def main() -> None:
     if not args.skip_scale:
         if not args.skip_single:
             result |= _scale(args.trajectories, args.servers, args.scale_repeats or args.repeats, "")
-        if args.shards > 1:
+        if args.shards > 0:
             result |= _sharded(args.trajectories, args.servers, args.shards, args.gc)
     if not args.skip_admission:
         result |= _admission(args)

@@ -24,6 +24,7 @@ from .errors import (
     GraderBrokenError,
     PluginError,
     Rstar2Error,
+    ShardError,
     TrainError,
 )
 from .types import (
@@ -49,6 +50,7 @@ __all__ = [
     "PluginError",
     "Problem",
     "Rstar2Error",
+    "ShardError",
     "ToolCall",
     "ToolResult",
     "ToolStatus",

@@ -8,6 +8,8 @@
     ├── DatasetError           a data set is missing or has a bad line (file and line named)
     ├── GraderBrokenError      a grading worker could not be started (math-verify or the
     │                          interpreter is missing or broken); chained from the cause
+    ├── ShardError             a rollout worker process could not start, or died more
+    │                          often in a row than it may be restarted
     └── TrainError             a run cannot start or continue; the message says what to change
         └── CheckpointWriteError  a checkpoint could not be written (most often a full
                                disk); the previous complete checkpoints are untouched
@@ -30,6 +32,7 @@ __all__ = [
     "GraderBrokenError",
     "PluginError",
     "Rstar2Error",
+    "ShardError",
     "TrainError",
 ]
 
@@ -57,6 +60,19 @@ class GraderBrokenError(Rstar2Error, RuntimeError):
     missing or broken, or start-up overran its limit).  Chained from the cause.  A
     worker that hangs or dies while grading is not this error: that grading is 0.0
     and the worker is replaced."""
+
+
+class ShardError(Rstar2Error, RuntimeError):
+    """A worker process of a sharded rollout could not start (its factory raised, or
+    it exited before it was ready), or it died more times in a row than it may be
+    restarted.  The message names the worker, its exit code and the end of its
+    stderr; so do ``shard``, ``exit_code`` and ``stderr_tail``."""
+
+    def __init__(self, message: str, *, shard: int, exit_code: int | None, stderr_tail: str) -> None:
+        super().__init__(message)
+        self.shard = shard
+        self.exit_code = exit_code
+        self.stderr_tail = stderr_tail
 
 
 class TrainError(Rstar2Error, RuntimeError):

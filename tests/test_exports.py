@@ -11,7 +11,7 @@ import pytest
 EXPORTS: dict[str, list[str]] = {
     "rstar2_async": [
         "CheckpointWriteError", "ConfigError", "DatasetError", "FinishReason", "GraderBrokenError", "Group",
-        "PluginError", "Problem", "Rstar2Error", "ToolCall", "ToolResult", "ToolStatus", "TrainError", "Trajectory",
+        "PluginError", "Problem", "Rstar2Error", "ShardError", "ToolCall", "ToolResult", "ToolStatus", "TrainError", "Trajectory",
         "Turn", "__version__",
     ],
     "rstar2_async.config": [
@@ -23,7 +23,8 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "rstar2_async.rollout": [
         "ADMISSION_BATCH", "CallError", "ChatTokenizer", "DEFAULT_SYSTEM_PROMPT", "GC_GEN0_THRESHOLD",
-        "HFChatTokenizer", "JupyterTool", "PythonTool", "RUN_OPTIONS", "RolloutEngine", "RolloutStatistics", "StreamOptions", "Tool",
+        "HFChatTokenizer", "JupyterTool", "PythonTool", "RUN_OPTIONS", "RolloutEngine", "RolloutStatistics", "ShardError",
+        "ShardFactory", "ShardSpec", "ShardStack", "ShardedEngine", "StreamOptions", "Tool",
         "ToolContext", "ToolOutput", "Toolbox", "collect_frozen_garbage", "count_answer_blocks", "load_tools", "parse_tool_calls",
         "problem_messages", "render_exec_result", "render_tool_turn", "run_trajectory", "truncate_middle", "tune_gc",
     ],

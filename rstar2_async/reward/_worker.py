@@ -31,7 +31,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import BinaryIO, final
 
 import anyio
@@ -39,6 +38,7 @@ import anyio.abc
 import msgspec
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from .._paths import child_env
 from ..errors import GraderBrokenError
 from ..types import Problem
 
@@ -126,15 +126,10 @@ warm-up grading).  About 1 s on an idle core; generous for busy CI machines."""
 
 def worker_command(function: str | None = None) -> tuple[list[str], dict[str, str]]:
     """The child's command line and environment: math-verify, or ``function``."""
-    # The worker must import this package even when it is not installed (a source
-    # checkout), and a reward function from wherever the parent found it: the child's
-    # path is the directory above this package, then the parent's own path.
-    root = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join(dict.fromkeys(p for p in (root, *sys.path, os.environ.get("PYTHONPATH")) if p))
     command = [sys.executable, "-m", "rstar2_async.reward"]
     if function is not None:
         command += ["--function", function]
-    return command, {**os.environ, "PYTHONPATH": path}
+    return command, child_env()
 
 
 @final

@@ -8,6 +8,11 @@ generate (token ids in, token ids and logprobs out) -> parse tool calls
 :mod:`rstar2_async.rollout.tools`) -> append the tool turn (masked out of the loss) ->
 repeat, until an answer, the turn limit or the token budget.
 
+:class:`ShardedEngine` is the same contract over N worker processes, each with its own
+engine over its share of the servers (built by a factory from a :class:`ShardSpec`):
+``_shards`` (the parent), ``_shard_books`` (its bookkeeping), ``_shard_process`` (one
+worker's process), ``_shard_worker`` (the child), ``_shard_wire`` (their messages).
+
 Reading order: ``_engine`` (many trajectories), ``_agent`` (one), ``_conversation``
 (its tokens), ``_toolcall`` (the format), ``_toolbox`` and ``tools`` (the tools),
 ``_chat_template`` (the model's template, applied without re-tokenising).
@@ -16,7 +21,10 @@ Importing this package imports neither torch nor transformers.
 
 from ._agent import problem_messages, run_trajectory
 from ._chat_template import ChatTokenizer, HFChatTokenizer
+from ..errors import ShardError
 from ._engine import ADMISSION_BATCH, RolloutEngine, RolloutStatistics, StreamOptions
+from ._shard_wire import ShardFactory, ShardSpec, ShardStack
+from ._shards import ShardedEngine
 from ._runtime import GC_GEN0_THRESHOLD, RUN_OPTIONS, collect_frozen_garbage, tune_gc
 from ._toolbox import DEFAULT_SYSTEM_PROMPT, Toolbox, load_tools
 from ._toolcall import (
@@ -47,6 +55,11 @@ __all__ = [
     "RUN_OPTIONS",
     "RolloutEngine",
     "RolloutStatistics",
+    "ShardError",
+    "ShardFactory",
+    "ShardSpec",
+    "ShardStack",
+    "ShardedEngine",
     "StreamOptions",
     "Tool",
     "ToolContext",

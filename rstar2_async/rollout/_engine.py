@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Final, TypedDict, Unpack, final
 
 import anyio
@@ -77,6 +77,25 @@ class StreamOptions(TypedDict, total=False):
     max_response_tokens: int | None
     finished: Mapping[tuple[str, int], Trajectory] | None
     on_trajectory: Callable[[Trajectory], None] | None
+
+
+def check_limits(max_turns: int | None, max_response_tokens: int | None) -> None:
+    """A call's own limits: ``None`` or ``>= 1``.
+
+    Raises:
+        ValueError: one is below 1 (the message names it).
+    """
+    for name, value in (("max_turns", max_turns), ("max_response_tokens", max_response_tokens)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name}: expected int >= 1, got {value}")
+
+
+async def in_order(problems: Sequence[Problem], stream: AbstractAsyncContextManager[MemoryObjectReceiveStream[Group]]) -> list[Group]:
+    """Every group of ``stream`` (a ``stream()`` call over ``problems``), in the order of ``problems``."""
+    order = {id(p): i for i, p in enumerate(problems)}
+    async with stream as groups:
+        collected = [group async for group in groups]
+    return sorted(collected, key=lambda g: order[id(g.problem)])
 
 
 class _PendingGroup:
@@ -190,7 +209,8 @@ class RolloutEngine:
         # extra, and send_nowait spares each trajectory two trips through the loop.
         send, receive = anyio.create_memory_object_stream[Group](math.inf)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._produce, problems, n, config, finished or {}, on_trajectory, send)
+            # Read as each problem is taken: a caller may add to it meanwhile (a shard worker).
+            tg.start_soon(self._produce, problems, n, config, {} if finished is None else finished, on_trajectory, send)
             async with receive:
                 try:
                     yield receive
@@ -199,21 +219,14 @@ class RolloutEngine:
 
     async def run(self, problems: Sequence[Problem], n: int, **options: Unpack[StreamOptions]) -> list[Group]:
         """All groups, in the order of ``problems``.  Arguments as for :meth:`stream`."""
-        order = {id(p): i for i, p in enumerate(problems)}
-        groups: list[Group] = []
-        async with self.stream(problems, n, **options) as stream:
-            async for group in stream:
-                groups.append(group)
-        return sorted(groups, key=lambda g: order[id(g.problem)])
+        return await in_order(problems, self.stream(problems, n, **options))
 
     def _call_config(
         self, sampling: SamplingConfig | None, max_turns: int | None, max_response_tokens: int | None
     ) -> RolloutConfig:
         if sampling is None and max_turns is None and max_response_tokens is None:
             return self.config
-        for name, value in (("max_turns", max_turns), ("max_response_tokens", max_response_tokens)):
-            if value is not None and value < 1:
-                raise ValueError(f"{name}: expected int >= 1, got {value}")
+        check_limits(max_turns, max_response_tokens)
         c = self.config
         return msgspec.structs.replace(
             c,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import anyio
 import msgspec
 
+from rstar2_async.types import Problem
 from sandbox import ExecResult
 
 from .http import DropConnection
@@ -231,3 +232,10 @@ class FakeSandbox:
                 print(f"{type(exc).__name__}: {exc}", file=err)
                 status, exit_code = "error", 1
         return ExecResult(status, out.getvalue(), err.getvalue(), exit_code, time.monotonic() - start)
+
+
+class FakeExactReward:
+    """Test double of the math grader: exact match on the boxed gold answer."""
+
+    async def reward(self, response_text: str, problem: Problem) -> float:
+        return float(f"\\boxed{{{problem.answer}}}" in response_text)

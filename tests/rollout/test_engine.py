@@ -16,7 +16,7 @@ from rstar2_async.rollout import RolloutEngine
 from rstar2_async.types import Problem
 from sandbox import ExecResult
 from tests.fakes.http import serve_http
-from tests.fakes.model import IM_END, FakeByteTokenizer, FakeModelServer, FakeSandbox, last_user_message
+from tests.fakes.model import IM_END, FakeByteTokenizer, FakeExactReward, FakeModelServer, FakeSandbox, last_user_message
 
 pytestmark = pytest.mark.anyio
 
@@ -25,13 +25,6 @@ FAST_RETRY = RetryPolicy(max_retries=3, initial_s=0.001, max_s=0.01)
 
 def problems(k: int) -> list[Problem]:
     return [Problem(id=f"p{i}", problem=f"What is {i + 2}*{i + 3}?", answer=str((i + 2) * (i + 3))) for i in range(k)]
-
-
-class FakeExactReward:
-    """Test double of the math grader: exact match on the boxed gold answer."""
-
-    async def reward(self, response_text: str, problem: Problem) -> float:
-        return float(f"\\boxed{{{problem.answer}}}" in response_text)
 
 
 @asynccontextmanager

@@ -1,0 +1,83 @@
+"""A shard factory for the tests: in the worker, a real RolloutEngine and ServerPool
+over vLLM doubles (real HTTP on localhost), the in-process sandbox double and the
+exact-match grader double.
+
+Knobs (:class:`FactoryConfig`, JSON in ``ShardSpec.config``): ``fail`` makes the
+factory raise; while ``stall_file`` exists, an odd-seeded sample of a problem
+whose text holds "slow" does not answer (each worker seeds sample ``i`` of its
+``k``-th problem ``seed + k * n + i``: with a seed and an even ``n``, the odd
+samples stall).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import msgspec
+
+from backends import ServerPool
+from rstar2_async.config import RolloutConfig
+from rstar2_async.rollout import RolloutEngine, ShardSpec, ShardStack
+from tests.fakes.fleet import FakeVLLM
+from tests.fakes.http import serve_http
+from tests.fakes.model import FakeByteTokenizer, FakeExactReward, FakeModelServer, FakeSandbox
+
+
+class FactoryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    servers: int = 2
+    """Servers of the whole fleet; each worker serves its share."""
+    max_in_flight: int = 8
+    fail: str = ""
+    stall_file: str = ""
+
+
+class FakeStallingModel(FakeModelServer):
+    """The scripted model, stalling the odd samples of "slow" problems while a file exists."""
+
+    stall_file: str = ""
+
+    async def __call__(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        if body and self.stall_file and path == "/v1/completions":
+            request = json.loads(body)
+            if request.get("seed", 0) % 2 and "slow" in self.tokenizer.decode(request["prompt"]):
+                while os.path.exists(self.stall_file):
+                    await anyio.sleep(0.01)  # a double polling the test's file, not a test ordering events
+        return await super().__call__(method, path, body)
+
+
+def spec(shard: int, shards: int, **config: object) -> ShardSpec:
+    return ShardSpec(
+        factory="tests.rollout._shard_factory:make",
+        config=msgspec.json.encode(FactoryConfig(**config)),  # type: ignore[arg-type]
+        shard=shard,
+        shards=shards,
+    )
+
+
+@asynccontextmanager
+async def make(spec: ShardSpec) -> AsyncIterator[ShardStack]:
+    config = msgspec.json.decode(spec.config, type=FactoryConfig)
+    if config.fail:
+        print(f"factory of shard {spec.shard}: failing on purpose", file=sys.stderr, flush=True)
+        raise RuntimeError(config.fail)
+    models = [FakeStallingModel() for _ in spec.share(config.servers)]
+    for model in models:
+        model.stall_file = config.stall_file
+    async with anyio.create_task_group() as tg:
+        ports = [await tg.start(serve_http, FakeVLLM(model)) for model in models]
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
+        async with ServerPool(urls, model="m", poll_interval_s=0.05) as pool:
+            engine = RolloutEngine(
+                backend=pool,
+                sandbox=FakeSandbox(),
+                config=RolloutConfig(max_in_flight=config.max_in_flight),
+                tokenizer=FakeByteTokenizer(),
+                reward=FakeExactReward(),
+            )
+            yield ShardStack(engine=engine, pool=pool)
+        tg.cancel_scope.cancel()
