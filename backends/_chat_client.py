@@ -6,6 +6,13 @@ The SDK brings what users expect from it: ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL
 endpoints (``AsyncAzureOpenAI``), and its own retries.  It runs on httpx, hence on
 asyncio and trio alike.  No token ids or logprobs come back, so this mode is for
 evaluation, never training.
+
+On a plain ``http://`` endpoint (a local vLLM) :meth:`ChatClient.from_url` gives the
+SDK an ``httpx.AsyncClient`` on :class:`httpgate.Http11Transport`: the SDK's own
+(httpcore's pool; httpcore2's in SDKs on httpx2) closes a response in a shielded
+wait that anyio's asyncio Lock (< 4.14, agronholm/anyio#1145) can leave hanging
+past any timeout or cancellation.
+``https://`` (a hosted API) keeps the SDK's client: TLS, proxies from the environment.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from typing import Any, Final, Self, final
 import anyio
 import httpx
 import openai
+
+from httpgate import Http11Transport
 
 from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavailable
 from ._types import ChatCompletion, FinishReason, SamplingParams
@@ -65,13 +74,21 @@ class ChatClient:
     ) -> Self:
         """A client for ``base_url``; ``None`` means the SDK's default (or
         ``OPENAI_BASE_URL``).  Local servers often need no key: a placeholder is sent.
-        ``timeout`` (default: the SDK's) and ``max_connections`` shape its HTTP pool."""
+        ``timeout`` (default: the SDK's) and ``max_connections`` shape its HTTP pool,
+        which the client owns and closes on exit."""
         import os
 
         key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-        http = openai.DefaultAsyncHttpxClient(
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        )
+        url = base_url or os.environ.get("OPENAI_BASE_URL")
+        if url is not None and url.startswith("http://"):
+            # follow_redirects as the SDK's own client; no proxy from the environment
+            # for a plain-http server (ours, like the token clients')
+            transport = Http11Transport(max_connections=max_connections)  # each request carries its timeouts
+            http = httpx.AsyncClient(transport=transport, follow_redirects=True, trust_env=False)
+        else:
+            http = openai.DefaultAsyncHttpxClient(
+                limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+            )
         options: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         client = openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=max_retries, http_client=http, **options)
         return cls(client, model=model)

@@ -45,7 +45,7 @@ import httpx
 import msgspec
 from anyio.abc import TaskStatus
 
-from httpgate import check_bind
+from httpgate import check_bind, transport_for
 
 from ._errors import LaunchError, ServerDied
 from ._launcher import VLLMServerConfig, serve_vllm
@@ -335,7 +335,9 @@ async def serve_sglang(args: _SGLangArgs, *, task_status: TaskStatus[tuple[int, 
         _remove(key_file)
         raise
     try:
-        async with httpx.AsyncClient(base_url=args.url, timeout=10.0, trust_env=False, headers=headers) as http:
+        async with httpx.AsyncClient(
+            base_url=args.url, transport=transport_for(args.url), timeout=10.0, trust_env=False, headers=headers
+        ) as http:
             try:
                 with anyio.fail_after(args.startup_timeout_s):
                     while True:

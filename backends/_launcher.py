@@ -42,6 +42,8 @@ import httpx
 import msgspec
 from anyio.abc import Process, TaskStatus
 
+from httpgate import transport_for
+
 from ._errors import LaunchError, ServerDied
 from ._process import engine_environment, free_port, launch_failure, stop_tree
 
@@ -280,7 +282,9 @@ async def _wait_ready(
         with anyio.fail_after(config.startup_timeout_s):
             key = config.env.get("VLLM_API_KEY")
             headers = {"authorization": f"Bearer {key}"} if key else None
-            async with httpx.AsyncClient(base_url=base_url, timeout=timeout, headers=headers, trust_env=False) as http:
+            async with httpx.AsyncClient(
+                base_url=base_url, transport=transport_for(base_url), timeout=timeout, headers=headers, trust_env=False
+            ) as http:
                 while True:
                     check_alive()
                     try:

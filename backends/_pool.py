@@ -34,10 +34,11 @@ import httpx
 import msgspec
 from anyio.abc import TaskStatus
 
+from httpgate import transport_for
+
 from ._admission import PoolAdmission, PoolState, Waiter
 from ._dispatch import Dispatcher, DispatchStatistics, Policy
 from ._errors import BackendError, BadResponse, ServerUnavailable
-from ._http11 import transport_for
 from ._retry import RetryPolicy
 from ._sglang import SGLangAdmin, SGLangTokenClient
 from ._token_client import TokenClient
@@ -296,8 +297,10 @@ class ServerPool(PoolAdmission):
                 continue
             finally:
                 self._release(ticket, generated)
-            token_ids += part.token_ids
-            logprobs += part.logprobs
+            if versions:  # after a failover or an abort: new lists, the part's are not ours to extend
+                token_ids, logprobs = token_ids + part.token_ids, logprobs + part.logprobs
+            else:  # the first part's lists are the result's (no copy)
+                token_ids, logprobs = part.token_ids, part.logprobs
             versions.append(part.weight_version)
             finish = part.finish_reason
             if finish != "abort":

@@ -14,8 +14,8 @@ events) is relayed part by part as the engine sends it; one with a length is
 relayed whole.  A relay the engine cuts is cut for the client too.  A client that
 goes away abandons its request: the proxy closes the engine's connection, and
 vLLM aborts a request whose connection closes (its generation stops).  Upstream,
-:class:`backends.Http11Transport` (not httpcore, whose shielded close can hang
-forever, see ``backends/_http11.py``).
+:class:`httpgate.Http11Transport` (not httpcore, whose shielded close can hang
+forever, see ``httpgate/_client.py``).
 
 Not covered: a vLLM engine's loopback port asks for the secret only on ``/v1``
 (an SGLang engine's on every route but ``/health`` and ``/metrics``), so other
@@ -30,9 +30,7 @@ import anyio
 import httpx
 from anyio.abc import TaskStatus
 
-from httpgate import HTTPError, HTTPLimits, HTTPRequest, HTTPResponse, HTTPServer
-
-from ._http11 import transport_for
+from httpgate import HTTPError, HTTPLimits, HTTPRequest, HTTPResponse, HTTPServer, transport_for
 
 __all__ = ["PROXY_LIMITS", "serve_proxy"]
 

@@ -1,5 +1,5 @@
 """The token client's CPU per request over real sockets: our HTTP/1.1 transport
-(``backends._http11``, the default since it replaced httpcore) against httpx's
+(``httpgate.Http11Transport``, the default since it replaced httpcore) against httpx's
 default transport (httpcore), the baseline, in the same run.
 
 The same :class:`backends.TokenClient` makes each ``generate`` call (body encoding,

@@ -26,15 +26,17 @@ doubles, behind one in-process httpx transport (no sockets).
      ``num_requests_running`` and ``cache_config_info``, polled once a second.
 
    ``cpu_us_per_turn`` is the process's CPU time per turn less the doubles' own
-   work (decoding the request, writing /metrics: what a real server does), which
-   is measured apart (``doubles_cpu_us_per_turn``); the in-process transport has
-   no sockets, so a real HTTP stack adds its parsing on top (see
-   ``benchmarks/rollout_overhead.py``'s client figures).  ``bare_cpu_us_per_turn``
+   work (decoding the request, building the answer, writing /metrics: what a real
+   server does), which is measured apart (``doubles_cpu_us_per_turn``); the
+   stall monitor's own timer (~14 ms of CPU a second) stays in it.  The
+   in-process transport has no sockets, so a real HTTP stack adds its parsing on
+   top (see ``benchmarks/rollout_overhead.py``'s client figures).  ``bare_cpu_us_per_turn``
    is the baseline beside it: the same engine and script against a backend double
    that answers after the same mean latency, without pool, client or HTTP;
    ``pool_cpu_us_per_turn`` is the difference.  ``max_stall_ms``: the longest a
-   task sleeping 1 ms at a time woke late.  ``loop_busy``: CPU over wall time (1.0
-   would mean one process cannot keep up: shard the rollout across processes).
+   1 ms timer, set again each time it fires, fired late.  ``loop_busy``: CPU over
+   wall time (1.0 would mean one process cannot keep up: shard the rollout across
+   processes).
    ``gc_collections``, ``gc_longest_ms``: the collector's passes during the run and
    the longest in CPU time; ``gc_frozen_garbage_per_turn``: the cyclic garbage
    that freezing survivors kept (see ``rstar2_async.rollout.tune_gc``), collected
@@ -67,42 +69,63 @@ Run: ``.venv/bin/python benchmarks/paper_scale.py --scale-repeats 1 --repeats 3`
 for the collector's baseline).  Prints one JSON line last; medians of the repeats.
 
 Measured so (2026-12-02, this repository's 2-core CPU box shared with four other
-engineers' jobs, load 1.4-13 during the runs; main at ceae007 beside this code,
-interleaved, one run each, so the figures are medians of two):
+engineers' jobs; one process at full scale ``--scale-repeats 1 --skip-admission``
+without the sharded run, main at 9da1fb7 (A) and this code (B) interleaved, two
+pairs at load 5.6-12.3, and main's code under this script's measurement (C) once
+between them):
 
-- One process, 16,384 trajectories over 64 doubles: CPU per turn, gross (the
-  doubles' share is measured in wall time in both, so only gross compares) 544
-  before (559, 529), 488 now (502, 475): 0.90x.  The bare engine 65 before (66,
-  64), 57 now (58, 55): 0.86x (a conversation no longer copies its prompt at
-  admission).  The pool's own work (admission passes and the dispatcher's other
-  calls, timed apart): 99 and 97 before, 89 and 92 now; a pass that can try
-  nothing is skipped, but timing each call costs ~2.4 us of CPU here
-  (``thread_time_ns``), which these figures include.  The rest of the pool path,
-  ~300 us, is the per-server TokenClient over httpx and the /metrics polls
-  (~280 us each, 64 a second; parsing is 9 of them).
-- The longest stall: 9.9 s and 12.4 s before, 8.8 s and 3.2 s now.  Before, one
-  young collection at the 1M threshold walked every token list in flight (4.2 s
-  of wall time in a probe at load 5); now the longest collection takes 172-192 ms
-  of CPU and the stalls that remain are not collections (in a 4,096-trajectory
-  probe, none of the 12 longest, 1.5-2.5 s, overlapped one): the process got too
-  little CPU (``loop_busy`` 0.24-0.62 of one core at load 8-13 on 2 cores) and
-  runs what fell due meanwhile in one loop iteration.  Cyclic garbage kept by
-  freezing: 0.11-0.12 objects per turn.
-- Sharded, 8 processes at once (2,048 trajectories over 8 doubles each):
-  180,224 turns in 76 s, **2,372 turns/s** for the whole against 600-1,442 for one
-  process; per process 470 us per turn gross (435 less the doubles' own, now
-  measured in CPU time), ``loop_busy`` 0.13, longest collection 66 ms, stalls 1.3-1.6 s:
-  eight processes on two shared cores each wait for a core.  One process needs
-  ~490 us x 3,700 turns/s (the doubles' pace) = 1.8 cores, so it cannot keep up;
-  the eight shards need ~0.23 of a core each, which a machine with two free cores
-  gives them.
+- One process, 16,384 trajectories over 64 doubles: CPU per turn, gross, 368
+  before (344, 391), 323 now (305, 340): 0.88x.  Less the doubles' own, 348 before
+  (325, 370), 276 now (259, 294); that figure now also takes out the doubles
+  building their answer (an ``httpx.Response``: a real server's work, ~25 us) and
+  counts a cheaper stall monitor (a timer, ~14 ms of CPU a second against ~26),
+  so the code's own share is C against B: 314 against 276, 0.88x (the token
+  client decodes a completion's logprobs as floats in one pass and leaves its
+  token strings raw, builds its POST whole on an httpx transport, and no longer
+  copies a one-part generation's lists twice).  The bare engine 53 and 57; the
+  pool's own work (admission passes and the dispatcher, timed apart, ~2.4 us a
+  timed call included) 64 before, 58 now.  At shard size (2,048 trajectories over
+  8 doubles, three interleaved triples at load 3.9-13): 373 A, 325 C, 310 B.
+- Where a turn's CPU goes now: a sampling profile (SIGPROF every 0.5 ms of CPU,
+  ~2,000 samples, so +-15% on each line) of one 2,048-over-8 run at load ~8,
+  415 us gross per turn (main's code beside it: 425), inclusive us per turn:
+
+  ====================================================================  =======
+  the doubles (decode the request, build the answer, their own sleep)      90
+  pool: a turn's acquire (Waiter, first try, queueing) / its release        39 / 31
+  pool: the admission pass after each /metrics poll / the poll itself       28 / 8
+  token client: decode the answer / encode the request (~3K ids)            34 / 27
+  token client: httpx Request and response read (in-process transport)      16
+  token client and pool generate, their own lines                           14
+  engine: tools 18, recording a turn 13, parsing calls 11, the end 12      57
+  asyncio: sleep-timer wakeups (doubles, tools) / the stall monitor         22 / 18
+  the rest (the loop, task steps, collections, ...)                         34
+  ====================================================================  =======
+
+  The poll lines are per second, not per turn: at full scale (~1,300 turns a
+  second over 64 doubles) they and the monitor weigh about as much.
+- The longest stall: seconds in both (3.6 and 5.9 s before, 2.2 and 5.7 s now):
+  the process gets a fraction of a core at load 7-12 on 2 cores, and the
+  trajectories move in waves (16,384 started at once, their tools all 0.3 s), so
+  thousands of tasks fall due in one loop iteration; collections now take 180-390
+  ms of CPU at most.
+- Through ShardedEngine (one run each, load 4.6-12.3): 8 workers 247,808 turns in
+  124 s, 1,452 turns/s, per worker 405 us per turn (432 gross), stalls 3.3-4.8 s,
+  the router 57 us per turn (loop busy 0.08, stall 344 ms); 4 workers (load 6-10.6)
+  1,490 turns/s, per worker 380 (404 gross), the router 62.  The pipe's cost, at
+  2,048 trajectories over 8 doubles, one worker against one process, interleaved,
+  three each (load 2.8-9.7): the same 476 turns/s (the doubles' pace); the worker
+  407 us per turn (median) against the process's 410; the router 88.5, of which
+  ~59 its own stall monitor (28 ms of CPU a second, measured idle) and ~29 the
+  routing, the pipes and decoding each trajectory (~90 us for one of ~40 KB).
 - Admission per release at 855 / 3,942 / 16,208 turns waiting (load 2.8): now 20.9 /
   23.2 / 28.2 us, ``admission_cost_ratio_16x`` **1.35**; before 23.6 / 25.9 / 29.8
   (1.26); the loop before the wait queue 1,164 / 5,660 / 24,427 us (21x).
 - Against the issue's targets: admission flat (1.35 <= 2): met.  <= 60 us of CPU
-  per turn through the pool: not met (~470-490 gross; the engine alone 55-58, the
-  pool's own ~90, the HTTP client and polls the rest).  No stall over 50 ms: not
-  met on this box (seconds, from CPU starvation; collections now <= 192 ms of CPU).
+  per turn through the pool: not met (~320 gross, ~275 less the doubles' own; the
+  engine alone 53-60, the pool's own ~58, the token client over the in-process
+  httpx transport, the polls and the monitor the rest).  No stall over 50 ms: not
+  met on this box (seconds, from CPU starvation and waves of tasks woken at once).
 """
 
 from __future__ import annotations
@@ -265,9 +288,9 @@ class Doubles(httpx.AsyncBaseTransport):
         if request.url.path == "/v1/models":  # asked once per client: the context length
             return httpx.Response(200, content=MODELS)
         if request.url.path == "/metrics":
-            body = server.metrics()
+            response = httpx.Response(200, content=server.metrics())
             self.own_ns += time.thread_time_ns() - t
-            return httpx.Response(200, content=body)
+            return response
         prompt, tokens = server.begin(request.content)
         self.own_ns += time.thread_time_ns() - t
         try:
@@ -276,7 +299,10 @@ class Doubles(httpx.AsyncBaseTransport):
             server.running -= 1
             server.used -= tokens
         server.served += 1
-        return httpx.Response(200, content=answer)
+        t = time.thread_time_ns()
+        response = httpx.Response(200, content=answer)  # the server writing its answer: its own work too
+        self.own_ns += time.thread_time_ns() - t
+        return response
 
     async def generate(self, server: SimServer, prompt: int) -> bytes:
         raise NotImplementedError
@@ -324,19 +350,31 @@ class BareBackend:
 
 
 class StallMonitor:
-    """The loop's responsiveness: a task sleeps 1 ms in a loop and records how late
-    it wakes (the stalls over 1 ms, with when they ended)."""
+    """The loop's responsiveness: a 1 ms timer, set again each time it fires,
+    records how late it fires (the stalls over 1 ms, with when they ended).
+
+    A timer callback, not a task sleeping in a loop: the same lateness, at about
+    half the CPU (14 ms a second against 26, measured idle), which the run counts
+    in the orchestrator's CPU per turn (~25 us of it at 500 turns a second)."""
 
     def __init__(self) -> None:
         self.stalls: list[tuple[float, float]] = []
 
     async def run(self) -> None:
-        while True:
-            t = time.perf_counter()
-            await asyncio.sleep(1e-3)
+        loop = asyncio.get_running_loop()
+
+        def fire(t: float) -> None:
+            nonlocal timer
             now = time.perf_counter()
             if (late := now - t - 1e-3) > 1e-3:
                 self.stalls.append((now, late))
+            timer = loop.call_later(1e-3, fire, now)
+
+        timer = loop.call_later(1e-3, fire, time.perf_counter())
+        try:
+            await anyio.sleep_forever()
+        finally:
+            timer.cancel()
 
     def max_ms(self, after: float = 0.0) -> float:
         """The longest stall that ended after ``after`` (a ``perf_counter`` time)."""

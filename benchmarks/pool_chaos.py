@@ -17,7 +17,7 @@ with ``--concurrency`` trajectories in flight (128 by default).
 Found with it: at concurrency 128, turns stuck forever inside httpx/httpcore
 (a shielded close waiting on a lock wake-up that anyio's asyncio Lock lost),
 past the pool's ``request_timeout_s`` and past cancellation: 15-17 of 2,000
-lost; the clients now use ``backends._http11``.  If a run still outlives its
+lost; the clients now use ``httpgate.Http11Transport``.  If a run still outlives its
 budget by a minute it prints where its turns wait, its counts so far (the stuck
 ones lost) and exits 3.
 

@@ -1,11 +1,19 @@
-"""A small HTTP/1.1 server for services on a network: a shared secret on every route,
-caps on what a client may send, timeouts, a connection cap and graceful shutdown.
+"""HTTP/1.1 for our services on a network, both ends.
 
-Used by the sandbox service (``sandbox.SandboxService``) and by the fleet's
-authenticating proxy (``backends.serve_proxy``); those two packages never import
-each other, so it lives apart from both.  It imports neither.
+The server (:class:`HTTPServer`): a shared secret on every route, caps on what a
+client may send, timeouts, a connection cap and graceful shutdown.  Used by the
+sandbox service (``sandbox.SandboxService``) and by the fleet's authenticating
+proxy (``backends.serve_proxy``).
+
+The client (:class:`Http11Transport`, an ``httpx`` transport): used by every
+client of those services and of the inference servers, instead of httpx's
+default transport, whose shielded close can hang past any cancellation.
+
+``sandbox`` and ``backends`` never import each other, so this lives apart from
+both.  It imports neither, nor ``rstar2_async``.
 """
 
+from ._client import Http11Transport, transport_for
 from ._secret import check_bind, is_loopback, read_secret, resolve_secret
 from ._server import HTTPError, HTTPLimits, HTTPRequest, HTTPResponse, HTTPServer
 
@@ -15,8 +23,10 @@ __all__ = [
     "HTTPRequest",
     "HTTPResponse",
     "HTTPServer",
+    "Http11Transport",
     "check_bind",
     "is_loopback",
     "read_secret",
     "resolve_secret",
+    "transport_for",
 ]

@@ -20,7 +20,8 @@ Covered, per connection:
   handler only runs on a whole request;
 - with ``cancel_abandoned``: a client that closes its connection while its
   request is handled or answered cancels the handler (and closes a streamed
-  answer's source), e.g. the proxy's request to an engine still generating;
+  answer's source), e.g. the proxy's request to an engine still generating, the
+  sandbox service's batch still queued;
 - a handler (or a streamed answer's source) that raises anything but
   :class:`HTTPError`: logged with its traceback, answered 500 if nothing was sent
   yet, else the connection is cut; the other connections are served on;

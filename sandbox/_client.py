@@ -8,7 +8,10 @@ Calls that arrive together are sent together: a batch closes when it holds
 the addresses in turn, skipping one for ``cooldown_s`` after it failed to
 connect; a batch whose address fails is retried on the next ones, up to
 ``retries`` more times.  The HTTP I/O is an ``httpx`` transport, so tests plug in
-``httpx.MockTransport``.
+``httpx.MockTransport``; by default, on plain ``http://`` addresses,
+:class:`httpgate.Http11Transport`: httpx's default transport (httpcore) closes a
+response in a shielded wait that anyio's asyncio Lock (< 4.14) can leave hanging past
+any timeout or cancellation (agronholm/anyio#1145), so a batch could hang forever.
 
 Every call gets exactly one result: if no address answers, the call's result is
 ``internal`` with the reason in ``stderr``.  A batch that failed *after* it was
@@ -30,12 +33,18 @@ import httpx
 import msgspec
 from anyio.abc import TaskGroup
 
+from httpgate import Http11Transport
+
 from ._errors import SandboxClosed, ServiceError, ServiceUnavailable
 from ._service import BatchRequest, BatchResponse, RunRequest
 from ._types import ExecResult
 
 _decode_batch = msgspec.json.Decoder(BatchResponse).decode
 _encode = msgspec.json.Encoder().encode
+
+MAX_CONNECTIONS = 100
+"""Open connections at most, all addresses together: httpx's default cap, which the
+client had before it had its own transport; a batch beyond it waits for one."""
 
 
 class ClientState(enum.Enum):
@@ -84,10 +93,15 @@ class SandboxClient:
         connect_timeout_s: TCP connect budget per attempt.
         read_margin_s: a batch may take its longest call's timeout plus this (queueing).
         api_key: the services' shared secret (sent as a bearer token); see ``read_secret``.
-        transport: an ``httpx.AsyncBaseTransport`` (tests: ``httpx.MockTransport``).
+        transport: an ``httpx.AsyncBaseTransport`` (tests: ``httpx.MockTransport``);
+            default :class:`httpgate.Http11Transport` when every address is plain
+            ``http://`` (proxy variables in the environment are not used then),
+            else httpx's (``https://``, e.g. behind a TLS proxy).
 
     Resource handling: an async context manager; owns its HTTP connections and one
-    task group for the batches in flight.  On exit, unsent calls get ``internal``.
+    task group for the batches in flight.  On exit, unsent calls get ``internal``,
+    and batches in flight are cancelled (their connections closed at once: the
+    service sees the client go) and get ``internal``.
     """
 
     def __init__(
@@ -111,6 +125,8 @@ class SandboxClient:
         self.batch_size, self.batch_window_s = batch_size, batch_window_s
         self.retries, self.cooldown_s = retries, cooldown_s
         self.read_margin_s = read_margin_s
+        if transport is None and all(a.startswith("http://") for a in self.addresses):
+            transport = Http11Transport(max_connections=MAX_CONNECTIONS)  # each request carries its timeouts
         self._http = httpx.AsyncClient(
             transport=transport,
             headers={"authorization": f"Bearer {api_key}"} if api_key else None,

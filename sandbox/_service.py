@@ -11,6 +11,13 @@ Listens on 127.0.0.1 unless told otherwise, and refuses another address without
 a secret unless ``insecure``: anyone who can reach the port (and has the secret)
 can run code (in the jail).  Keep-alive connections; one request at a time per
 connection; a batch runs its calls concurrently through the pool's FIFO queue.
+
+A request whose client closes its connection before the answer (its read timeout
+passed and it retries elsewhere, it was cancelled, it exited) is cancelled
+(``HTTPServer(cancel_abandoned=True)``): its queued calls leave the queue without
+running, its running ones finish in their workers (bounded by their timeouts) and
+their results are dropped (``SandboxPool.run``'s cancellation), so an abandoned
+batch does not hold workers from the calls someone still waits for.
 """
 
 from __future__ import annotations
@@ -83,7 +90,9 @@ class SandboxService:
     ) -> None:  # fmt: skip
         self.pool = pool
         self.max_batch = max_batch
-        self.http = HTTPServer(self._dispatch, host=host, port=port, secret=secret, insecure=insecure, limits=limits)
+        self.http = HTTPServer(
+            self._dispatch, host=host, port=port, secret=secret, insecure=insecure, limits=limits, cancel_abandoned=True
+        )
         self._latency_counts = [0] * (len(LATENCY_BUCKETS_S) + 1)
         self._latency_sum = 0.0
         self._requests = 0

@@ -27,6 +27,13 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"config", "reward", "rollout", "selection", "learn", "demo", "recipe", "view"},
 }
 LEAVES = {"types", "errors", "_plugins", "_paths"}
+# Service package -> the top-level packages it must not import (the core may import
+# all three; httpgate, both ends of HTTP, is shared by backends and sandbox).
+SERVICES_FORBIDDEN: dict[str, set[str]] = {
+    "backends": {"rstar2_async", "sandbox"},
+    "sandbox": {"rstar2_async", "backends"},
+    "httpgate": {"rstar2_async", "backends", "sandbox"},
+}
 HEAVY = ("torch", "deepspeed", "transformers")
 # Where else the heavy libraries may be imported (inside the functions that need them).
 HEAVY_ALLOWED = {"rstar2_async/demo/_tinymodel.py", "rstar2_async/recipe/_metrics.py"}
@@ -77,6 +84,18 @@ def test_subpackages_import_only_downstream_ones() -> None:
                     bad.append(f"{path.relative_to(ROOT)} -> {name}")
             elif other not in ALLOWED[own]:
                 bad.append(f"{path.relative_to(ROOT)} -> {name}")
+    assert bad == []
+
+
+def test_service_packages_import_one_way() -> None:
+    """Checked in the source, so an import inside a function counts too."""
+    bad = [
+        f"{path.relative_to(ROOT)} -> {name}"
+        for package, forbidden in SERVICES_FORBIDDEN.items()
+        for path in modules(ROOT / package)
+        for name in imports(path)
+        if name.split(".")[0] in forbidden
+    ]
     assert bad == []
 
 

@@ -17,6 +17,7 @@ import httpx
 import msgspec
 
 from backends import ChatClient, Fleet, ServerPool, ServerUnavailable, TokenBackend, TransformersBackend, WeightSync
+from httpgate import transport_for
 from sandbox import SandboxConfig
 
 from ..config import (
@@ -64,8 +65,9 @@ async def check_reachable(inference: InferenceConfig) -> None:
         backends.ServerUnavailable: none of ``inference.base_urls`` accepts a connection.
     """
     errors = []
-    async with httpx.AsyncClient(timeout=httpx.Timeout(inference.connect_timeout_s), trust_env=False) as http:
-        for url in inference.base_urls:
+    timeout = httpx.Timeout(inference.connect_timeout_s)
+    for url in inference.base_urls:
+        async with httpx.AsyncClient(transport=transport_for(url), timeout=timeout, trust_env=False) as http:
             try:
                 await http.get(url.rstrip("/") + "/models")
                 return  # any HTTP answer (even 401/404) means something is listening

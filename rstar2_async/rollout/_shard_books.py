@@ -46,17 +46,24 @@ _GAUGES: Final = frozenset({"in_flight", "waiting_for_admission", "elapsed_s"})
 
 
 class Pending:
-    """A problem in a worker: its samples, those back filled in."""
+    """A problem in a worker: its samples, those back filled in.  On the wire it is
+    named by ``key`` (its place in the stream), not by its id: a stream may hold one
+    problem twice at once (streaming training near an epoch's end)."""
 
-    __slots__ = ("problem", "remaining", "shard", "slots")
+    __slots__ = ("key", "problem", "remaining", "shard", "slots")
 
-    def __init__(self, problem: Problem, shard: int, slots: list[Trajectory | None]) -> None:
-        self.problem, self.shard, self.slots = problem, shard, slots
+    def __init__(self, key: str, problem: Problem, shard: int, slots: list[Trajectory | None]) -> None:
+        self.key, self.problem, self.shard, self.slots = key, problem, shard, slots
         self.remaining = slots.count(None)
+
+    def assign(self, stream: int) -> Assign:
+        """What the worker is told: the problem and its finished samples under ``key``."""
+        done = [msgspec.structs.replace(t, problem_id=self.key) for t in self.slots if t is not None]
+        return Assign(stream=stream, problem=msgspec.structs.replace(self.problem, id=self.key), finished=done)
 
 
 class Stream:
-    """One open ``stream`` call: its problems in flight, by id."""
+    """One open ``stream`` call: its problems in flight, by wire key."""
 
     def __init__(
         self,
@@ -67,6 +74,7 @@ class Stream:
     ) -> None:
         self.open, self.finished, self.on_trajectory, self.send = open_, finished, on_trajectory, send
         self.pending: dict[str, Pending] = {}
+        self.placed = 0  # problems placed so far: the next one's key
         self.fed = False  # every problem placed
         self.scope = anyio.CancelScope()  # the caller's block: cancelled when the stream fails
         self.error: BaseException | None = None
@@ -127,20 +135,16 @@ class ShardBooks:
         return shard if shard.outstanding < shard.capacity else None
 
     def place(self, stream: Stream, problem: Problem, shard: Shard) -> None:
-        """Give ``problem`` to ``shard`` (or yield it at once if ``finished`` has it all).
-
-        Raises:
-            ValueError: a problem with this id is in flight in ``stream``.
-        """
-        if problem.id in stream.pending:
-            raise ValueError(f"problem {problem.id!r}: already in flight in this stream (ids name problems between processes)")
+        """Give ``problem`` to ``shard`` (or yield it at once if ``finished`` has it all)."""
         slots = [stream.finished.get((problem.id, i)) for i in range(stream.open.n)]
         if None not in slots:
             _send(stream, Group(problem=problem, trajectories=slots))  # type: ignore[arg-type]
             return
-        pending = stream.pending[problem.id] = Pending(problem, shard.spec.shard, slots)
+        key = str(stream.placed)
+        stream.placed += 1
+        pending = stream.pending[key] = Pending(key, problem, shard.spec.shard, slots)
         shard.outstanding += pending.remaining
-        shard.send(Assign(stream=stream.open.stream, problem=problem, finished=[t for t in slots if t is not None]))
+        shard.send(pending.assign(stream.open.stream))
 
     def fed(self, stream: Stream) -> None:
         """Every problem of ``stream`` is placed."""
@@ -173,7 +177,7 @@ class ShardBooks:
                 pending = None if stream is None else stream.pending.get(t.problem_id)
                 if stream is None or pending is None or pending.shard != shard.spec.shard or pending.slots[t.sample_index]:
                     return  # a stream left, or a late answer: nothing waits for it
-                pending.slots[t.sample_index] = t
+                pending.slots[t.sample_index] = t = msgspec.structs.replace(t, problem_id=pending.problem.id)
                 pending.remaining -= 1
                 shard.outstanding -= 1
                 shard.failures = 0
@@ -183,13 +187,13 @@ class ShardBooks:
                         stream.on_trajectory(t)
                     except Exception as exc:  # the caller's: it fails the caller's stream
                         self.fail(stream, exc)
-            case GroupDone(stream=sid, problem_id=pid, report=report):
+            case GroupDone(stream=sid, key=key, report=report):
                 shard.report = report
                 stream = self.streams.get(sid)
-                pending = None if stream is None else stream.pending.get(pid)
+                pending = None if stream is None else stream.pending.get(key)
                 if stream is None or pending is None or pending.remaining:
                     return
-                del stream.pending[pid]
+                del stream.pending[key]
                 _send(stream, Group(problem=pending.problem, trajectories=pending.slots))  # type: ignore[arg-type]
                 self._end_if_done(stream)
             case Reported(report=report):
@@ -225,8 +229,7 @@ class ShardBooks:
             shard.send(stream.open)
             for pending in stream.pending.values():
                 if pending.shard == shard.spec.shard:
-                    done = [t for t in pending.slots if t is not None]
-                    shard.send(Assign(stream=stream.open.stream, problem=pending.problem, finished=done))
+                    shard.send(pending.assign(stream.open.stream))
             if stream.fed:
                 shard.send(Close(stream=stream.open.stream))
         self.notify()

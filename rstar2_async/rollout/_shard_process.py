@@ -23,6 +23,8 @@ from .._paths import child_env
 from ..errors import ShardError
 from ._shard_wire import FROM_WORKER, HEADER, FromWorker, Ready, ShardSpec, ToWorker, frame
 
+__all__ = ["START_TIMEOUT_S", "STOP_GRACE_S", "ShardProcess"]
+
 START_TIMEOUT_S: Final = 600.0
 """Limit on a worker's start (interpreter, imports, its factory's stack: a factory
 may launch servers, which takes minutes)."""
@@ -33,8 +35,6 @@ after it closed its stdout) before it is terminated, then killed."""
 
 TAIL_BYTES: Final = 4096
 """How much of a worker's stderr a :class:`ShardError` quotes."""
-
-__all__ = ["START_TIMEOUT_S", "STOP_GRACE_S", "ShardProcess"]
 
 WORKER_MODULE: Final = "rstar2_async.rollout._shard_worker"
 

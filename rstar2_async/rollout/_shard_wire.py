@@ -8,8 +8,10 @@ over its stdout, first :class:`Ready` (the factory's stack is up), then
 A problem's trajectories travel one at a time as they finish (:class:`TrajectoryDone`),
 so that the parent holds every finished one even if the worker dies before the
 group is complete; :class:`GroupDone` then says the group is, without repeating it.
-Within one stream of the parent, problem ids are unique among the problems in
-flight: a problem is named by ``(stream, problem id)``.
+On the wire a problem is named by ``(stream, key)``: the parent gives each problem
+it places a key unique in its stream (as the problem's and its trajectories' id in
+the worker) and gives the trajectories back their problem's id, since a stream may
+hold one problem twice at once.
 """
 
 from __future__ import annotations
@@ -144,10 +146,10 @@ class TrajectoryDone(msgspec.Struct, frozen=True, forbid_unknown_fields=True, ta
 
 
 class GroupDone(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag=True):
-    """Every trajectory of ``(stream, problem_id)`` has been sent; ``report`` counts it."""
+    """Every trajectory of ``(stream, key)`` has been sent; ``report`` counts it."""
 
     stream: int
-    problem_id: str
+    key: str
     report: Report
 
 

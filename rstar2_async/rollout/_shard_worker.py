@@ -168,7 +168,7 @@ class _Worker:
                 async for group in groups:
                     for i in range(open_.n):
                         stream.finished.pop((group.problem.id, i), None)
-                    self.out.send_nowait(frame(GroupDone(stream=open_.stream, problem_id=group.problem.id, report=self.report())))
+                    self.out.send_nowait(frame(GroupDone(stream=open_.stream, key=group.problem.id, report=self.report())))
         if self.streams.get(open_.stream) is stream:
             del self.streams[open_.stream]
 

@@ -134,15 +134,15 @@ class ShardedEngine:
         Each problem goes to one worker (fewest trajectories outstanding, once it
         has room); ``finished`` samples fill their slots here and are sent along,
         not re-run; ``on_trajectory`` is called here, for each trajectory as it
-        comes back.  Problem ids must be unique among a stream's problems in
-        flight (they name the problem between the processes).
+        comes back.  One problem (the same id, or the same object) may be in flight
+        twice: each is its own group.
 
         Leaving the block, however, cancels what still runs of it in the workers
         (a message to each, queued; nothing is awaited).
 
         Raises:
             ShardError: a worker died more than ``restarts`` times in a row.
-            ValueError: ``n`` or a limit is below 1; a problem id is already in flight.
+            ValueError: ``n`` or a limit is below 1.
         """
         if n < 1:
             raise ValueError(f"n: expected int >= 1, got {n}")

@@ -86,6 +86,7 @@ class FakeRawServer:
         self.requests = 0
         self.port = 0
         self.closed = anyio.Event()  # set each time a client closes its end
+        self.gone = 0  # connections whose client closed its end
         self.stalled = 0
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -103,8 +104,7 @@ class FakeRawServer:
                 self.requests += 1
                 if not await self.answer(stream, *received):
                     return
-            self.closed.set()
-            self.closed = anyio.Event()
+            self._client_left()
 
     async def stall(self, stream: SocketStream) -> None:
         """Never answer more, until the client goes away."""
@@ -114,5 +114,46 @@ class FakeRawServer:
                 pass
         except (anyio.EndOfStream, anyio.BrokenResourceError):
             pass
+        self._client_left()
+
+    async def wait_gone(self, n: int) -> None:
+        """Until ``n`` clients in all have closed their end."""
+        while self.gone < n:
+            await self.closed.wait()
+
+    def _client_left(self) -> None:
+        self.gone += 1
         self.closed.set()
         self.closed = anyio.Event()
+
+
+def raw_head(status: int, length: int, extra: bytes = b"") -> bytes:
+    """A response's head with a ``content-length``, as raw bytes."""
+    return b"HTTP/1.1 %d OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s\r\n" % (status, length, extra)
+
+
+STALLS = {
+    "headers": b"HTTP/1.1 200 OK\r\ncontent-",
+    "body": raw_head(200, 100) + b'{"results": [{"sta',
+    "nothing": b"",
+}
+"""Where a hung server stops answering: mid-headers, mid-body (of 100 bytes promised),
+before any byte."""
+
+
+def hung_server(where: str, stalling: anyio.Event, *, only: bytes = b"") -> FakeRawServer:
+    """A server that stalls its answer at ``where`` (:data:`STALLS`) to every request
+    whose target ends with ``only``, setting ``stalling`` then, until the client goes;
+    any other request is answered 404."""
+
+    async def answer(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        if not request.target.endswith(only):
+            await stream.send(raw_head(404, 2) + b"{}")
+            return True
+        await stream.send(STALLS[where])
+        stalling.set()
+        await server.stall(stream)
+        return False
+
+    server = FakeRawServer(answer)
+    return server

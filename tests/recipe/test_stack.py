@@ -1,6 +1,7 @@
 """The weight sync ``rstar2 train`` builds from ``[weight_sync]``: the config's checks,
 and a broadcast of a learner's real export from the stack, over gloo, into two
-receiver processes that speak vLLM's HTTP choreography."""
+receiver processes that speak vLLM's HTTP choreography.  And ``check_reachable``
+against a server that never answers."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import h11
 import pytest
+from anyio.abc import SocketStream
 
+from backends import ServerUnavailable
 from backends._launcher import free_port
-from rstar2_async.config import ConfigError, TrainConfig, convert
-from rstar2_async.recipe import rollout_stack
+from rstar2_async.config import ConfigError, InferenceConfig, TrainConfig, convert
+from rstar2_async.recipe import check_reachable, rollout_stack
 from tests.backends.test_weight_sync import assert_holds, weight_receivers
+from tests.fakes.http import FakeRawServer, raw_head
 
 STAGES = [{"name": "rl", "kind": "rl", "data": "x"}]
 BROADCAST = {"transport": "broadcast", "master_port": 29600}
@@ -165,3 +170,30 @@ async def test_publish_broadcasts_the_learners_weights_while_it_writes_them(
         assert "lm_head.weight" in exported and {str(t.dtype) for t in exported.values()} == {"torch.bfloat16"}
         for port in ports:
             await assert_holds(port, exported, version="2")
+
+
+@pytest.mark.anyio
+async def test_check_reachable_gives_up_on_a_server_that_never_answers() -> None:
+    """A server that takes the connection but never answers fails in the timeout
+    (not a hang: ``timeout`` around pytest); any answer, even a 404, will do."""
+
+    async def silent(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        await hung.stall(stream)
+        return False
+
+    async def missing(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        await stream.send(raw_head(404, 2) + b"{}")
+        return True
+
+    hung, answering = FakeRawServer(silent), FakeRawServer(missing)
+    async with anyio.create_task_group() as tg:
+        await tg.start(hung.serve)
+        await tg.start(answering.serve)
+        urls = [f"http://127.0.0.1:{hung.port}/v1", f"http://127.0.0.1:{answering.port}/v1"]
+        with anyio.fail_after(30):
+            with pytest.raises(ServerUnavailable, match="ReadTimeout"):
+                await check_reachable(InferenceConfig(base_urls=urls[:1], connect_timeout_s=0.3))
+            await check_reachable(InferenceConfig(base_urls=urls, connect_timeout_s=0.3))
+            await hung.wait_gone(2)  # each try's connection closed
+        tg.cancel_scope.cancel()
+    assert answering.requests == 1

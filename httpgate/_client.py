@@ -1,5 +1,7 @@
 """``Http11Transport``: a lean HTTP/1.1 client transport (h11 over anyio sockets) for
-the inference servers on plain ``http://``.
+our services on plain ``http://``: the inference servers (token and chat clients,
+the pool's admin calls, the fleet's proxy and health checks) and the sandbox
+service (``sandbox.SandboxClient``).
 
 Why not httpx's default transport (httpcore): under load and cancellation a turn
 could stay stuck forever past the pool's ``request_timeout_s``.  httpcore closes a
@@ -13,9 +15,9 @@ from checkout to return, and any error or cancellation during the exchange close
 its socket at once (the close itself is synchronous on both backends).
 
 Also the hot path's CPU: :meth:`Http11Transport.post` skips httpx's request and
-response models (``CompletionClient._post`` uses it).  Through
+response models (``backends.CompletionClient`` uses it).  Through
 :meth:`handle_async_request` the same transport serves an ``httpx.AsyncClient``
-(model lists, admin calls, the fleet's proxy), the answer's body streamed.
+(everything else), the answer's body streamed.
 
 Covered: keep-alive reuse, ``content-length`` and chunked bodies, connect / read /
 write / pool timeouts (``httpx.Timeout``), a cap on open connections.  A request
@@ -124,13 +126,19 @@ class Http11Transport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         """Close the idle connections; requests waiting at the cap fail at once
-        (``RuntimeError``), those under way close theirs when they end."""
+        (``RuntimeError``), those under way close theirs when they end.  Cancelled,
+        it still closes every idle connection, then raises the cancellation."""
         self._closed = True
         self._wake()
         idle, self._idle = self._idle, {}
-        for connections in idle.values():
-            for connection in connections:
+        cancelled: BaseException | None = None
+        for connection in [c for connections in idle.values() for c in connections]:
+            try:
                 await self._discard(connection)
+            except BaseException as exc:  # noqa: PERF203 - the socket closed before the await was cancelled
+                cancelled = cancelled or exc
+        if cancelled is not None:
+            raise cancelled
 
     # -- one exchange -----------------------------------------------------------------
 
