@@ -241,9 +241,9 @@ async def run_streaming_stage(
         tg.start_soon(stream.admit, feed_send)
         tg.start_soon(stream.collect, groups)
         for step in range(trainer.state.step_in_stage, stage.steps):
-            t0, grading0 = time.monotonic(), engine.statistics().grading_s
+            t0, grading0 = time.monotonic(), engine.statistics().grading_ms
             done = await stream.next_batch()
-            done.seconds, done.reward_seconds = time.monotonic() - t0, engine.statistics().grading_s - grading0
+            done.seconds, done.reward_seconds = time.monotonic() - t0, (engine.statistics().grading_ms - grading0) / 1000
             extra = partial(stream.step_metrics, interrupted)
             await trainer.learn_step(stack, stage, step, done, metrics, extra=extra)
             stream.trained(done)  # the sync is done: its room goes back to admission

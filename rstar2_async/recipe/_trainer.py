@@ -276,7 +276,7 @@ class Trainer:
         rng = random.Random(f"{self.config.run.seed}/roc/{stage.name}/{step}")
         done = RolloutResult(batch)
         engine = stack.engine
-        t0, grading0 = time.monotonic(), engine.statistics().grading_s
+        t0, grading0 = time.monotonic(), engine.statistics().grading_ms
         async with anyio.create_task_group() as tg:
             tg.start_soon(show_progress, engine, len(batch) * stage.n_oversample, f"{stage.name} step {step + 1}")
             async with engine.stream(
@@ -286,7 +286,7 @@ class Trainer:
                     done.add(group, downsample(group, stage, rng))
             tg.cancel_scope.cancel()
         done.seconds = time.monotonic() - t0
-        done.reward_seconds = engine.statistics().grading_s - grading0
+        done.reward_seconds = (engine.statistics().grading_ms - grading0) / 1000
         return done
 
     async def _update(self, stack: RolloutStack, stage: StageConfig, done: RolloutResult) -> dict[str, Any]:

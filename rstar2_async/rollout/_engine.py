@@ -67,9 +67,10 @@ class RolloutStatistics(msgspec.Struct, frozen=True):
     tool_errors: int
     generated_tokens: int
     elapsed_s: float
-    grading_s: float = 0.0
-    """Wall seconds during which at least one grading ran (gradings overlap the
-    rollout and each other: summing their durations would count them twice)."""
+    grading_ms: int = 0
+    """Wall milliseconds during which at least one grading ran (gradings overlap the
+    rollout and each other: summing their durations would count them twice).  An
+    int, as the counters above: a sharded engine sums its workers' counters as ints."""
 
 
 class StreamOptions(TypedDict, total=False):
@@ -168,7 +169,7 @@ class RolloutEngine:
             tool_errors=self._tool_errors,
             generated_tokens=self._tokens,
             elapsed_s=time.monotonic() - self._t0,
-            grading_s=self._grading_s + (time.monotonic() - self._grading_since if self._grading else 0.0),
+            grading_ms=int(1000 * (self._grading_s + (time.monotonic() - self._grading_since if self._grading else 0.0))),
         )
 
     @asynccontextmanager
