@@ -131,7 +131,8 @@ async def test_inference_pool_and_reward_values_arrive_where_they_act(tmp_path: 
             timeout = client._http.timeout
             assert (timeout.connect, timeout.read, timeout.pool) == (3.5, 123.0, 7.5)
             assert client._transport.max_connections == 77
-            assert client._headers["authorization"] == pool.servers[0]._admin_http.headers["authorization"] == "Bearer key-distinct"
+            assert (b"authorization", b"Bearer key-distinct") in client._raw_headers
+            assert pool.servers[0]._admin_http.headers["authorization"] == "Bearer key-distinct"
             assert (grader.statistics().max_workers, grader._timeout, grader._mode) == (1, 6.5, "lenient")
             assert engine.statistics().in_flight == 0 and engine._limiter.total_tokens == 13
             assert list(engine.toolbox.tools) == ["jupyter_code"]
@@ -153,7 +154,7 @@ async def test_chat_mode_gets_the_timeouts_connections_and_key_too(tmp_path: Pat
         ) as stack:
             sdk = stack.engine.backend._client  # type: ignore[union-attr]
             assert (sdk.max_retries, sdk.timeout.connect, sdk.timeout.read, sdk.timeout.pool) == (3, 3.5, 123.0, 7.5)
-            assert sdk._client._transport._pool._max_connections == 77
+            assert sdk._client._transport.max_connections == 77
             assert sdk.api_key == "chat-key"
         tg.cancel_scope.cancel()
 
