@@ -275,7 +275,7 @@ class Trainer:
     async def _rollout(self, stack: RolloutStack, stage: StageConfig, batch: list[Problem], step: int) -> RolloutResult:
         """Roll out one batch; GRPO-RoC downsamples each group as it completes."""
         rng = random.Random(f"{self.config.run.seed}/roc/{stage.name}/{step}")
-        done = RolloutResult(batch)
+        done = RolloutResult()
         reward_before = self.timed.seconds
         t0 = time.monotonic()
         engine = stack.engine
