@@ -13,7 +13,7 @@ The learner and the sync, modelled:
 
 - An update takes its trained tokens x 8 x 14.8e9 FLOPs (6N forward and backward,
   2N for the old log-probs) on 32 H100s of its own at 40% MFU (assumed):
-  5.1e15 FLOP/s, ~84 s for a streaming batch of 128 kept groups.
+  5.1e15 FLOP/s, ~84 s for 128 kept groups (a batch keeps ~80% of them).
 - A sync pauses the fleet for the load of 29.6 GB of bf16 weights at
   benchmarks/weight_sync.py's measured disk load (0.406 s per 1000 MiB here),
   plus its measured pause, flush, version and resume round trips: 11.5 s; then the
@@ -29,9 +29,10 @@ The policies (the trainer's code paths, rstar2_async/recipe):
   turns in flight (``pause_mode = "wait"``).
 - ``streaming_s1``, ``streaming_s2``: ``run.mode = "streaming"`` with
   ``max_staleness`` 1 and 2, as recipe/_streaming.py runs it: at most
-  (S + 1) x 128 groups started ahead of the learner (in flight, finished and kept
-  but untrained, or in the update under way, whose room comes back after its sync);
-  each batch takes the next 128 kept groups in stream order; a sync aborts the
+  (S + 1) x 128 groups started ahead of the learner (in flight, finished but
+  untrained, or in the update under way, whose room comes back after its sync);
+  each batch is the next 128 positions of the stream, once all are finished, and
+  trains the groups RoC kept of them (the on-policy step's data); a sync aborts the
   turns in flight, which resume from their tokens on the new weights.
 - ``streaming_s1_keep_kv``: streaming_s1 with the sync the trainer does not do
   (yet): vLLM's ``pause_generation(mode="keep", clear_cache=False)`` (vLLM 0.32:
@@ -71,20 +72,24 @@ Top level: streaming_s1's ``speedup_vs_sync_static`` and
 ``speedup_vs_sync_ours`` (medians of the per-seed ratios of trained tokens per
 second), ``fleet_utilization`` and ``groups_wasted``.
 
-Measured (8 seeds, 20 steps; ``python benchmarks/streaming.py``, before
-``streaming_s1_keep_kv`` and the diagnostics were added), trained tokens per second over synchronous static:
-sync_ours 1.21x, one_step_overlap 1.26x, streaming_s1 1.635x (1.349x sync_ours),
-streaming_s2 1.63x; fleet utilization 0.51, 0.61, 0.64, 0.83, 0.83; learner idle
-87%, 84%, 84%, 79%, 79%; 0 groups wasted in every policy; streaming_s1 trains 26% of
-its groups at staleness 0 and 74% at 1 (a sync aborts ~1,200 turns, which resume).
-The pool's order matters for streaming: ``streaming_s1_budget_order`` (on-policy's
-retry order, largest remaining budget first, so new groups' first turns overtake
-the turns of the group the learner waits for) reaches 1.46x and 0.75 of the bound.
-S = 2 gains nothing over S = 1: the fleet is the bottleneck at either bound.
+Measured (8 seeds, 20 steps, every policy; ``python benchmarks/streaming.py``,
+2026-12-02), trained tokens per second over synchronous static: sync_ours 1.214x,
+one_step_overlap 1.262x, streaming_s1 **1.602x** (**1.321x** sync_ours),
+streaming_s2 1.603x, streaming_s1_keep_kv 1.685x; fleet utilization 0.506, 0.614,
+0.637, **0.811**, 0.812, 0.852; learner idle 87%, 84%, 84%, 79%, 79%, 78%; 0 groups
+wasted in every policy; streaming_s1 trains 9% of its groups at staleness 0 and 91%
+at 1.  Every policy now trains the same batches (a streaming batch is a step's 128
+problems, as on-policy; the rule before took 128 *kept* groups a batch, ~25% more
+per update and sync, and measured 1.635x, 1.349x and 0.827 then).  The pool's order
+matters for streaming: ``streaming_s1_budget_order`` (on-policy's retry order,
+largest remaining budget first, so new groups' first turns overtake the turns of the
+group the learner waits for) reaches 1.458x and 0.697 of the bound.  S = 2 gains
+nothing over S = 1: the fleet is the bottleneck at either bound.
 
-Where the utilization goes (4 seeds, 10 steps, ``--repeats 4 --steps 10``, all
-policies and the no-sync diagnostic; the same ratios as above within 0.006:
-streaming_s1 1.640x static, 1.351x ours, 0.827 of the bound, 0 wasted).  Of
+Where the utilization goes (under the rule before, 4 seeds, 10 steps, ``--repeats 4
+--steps 10``, all policies and the no-sync diagnostic: streaming_s1 1.640x static,
+1.351x ours, 0.827 of the bound, 0 wasted; under today's rule the shares are alike:
+pause 3.6%, prefill-bound 7.0%, below full cache 3.2%, prompt credit 5.0%).  Of
 streaming_s1's server time, 2.9% is the pause (time_idle: 11.5 s of each ~396 s
 step), 6.0% steps bound by prefill, 3.2% weight reads below a full cache, and the
 bound credits 5.2% for shared prompts: 0.879 - 0.052 = 0.827.  Without any sync
@@ -105,7 +110,7 @@ first turn's affinity with its problem's first server, a what-if on the
 dispatcher's sessions: 0.830 against 0.828, credit unchanged; 1 seed, 4 steps).
 Rolling syncs would not help in this model: each server still pauses for its load
 and recomputes its contexts, and the learner does not wait for the fleet (idle 79%).
-Target: utilization 0.9 of the bound: not met (0.827; 0.859 with ``keep``).
+Target: utilization 0.9 of the bound: not met (0.811; 0.852 with ``keep``).
 
 Usage: ``python benchmarks/streaming.py [--repeats 8] [--steps 20] [--jobs 2]`` (the
 simulation is deterministic: load changes its wall time, never its figures).
@@ -157,7 +162,7 @@ class Setup:
     steps: int = 20
     servers: int = 16
     batch: int = 128
-    """Problems per synchronous step; kept groups per streaming batch (rStar2: 128)."""
+    """Problems per step, in every mode (rStar2: 128)."""
     samples: int = 32
     keep: int = 16
     """rStar2's oversampling: 32 samples per problem, RoC keeps 16."""
@@ -776,34 +781,31 @@ class Trainer:
 
     def fill(self) -> None:
         """The trainer's staleness rule (recipe/_streaming.py, AReaL's in groups): at
-        most (S + 1) x B groups started ahead of the learner: in flight, finished and
-        kept but untrained, or in the update under way (their room comes back once
-        its sync is done)."""
+        most (S + 1) x B groups started ahead of the learner: in flight, finished but
+        untrained (kept, or RoC-dropped and not yet passed by a batch), or in the update
+        under way (their room comes back once its sync is done)."""
         limit = (self.policy.max_staleness + 1) * self.setup.batch
         resolved = self.roc_dropped + len(self.kept) + self.trained_groups
         rate = 1.0 if not self.policy.expected_keep or not resolved else 1 - self.roc_dropped / resolved
-        while rate * len(self.in_flight) + len(self.kept) + self.updating < limit:
+        while rate * len(self.in_flight) + len(self.kept) + len(self.dropped) + self.updating < limit:
             self.in_flight[self.next_problem] = self.group(self.next_problem)
             self.start_group(self.next_problem)
             self.next_problem += 1
 
     def train_ready(self) -> None:
-        """The trainer's order: when the learner and the sync are free, the next B kept
-        groups in stream order (RoC-dropped positions skipped), waiting for the oldest
-        unfinished group even when newer ones are done."""
+        """The trainer's order: when the learner and the sync are free, the next B
+        positions once all are finished (their RoC-kept groups trained), waiting for
+        the oldest unfinished group even when newer ones are done."""
         s = self.setup
         if self.learning or self.syncing or len(self.batches) >= s.steps:
             return
-        take, position = [], self.head
-        while len(take) < s.batch and (position in self.kept or position in self.dropped):
-            if position in self.kept:
-                take.append(position)
-            position += 1
-        if len(take) < s.batch:
+        positions = range(self.head, self.head + s.batch)
+        if not all(p in self.kept or p in self.dropped for p in positions):
             return
-        self.dropped.difference_update(range(self.head, position))
-        self.head = position
-        self.updating = len(take)
+        take = [p for p in positions if p in self.kept]
+        self.dropped.difference_update(positions)
+        self.head += s.batch
+        self.updating = s.batch
         self.trained_groups += len(take)
         self.train([self.kept.pop(p) for p in take], then=lambda: self.sync(then=self.streamed))
 

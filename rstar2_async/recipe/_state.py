@@ -73,8 +73,7 @@ class RolloutResult:
     """One batch's groups, what GRPO-RoC kept and dropped, and how long it took (in
     streaming mode: how long the learner waited for them)."""
 
-    def __init__(self, batch: list[Problem]) -> None:
-        self.batch = batch
+    def __init__(self) -> None:
         self.groups: list[Group] = []
         self.kept: list[Group] = []
         self.dropped: dict[str, int] = {}

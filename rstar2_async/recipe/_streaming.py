@@ -4,29 +4,37 @@ One stage is three tasks around the run's one engine:
 
     admit    feeds problems to ``engine.stream`` while the staleness rule allows
     collect  takes each finished group, downsamples it (GRPO-RoC), resolves its position
-    train    the trainer's loop: the next ``batch_problems`` kept groups in stream
-             order -> GRPO update -> export -> weight sync (abort: the turns in
-             flight stop and resume from their tokens on the new weights)
+    train    the trainer's loop: the next ``batch_problems`` finished groups in stream
+             order (the ones RoC kept) -> GRPO update -> export -> weight sync (abort:
+             the turns in flight stop and resume from their tokens on the new weights)
+
+A step's batch is what it is on-policy: the stage's next ``batch_problems`` problems
+(stream position p is problem p % B of step p // B's batch, drawn as on-policy draws
+it), trained on the groups RoC keeps of them; a step whose groups all had equal
+rewards updates nothing.  So ``mode = "streaming"`` changes when groups are generated,
+never which data a step trains on.
 
 The staleness rule (AReaL's, counted in groups): at most ``(S + 1) x B`` groups are
 started ahead of the learner (in flight, finished but untrained, or in the update
 under way), where S is ``run.max_staleness`` and B the stage's ``batch_problems``;
-the room an update frees is given back once its sync is done.  Groups are trained
-in the order they were started (RoC-dropped ones skipped), so a group started when
-the weights were at version v waits behind fewer than (S + 1) x B others and is
-trained before version v + S + 1 exists: no trained group is more than S versions
-stale, and none is ever generated only to be dropped.  The price of the order: the
-learner waits for the oldest unfinished group even when newer ones are done (while
-the fleet works on up to S x B groups more).
+the room an update frees is given back once its sync is done.  Batches are taken in
+the order their groups were started, so a group started when the weights were at
+version v waits behind fewer than (S + 1) x B others and is trained before version
+v + S + 1 exists: no trained group is more than S versions stale, and none is ever
+generated only to be dropped.  The price of the order: the learner waits for the
+oldest unfinished group even when newer ones are done (while the fleet works on up
+to S x B groups more).
 
-A group in flight counts as one even when RoC drops most groups: counting it by the
-observed keep rate would start more, but whenever more of them are kept than
-expected, the youngest kept ones are trained more than S versions after their first
-token (or dropped as too stale, after being paid for).  E.g. with S = 1, B = 1 and a
-keep rate of 0.2 it lets 10 groups start at version v; 3 or more of them are kept
-with probability 0.32, and the third is then trained at version v + 2.  The bound
-holds only if every group ahead of a new one may be kept: the knobs for a fuller
-fleet are S and B.
+Why B finished groups a step, not B kept ones: once the policy solves most problems
+RoC drops most groups (the CPU demo keeps ~1 in 16 after its first steps), and
+filling a batch with B kept groups then costs several batches of rollouts per step,
+while the rule, which must count every group that may be kept, lets only
+(S + 1) x B start: the fleet starves (measured on the demo: slower than on-policy).
+Counting a dropped group by the keep rate observed so far would start more, but
+whenever more of them are kept than expected the youngest are trained more than S
+versions after their first token: with S = 1, B = 1 and a keep rate of 0.2 it lets 10
+groups start at version v, 3 or more are kept with probability 0.32, and the third is
+trained at version v + 2.
 
 State (``StreamState`` in every checkpoint; the queued groups themselves in
 ``stream-queue.msgpack``): on resume the queued groups are trained as they are, the
@@ -80,7 +88,7 @@ class _Stream:
         self.trainer, self.index, self.stage, self.problems, self.state = trainer, index, stage, problems, state
         self.limit = (trainer.config.run.max_staleness + 1) * stage.batch_problems
         self.kept: dict[int, Group] = {}  # finished and kept, position >= head
-        self.dropped: set[int] = {p for p in state.dropped if p >= state.head}
+        self.dropped: set[int] = {p for p in state.dropped if p >= state.head}  # finished, RoC-dropped
         self.resolved: dict[int, tuple[Group, RocDecision]] = {}  # this step's, for its metrics
         self.in_flight: dict[int, int] = {}  # id(fed problem) -> position
         self.restart = sorted(state.in_flight)  # started before a resume: start again first
@@ -111,10 +119,10 @@ class _Stream:
     # -- the staleness rule ------------------------------------------------------------
 
     def outstanding(self) -> int:
-        return len(self.in_flight) + len(self.kept) + self.updating
+        return len(self.in_flight) + len(self.kept) + len(self.dropped) + self.updating
 
     def may_start(self) -> bool:
-        needed = self.stage.steps * self.stage.batch_problems - len(self.state.trained)
+        needed = self.stage.steps * self.stage.batch_problems - (self.state.head - self.updating)
         return self.outstanding() < min(self.limit, needed)
 
     def notify(self) -> None:
@@ -172,28 +180,24 @@ class _Stream:
             self.notify()
 
     async def next_batch(self) -> RolloutResult:
-        """The next B kept groups in stream order; waits for the oldest unfinished.
-        Takes nothing until all B are there (a stop while waiting loses none)."""
-        b = self.stage.batch_problems
-        while True:
-            take, position = [], self.state.head
-            while len(take) < b and (position in self.kept or position in self.dropped):
-                if position in self.kept:
-                    take.append(position)
-                position += 1
-            if len(take) == b:
-                break
+        """The next B positions' groups, once all are finished (the ones RoC kept are
+        trained); waits for the oldest unfinished.  Takes nothing until all B are there
+        (a stop while waiting loses none)."""
+        head, b = self.state.head, self.stage.batch_problems
+        positions = range(head, head + b)
+        while not all(p in self.kept or p in self.dropped for p in positions):
             await self.changed()
-        done = RolloutResult([self.kept[p].problem for p in take])
-        for p in range(self.state.head, position):
+        take = [p for p in positions if p in self.kept]
+        done = RolloutResult()
+        for p in positions:
             if p in self.resolved:  # resolved before a resume: counted in that run's metrics
                 done.add(*self.resolved.pop(p))
             self.dropped.discard(p)
         done.kept = [self.kept.pop(p) for p in take]
         self._positions = {id(g): p for g, p in zip(done.kept, take)}
-        self.state.head = position
+        self.state.head = head + b
         self.state.trained += take
-        self.updating = len(take)
+        self.updating = b
         return done
 
     def trained(self, done: RolloutResult) -> None:

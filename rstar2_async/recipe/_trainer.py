@@ -274,7 +274,7 @@ class Trainer:
     async def _rollout(self, stack: RolloutStack, stage: StageConfig, batch: list[Problem], step: int) -> RolloutResult:
         """Roll out one batch; GRPO-RoC downsamples each group as it completes."""
         rng = random.Random(f"{self.config.run.seed}/roc/{stage.name}/{step}")
-        done = RolloutResult(batch)
+        done = RolloutResult()
         engine = stack.engine
         t0, grading0 = time.monotonic(), engine.statistics().grading_ms
         async with anyio.create_task_group() as tg:

@@ -105,8 +105,9 @@ async def test_batches_keep_the_bound_and_resume_loses_and_repeats_nothing(stale
     await run_steps(resumed, range(4, 8), rng, version, trained)
 
     positions = [p for _, p in trained]
-    assert len(positions) == 8 * B and len(set(positions)) == len(positions)  # none trained twice
-    assert positions == resumed.state.trained
+    assert len(set(positions)) == len(positions) and positions == resumed.state.trained  # none trained twice
+    # Each step's batch is its B positions: every one of the 8 steps' trained or dropped.
+    assert set(positions) | {p for p in resumed.state.dropped if p < 8 * B} == set(range(8 * B))
     assert max(s for s, _ in trained) <= staleness  # no trained group staler than the bound
     # Every started position is trained, dropped, or still in the stream: none lost.
     started = set(range(resumed.state.next_seq))
@@ -143,3 +144,31 @@ async def test_at_most_s_plus_one_batches_are_started_ahead() -> None:
         assert len(taken) == 2 * B and stream.state.next_seq == 2 * B  # and no more
         tg.cancel_scope.cancel()
     assert {id(p) for p in taken} == set(stream.in_flight)  # each a fresh object naming its position
+
+
+async def test_groups_roc_dropped_hold_their_room_until_their_step_is_taken() -> None:
+    """A dropped group still belongs to its step's batch: admission counts it until the
+    learner passes it, so the fleet never runs more than S + 1 batches ahead."""
+    trainer = SimpleNamespace(config=SimpleNamespace(run=SimpleNamespace(max_staleness=1, seed=0)))
+    stream = _Stream(trainer, 1, stage(10), PROBLEMS, StreamState())
+    feed_send, feed = anyio.create_memory_object_stream[Problem](0)
+    groups_send, groups = anyio.create_memory_object_stream[Group](100)
+
+    async def finish_all_dropped() -> None:  # every group all-wrong: RoC drops it
+        async for problem in feed:
+            turn = Turn(start=0, num_generated=1, num_appended=0, weight_version=1, finish="stop")
+            trajectories = [Trajectory(problem.id, i, [1], [2], [1], [-0.5], [turn], "answer", 1, reward=0.0) for i in range(N)]
+            await groups_send.send(Group(problem, trajectories))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stream.admit, feed_send)
+        tg.start_soon(finish_all_dropped)
+        tg.start_soon(stream.collect, groups)
+        await anyio.wait_all_tasks_blocked()
+        assert stream.state.next_seq == 2 * B and stream.dropped == set(range(2 * B))
+        done = await stream.next_batch()  # a step of B dropped groups: nothing to train
+        assert done.kept == [] and len(done.groups) == B and stream.state.head == B
+        stream.trained(done)
+        await anyio.wait_all_tasks_blocked()
+        assert stream.state.next_seq == 3 * B  # its B positions' room came back, no more
+        tg.cancel_scope.cancel()
