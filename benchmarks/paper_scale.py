@@ -109,7 +109,7 @@ between them):
   trajectories move in waves (16,384 started at once, their tools all 0.3 s), so
   thousands of tasks fall due in one loop iteration; collections now take 180-390
   ms of CPU at most.
-- Through ShardedEngine (one run each, load 4.6-12.3): 8 workers 247,808 turns in
+- Through ShardedEngine (one run each, load 4.6-12.3): 8 workers 180,224 turns in
   124 s, 1,452 turns/s, per worker 405 us per turn (432 gross), stalls 3.3-4.8 s,
   the router 57 us per turn (loop busy 0.08, stall 344 ms); 4 workers (load 6-10.6)
   1,490 turns/s, per worker 380 (404 gross), the router 62.  The pipe's cost, at

@@ -37,7 +37,7 @@ def test_rollout_figures_by_hand() -> None:
 
 
 def test_roc_share_and_staleness_by_hand() -> None:
-    done = RolloutResult([PROBLEM] * 4)
+    done = RolloutResult()
     kept = [Group(PROBLEM, [traj(1, "answer", reward=1.0, version=3), traj(1, "answer", version=3)]),
             Group(PROBLEM, [traj(1, "answer", reward=1.0, version=2), traj(1, "answer", version=3)]),
             Group(PROBLEM, [traj(1, "answer", reward=1.0, version=1), traj(1, "answer", version=1)])]  # fmt: skip

@@ -95,7 +95,7 @@ async def test_the_trainer_records_every_trajectory_of_a_step_with_its_decision(
 
     trainer._set_lr, trainer._update = no_lr, update  # type: ignore[method-assign]
     groups = [Group(Problem(f"p{k}", "2+2?", "4"), [msgspec.structs.replace(_trajectory(i, float((i + k) % 2)), problem_id=f"p{k}") for i in range(6)]) for k in range(2)]
-    done = RolloutResult([g.problem for g in groups])
+    done = RolloutResult()
     for g in groups:
         done.add(g, roc_downsample(g, 4, random.Random(0)))
     stack = SimpleNamespace(engine=SimpleNamespace(tokenizer=None))
