@@ -183,7 +183,8 @@ async def rollout_stack(
             pause = weight_sync.pause_mode or "wait"  # the trainer resolves it for streaming
             transport = weight_transport(weight_sync, local)
             if isinstance(engine, ShardedEngine):  # the workers' pools hold and learn the version too
-                sync = WeightSync(server_pool, transport, pause_mode=pause, hold=engine.held, on_version=_tell(engine))
+                tell = _tell(engine, len(server_pool.servers))
+                sync = WeightSync(server_pool, transport, pause_mode=pause, hold=engine.held, on_version=tell)
             else:
                 sync = WeightSync(server_pool, transport, pause_mode=pause)
         yield RolloutStack(engine=engine, grader=grader, pool=server_pool, sync=sync, fleet=fleet)
@@ -194,13 +195,16 @@ def _engine(local: LocalServerConfig, model_dir: Path | None) -> Engine:
     return local.engine if model_dir is not None and local.engine != "transformers" else "vllm"
 
 
-def _tell(engine: ShardedEngine) -> Callable[[int, list[int]], Awaitable[None]]:
-    """The sync's ``on_version`` for the workers' pools.  Not acknowledged: a turn
-    the pause cut short may come back to a worker before its pool has the version;
-    vLLM stamps its tokens itself, so only servers that do not are affected."""
+def _tell(engine: ShardedEngine, count: int) -> Callable[[int, list[int]], Awaitable[None]]:
+    """The sync's ``on_version`` for the workers' pools: the servers that took the
+    version get it; the others (the sync took them out, or they were down) leave the
+    workers' rotation until the trainer's pool has loaded them.  Not acknowledged: a
+    turn the pause cut short may come back to a worker before its pool has the
+    version; vLLM stamps its tokens itself, so only servers that do not are affected."""
 
     async def on_version(version: int, servers: list[int]) -> None:
         engine.set_weight_version(version, servers)
+        engine.take_out(sorted(set(range(count)) - set(servers)))
 
     return on_version
 

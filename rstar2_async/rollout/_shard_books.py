@@ -35,6 +35,7 @@ from ._shard_wire import (
     Reported,
     SetVersion,
     ShardSpec,
+    TakeOut,
     ToWorker,
     TrajectoryDone,
 )
@@ -116,6 +117,7 @@ class ShardBooks:
         self.changed = anyio.Event()
         self._version: int | None = None  # the last version set on every server
         self._server_versions: dict[int, int] = {}  # set on some since
+        self._taken_out: set[int] = set()  # out since a sync could not load them
         self._retired: dict[str, int] = {}  # dead workers' last counters
         self._retired_resumed = 0
 
@@ -208,9 +210,16 @@ class ShardBooks:
     def set_weight_version(self, version: int, servers: Sequence[int] | None) -> None:
         if servers is None:
             self._version, self._server_versions = version, {}
+            self._taken_out.clear()
         else:
             self._server_versions.update(dict.fromkeys(servers, version))
+            self._taken_out.difference_update(servers)
         self.broadcast(SetVersion(version=version, servers=None if servers is None else list(servers)))
+
+    def take_out(self, servers: Sequence[int]) -> None:
+        if servers:
+            self._taken_out.update(servers)
+            self.broadcast(TakeOut(servers=list(servers)))
 
     # -- the workers' lives ------------------------------------------------------------
 
@@ -225,6 +234,8 @@ class ShardBooks:
         for version in sorted(set(self._server_versions.values())):
             servers = [s for s, v in self._server_versions.items() if v == version]
             shard.send(SetVersion(version=version, servers=servers))
+        if self._taken_out:
+            shard.send(TakeOut(servers=sorted(self._taken_out)))
         for stream in self.streams.values():
             shard.send(stream.open)
             for pending in stream.pending.values():

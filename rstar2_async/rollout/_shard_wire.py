@@ -128,7 +128,15 @@ class SetVersion(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag=Tr
     servers: list[int] | None
 
 
-ToWorker = Open | Assign | Close | Cancel | Hold | Release | SetVersion
+class TakeOut(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag=True):
+    """Take the fleet's ``servers`` out of the worker's rotation (a sync could not
+    load them): its pool takes one back only once its ``on_server_back`` allows
+    (``backends.follow_versions``: once it reports the version the worker was told)."""
+
+    servers: list[int]
+
+
+ToWorker = Open | Assign | Close | Cancel | Hold | Release | SetVersion | TakeOut
 
 
 # -- worker -> parent ----------------------------------------------------------------

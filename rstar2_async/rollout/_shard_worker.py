@@ -42,6 +42,7 @@ from ._shard_wire import (
     Reported,
     REPORT_INTERVAL_S,
     SetVersion,
+    TakeOut,
     ShardFactory,
     ShardSpec,
     ShardStack,
@@ -153,6 +154,10 @@ class _Worker:
                 if self.pool is not None:
                     mine = None if servers is None else local_servers(self.spec, servers, len(self.pool.servers))
                     self.pool.set_weight_version(version, mine)
+            case TakeOut(servers=servers):
+                if self.pool is not None:
+                    for index in local_servers(self.spec, servers, len(self.pool.servers)):
+                        self.pool.set_up(index, False)
 
     async def _run(self, open_: Open, stream: _Stream, problems: MemoryObjectReceiveStream[Problem]) -> None:
         with stream.scope:

@@ -228,6 +228,13 @@ class ShardedEngine:
         of its :meth:`ShardSpec.share`."""
         self._books.set_weight_version(version, servers)
 
+    def take_out(self, servers: Sequence[int]) -> None:
+        """Take the fleet's ``servers`` out of the rotation of the workers serving
+        them (a weight sync could not load them); each comes back through its
+        worker's pool's ``on_server_back`` (``backends.follow_versions``); a worker
+        started again is told too, until a later version reaches them."""
+        self._books.take_out(servers)
+
     # -- driving ---------------------------------------------------------------------
 
     async def _feed(self, stream: Stream, problems: Iterable[Problem] | AsyncIterable[Problem]) -> None:

@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 import anyio
 import msgspec
 
-from backends import ServerPool
+from backends import ServerPool, follow_versions
 from rstar2_async.config import RolloutConfig
 from rstar2_async.rollout import RolloutEngine, ShardSpec, ShardStack
 from tests.fakes.fleet import FakeVLLM
@@ -34,6 +34,9 @@ class FactoryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_in_flight: int = 8
     fail: str = ""
     stall_file: str = ""
+    follow: bool = False
+    """The pool follows another's versions (``backends.follow_versions``), as a
+    training run's workers do."""
 
 
 class FakeStallingModel(FakeModelServer):
@@ -72,6 +75,8 @@ async def make(spec: ShardSpec) -> AsyncIterator[ShardStack]:
         ports = [await tg.start(serve_http, FakeVLLM(model)) for model in models]
         urls = [f"http://127.0.0.1:{port}" for port in ports]
         async with ServerPool(urls, model="m", poll_interval_s=0.05) as pool:
+            if config.follow:
+                follow_versions(pool)
             engine = RolloutEngine(
                 backend=pool,
                 sandbox=FakeSandbox(),

@@ -210,3 +210,18 @@ async def test_weight_versions_reach_the_workers_serving_those_servers() -> None
     assert sorted(g.trajectories[0].weight_version for g in partly) == [0, 7]
     assert versions == [7, 7]  # the pool's stamp, as one pool's set_weight_version(7, [1]) sets it
     assert [g.trajectories[0].weight_version for g in everywhere] == [8, 8]
+
+
+async def test_servers_taken_out_stay_out_until_they_report_the_version() -> None:
+    """A server a sync could not load leaves its worker's rotation and stays out while
+    it reports another version than the one the worker was told."""
+    async with engine(1, follow=True) as sharded:  # one worker over both servers
+        sharded.set_weight_version(5)  # the doubles report "default": none would be taken back
+        sharded.take_out([0])
+
+        def up() -> list[bool]:  # as the worker last reported (every second, and with every group)
+            return [s.up for p in sharded.pool_statistics() for s in p.dispatch.servers]
+
+        await until(lambda: up() == [False, True])
+        check_groups(await sharded.run(problems(4), n=2), ["p0", "p1", "p2", "p3"], 2)  # on server 1 alone
+        assert up() == [False, True]  # polled all along, and refused
