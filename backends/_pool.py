@@ -97,6 +97,9 @@ class PoolStatistics(msgspec.Struct, frozen=True):
     weight_version: int
     waiting: int = 0
     """Turns waiting for room (or for a server to come up) now."""
+    resumed: int = 0
+    """Generations a pause cut short and resumed from their tokens, over every server
+    (the servers' clients' counters)."""
 
 
 @final
@@ -387,4 +390,5 @@ class ServerPool(PoolAdmission):
             servers_back=self._back,
             weight_version=self._weight_version,
             waiting=len(self._queue),
+            resumed=sum(s.client.statistics().resumed for s in self.servers),
         )

@@ -214,4 +214,4 @@ def turns_resumed(stack: RolloutStack) -> int:
     rollout generates on (the workers' with shards)."""
     if isinstance(stack.engine, ShardedEngine):
         return stack.engine.turns_resumed()
-    return 0 if stack.pool is None else sum(s.client.statistics().resumed for s in stack.pool.servers)
+    return 0 if stack.pool is None else stack.pool.statistics().resumed

@@ -229,12 +229,13 @@ async def run_streaming_stage(
     state = trainer.state.stream = trainer.state.stream or StreamState()
     stream = _Stream(trainer, index, stage, problems, state)
     stream.restore(queued)
-    engine, resumed = stack.engine, [turns_resumed(stack)]
+    engine, resumed = stack.engine, turns_resumed(stack)
 
     def interrupted() -> int:
         """Turns resumed since the last step's record (none falls between two steps)."""
-        before, resumed[0] = resumed[0], turns_resumed(stack)
-        return resumed[0] - before
+        nonlocal resumed
+        before, resumed = resumed, turns_resumed(stack)
+        return resumed - before
 
     feed_send, feed = anyio.create_memory_object_stream[Problem](0)
     # Left set if the stage is stopped: the stop's checkpoint keeps the stream too.

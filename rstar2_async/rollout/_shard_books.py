@@ -99,6 +99,10 @@ class Shard:
             self.process.send(message)
 
 
+def _resumed(report: Report) -> int:
+    return 0 if report.pool is None else report.pool.resumed
+
+
 def _send(stream: Stream, group: Group) -> None:
     # The caller may have left its block already (its stream is dropped right after).
     with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -253,7 +257,7 @@ class ShardBooks:
             for name, value in msgspec.structs.asdict(shard.report.rollout).items():
                 if name not in _GAUGES:
                     self._retired[name] = self._retired.get(name, 0) + value
-            self._retired_resumed += shard.report.resumed
+            self._retired_resumed += _resumed(shard.report)
             shard.report = None
 
     def break_(self, error: ShardError) -> None:
@@ -278,4 +282,4 @@ class ShardBooks:
         return [s.report.pool for s in self.shards if s.report is not None and s.report.pool is not None]
 
     def turns_resumed(self) -> int:
-        return self._retired_resumed + sum(s.report.resumed for s in self.shards if s.report is not None)
+        return self._retired_resumed + sum(_resumed(s.report) for s in self.shards if s.report is not None)

@@ -73,8 +73,6 @@ class Report(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     rollout: RolloutStatistics
     pool: PoolStatistics | None
-    resumed: int
-    """Generations a pause cut short and resumed, over the worker's servers."""
 
 
 # -- parent -> worker ----------------------------------------------------------------

@@ -13,6 +13,7 @@ cannot read frames meant for this one).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from functools import partial
@@ -42,10 +43,10 @@ from ._shard_wire import (
     Reported,
     REPORT_INTERVAL_S,
     SetVersion,
-    TakeOut,
     ShardFactory,
     ShardSpec,
     ShardStack,
+    TakeOut,
     TrajectoryDone,
     frame,
     local_servers,
@@ -111,12 +112,7 @@ class _Worker:
         self.out, self.outgoing = anyio.create_memory_object_stream[bytes](math.inf)
 
     def report(self) -> Report:
-        pool = self.pool
-        return Report(
-            rollout=self.engine.statistics(),
-            pool=None if pool is None else pool.statistics(),
-            resumed=0 if pool is None else sum(s.client.statistics().resumed for s in pool.servers),  # type: ignore[union-attr]
-        )
+        return Report(rollout=self.engine.statistics(), pool=None if self.pool is None else self.pool.statistics())
 
     async def write(self, pipe: _Pipe) -> None:
         async with self.outgoing:
@@ -181,12 +177,7 @@ class _Worker:
         self.out.send_nowait(frame(TrajectoryDone(stream=sid, trajectory=trajectory)))
 
     async def _hold(self, token: int, release: anyio.Event, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        if self.pool is None:
-            self.out.send_nowait(frame(Held(token=token)))
-            task_status.started()
-            await release.wait()
-            return
-        async with self.pool.held():
+        async with contextlib.nullcontext() if self.pool is None else self.pool.held():
             self.out.send_nowait(frame(Held(token=token)))
             task_status.started()
             await release.wait()
