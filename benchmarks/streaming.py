@@ -137,9 +137,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # backends
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this script
 
-from dispatch import PARAMS, Params, Seq, Server, Sim, Traj, lower_bound, workload
+from _dispatch_sim import Sim
+from _fleet_model import PARAMS, Params, Seq, Server, Traj, lower_bound, workload
 
 from backends import ServerLoad
 
