@@ -38,7 +38,7 @@ from ._chat_template import ChatTokenizer
 from ._engine import RolloutStatistics, StreamOptions, check_limits, in_order
 from ._shard_books import Shard, ShardBooks, Stream
 from ._shard_process import ShardProcess
-from ._shard_wire import Hold, Open, Release, ShardSpec
+from ._shard_wire import Barrier, Hold, Open, Release, ShardSpec
 
 __all__ = ["ShardedEngine"]
 
@@ -212,9 +212,7 @@ class ShardedEngine:
         books.holds.add(token)
         try:
             books.broadcast(Hold(token=token))
-            while not all(token in s.acked for s in books.shards):
-                self._check_usable()
-                await books.changed.wait()
+            await self._acknowledged(token)
             yield
         finally:
             books.holds.discard(token)
@@ -222,10 +220,37 @@ class ShardedEngine:
                 shard.acked.discard(token)
             books.broadcast(Release(token=token))
 
+    async def applied(self) -> None:
+        """Returns once every worker has acted on what it was told before the call
+        (:meth:`set_weight_version`, :meth:`take_out`): a weight sync awaits it before
+        the servers resume, so a turn the pause cut short is stamped with the new
+        version by a pool that has it.  A worker started again meanwhile is told
+        again first; the statistics then hold every worker's counters as they were.
+
+        Raises:
+            ShardError: a worker died more than ``restarts`` times in a row.
+        """
+        self._check_usable()
+        books = self._books
+        token = next(self._ids)
+        books.barriers.add(token)
+        try:
+            books.broadcast(Barrier(token=token))
+            await self._acknowledged(token)
+        finally:
+            books.barriers.discard(token)
+            for shard in books.shards:
+                shard.acked.discard(token)
+
+    async def _acknowledged(self, token: int) -> None:
+        while not all(token in s.acked for s in self._books.shards):
+            self._check_usable()
+            await self._books.changed.wait()
+
     def set_weight_version(self, version: int, servers: Sequence[int] | None = None) -> None:
         """``pool.set_weight_version`` in every worker (and in a worker started
         again later); ``servers`` are the fleet's indexes, each worker serves those
-        of its :meth:`ShardSpec.share`."""
+        of its :meth:`ShardSpec.share`.  Sent, not awaited: :meth:`applied` waits."""
         self._books.set_weight_version(version, servers)
 
     def take_out(self, servers: Sequence[int]) -> None:

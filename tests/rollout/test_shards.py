@@ -212,6 +212,21 @@ async def test_weight_versions_reach_the_workers_serving_those_servers() -> None
     assert [g.trajectories[0].weight_version for g in everywhere] == [8, 8]
 
 
+async def test_applied_returns_once_every_worker_acted_on_the_versions() -> None:
+    """The weight sync awaits it before the servers resume: the workers' pools must
+    have the version by then (their reports come only every second otherwise)."""
+    async with engine(2) as sharded:
+        sharded.set_weight_version(7, [1])
+        await sharded.applied()
+        assert [p.weight_version for p in sharded.pool_statistics()] == [7, 7]
+        sharded.set_weight_version(9)
+        sharded.take_out([0])
+        await sharded.applied()
+        stats = sharded.pool_statistics()
+    assert [p.weight_version for p in stats] == [9, 9]
+    assert [s.up for p in stats for s in p.dispatch.servers] == [False, True]
+
+
 async def test_servers_taken_out_stay_out_until_they_report_the_version() -> None:
     """A server a sync could not load leaves its worker's rotation and stays out while
     it reports another version than the one the worker was told."""
