@@ -21,7 +21,7 @@ import itertools
 import math
 import sys
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Self, Unpack, final
 
@@ -38,7 +38,7 @@ from ._chat_template import ChatTokenizer
 from ._engine import RolloutStatistics, StreamOptions, check_limits, in_order
 from ._shard_books import Shard, ShardBooks, Stream
 from ._shard_process import ShardProcess
-from ._shard_wire import Barrier, Hold, Open, Release, ShardSpec
+from ._shard_wire import Barrier, Hold, Open, Release, ShardSpec, ToWorker
 
 __all__ = ["ShardedEngine"]
 
@@ -206,19 +206,8 @@ class ShardedEngine:
         Raises:
             ShardError: a worker died more than ``restarts`` times in a row.
         """
-        self._check_usable()
-        books = self._books
-        token = next(self._ids)
-        books.holds.add(token)
-        try:
-            books.broadcast(Hold(token=token))
-            await self._acknowledged(token)
+        async with self._acknowledged(self._books.holds, Hold, Release):
             yield
-        finally:
-            books.holds.discard(token)
-            for shard in books.shards:
-                shard.acked.discard(token)
-            books.broadcast(Release(token=token))
 
     async def applied(self) -> None:
         """Returns once every worker has acted on what it was told before the call
@@ -230,22 +219,32 @@ class ShardedEngine:
         Raises:
             ShardError: a worker died more than ``restarts`` times in a row.
         """
+        async with self._acknowledged(self._books.barriers, Barrier):
+            pass
+
+    @contextlib.asynccontextmanager
+    async def _acknowledged(
+        self, pending: set[int], ask: Callable[[int], ToWorker], end: Callable[[int], ToWorker] | None = None
+    ) -> AsyncIterator[None]:
+        """Sends ``ask(token)`` to every worker (``pending`` has the token while the
+        block lasts, so a worker started again is asked too) and enters once each
+        acknowledged it; ``end(token)`` goes to every worker however the block ends."""
         self._check_usable()
         books = self._books
         token = next(self._ids)
-        books.barriers.add(token)
+        pending.add(token)
         try:
-            books.broadcast(Barrier(token=token))
-            await self._acknowledged(token)
+            books.broadcast(ask(token))
+            while not all(token in s.acked for s in books.shards):
+                self._check_usable()
+                await books.changed.wait()
+            yield
         finally:
-            books.barriers.discard(token)
+            pending.discard(token)
             for shard in books.shards:
                 shard.acked.discard(token)
-
-    async def _acknowledged(self, token: int) -> None:
-        while not all(token in s.acked for s in self._books.shards):
-            self._check_usable()
-            await self._books.changed.wait()
+            if end is not None:
+                books.broadcast(end(token))
 
     def set_weight_version(self, version: int, servers: Sequence[int] | None = None) -> None:
         """``pool.set_weight_version`` in every worker (and in a worker started
