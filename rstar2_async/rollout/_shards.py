@@ -37,7 +37,7 @@ from ..types import Group, Problem
 from ._chat_template import ChatTokenizer
 from ._engine import RolloutStatistics, StreamOptions, check_limits, in_order
 from ._shard_books import Shard, ShardBooks, Stream
-from ._shard_process import ShardProcess
+from ._shard_process import HANG_TIMEOUT_S, ShardProcess
 from ._shard_wire import Barrier, Hold, Open, Release, ShardSpec, ToWorker
 
 __all__ = ["ShardedEngine"]
@@ -56,6 +56,8 @@ class ShardedEngine:
             fails every open stream with :class:`ShardError`.
         python: the workers' interpreter.
         env: variables set in the workers' environment, over this process's.
+        hang_timeout_s: a worker silent this long (it reports every second) is hung:
+            killed and started again, as if it had died.
 
     Resource handling: ``async with`` starts every worker and returns once each
     factory's stack is up; leaving it stops them all (EOF on their stdin, which
@@ -71,6 +73,7 @@ class ShardedEngine:
         restarts: int = 3,
         python: str = sys.executable,
         env: Mapping[str, str] | None = None,
+        hang_timeout_s: float = HANG_TIMEOUT_S,
     ) -> None:
         if not specs:
             raise ValueError("specs: expected at least one ShardSpec, got none")
@@ -79,9 +82,12 @@ class ShardedEngine:
                 raise ValueError(f"specs[{i}]: expected shard={i}, shards={len(specs)}; got shard={spec.shard}, shards={spec.shards}")
         if restarts < 0:
             raise ValueError(f"restarts: expected int >= 0, got {restarts}")
+        if not hang_timeout_s > 0:
+            raise ValueError(f"hang_timeout_s: expected > 0, got {hang_timeout_s}")
         self.tokenizer = tokenizer
         self._books = ShardBooks(specs)
         self._restarts, self._python, self._env = restarts, python, env
+        self._hang_timeout_s = hang_timeout_s
         self._ids = itertools.count()
         self._closing = False
         self._tg: anyio.abc.TaskGroup | None = None
@@ -290,12 +296,13 @@ class ShardedEngine:
                     if not started:
                         started = True
                         task_status.started()
-                    async for message in process.messages():
+                    async for message in process.messages(self._hang_timeout_s):
                         self._books.on_message(shard, message)
                     self._books.detach(shard)
                     if self._closing:
                         return
-                    error = await process.failure("died")
+                    silent = f"hung (silent {self._hang_timeout_s:g} s), killed"
+                    error = await process.failure(silent if process.hung else "died")
             except ShardError as exc:  # it could not start
                 if not started:
                     raise
