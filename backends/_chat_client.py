@@ -26,6 +26,7 @@ import openai
 
 from httpgate import Http11Transport
 
+from ._ask_once import AskOnce
 from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavailable
 from ._types import ChatCompletion, FinishReason, SamplingParams
 
@@ -56,9 +57,7 @@ class ChatClient:
         self.model = model
         self.extra_body = extra_body or {}
         self._closed = False
-        self._context: int | None = None
-        self._context_known = False
-        self._context_lock = anyio.Lock()
+        self._context = AskOnce(self._ask_context_length, None)
         self._tokenize = True  # until the server shows it has no /tokenize
 
     @classmethod
@@ -149,14 +148,11 @@ class ChatClient:
         )
 
     async def _clamp(self, messages: list[dict[str, str]], max_tokens: int) -> int:
-        if not self._context_known:
-            async with self._context_lock:  # one question, however many turns start at once
-                if not self._context_known:
-                    self._context, self._context_known = await self._ask_context_length()
-        if self._context is None:
+        context = await self._context.get()  # one question, however many turns start at once
+        if context is None:
             return max_tokens
         prompt = await self._count(messages) if self._tokenize else None
-        return min(max_tokens, self._context - (prompt or 0))
+        return min(max_tokens, context - (prompt or 0))
 
     async def _ask_context_length(self) -> tuple[int | None, bool]:
         """``(max_model_len, known)`` from the model list; ``known`` is False when

@@ -23,6 +23,7 @@ import msgspec
 
 from httpgate import Http11Transport, transport_for
 
+from ._ask_once import AskOnce
 from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavailable
 from ._retry import RetryPolicy
 from ._types import Completion, FinishReason, SamplingParams
@@ -140,9 +141,7 @@ class CompletionClient:
         self._urls: dict[str, httpx.URL] = {}
         self._state = State.UNOPENED
         self._generations = self._resumed = 0
-        self._context: int | None = None
-        self._context_known = False
-        self._context_lock = anyio.Lock()
+        self._context = AskOnce(self._ask_context_length, None)
 
     async def __aenter__(self) -> Self:
         if self._state is not State.UNOPENED:
@@ -185,7 +184,7 @@ class CompletionClient:
         logprobs: list[float] = []
         versions: list[int] = []
         finish: FinishReason = "abort"
-        context = self._context if self._context_known else await self.context_length()  # the hot path: no await
+        context = self._context.value if self._context.known else await self._context.get()  # the hot path: no await
         for _ in range(MAX_RESUMES + 1):
             remaining = max_tokens - len(token_ids)
             if context is not None:  # vLLM refuses a request whose prompt + max_tokens exceeds it
@@ -213,11 +212,7 @@ class CompletionClient:
         kept; ``None`` when the server does not report it.  A server that cannot
         be reached is asked again on the next call (the generation itself then
         fails and is retried as usual)."""
-        if not self._context_known:
-            async with self._context_lock:  # one request, however many turns start at once
-                if not self._context_known:
-                    self._context, self._context_known = await self._ask_context_length()
-        return self._context
+        return await self._context.get()  # one request, however many turns start at once
 
     async def _ask_context_length(self) -> tuple[int | None, bool]:
         """``(max_model_len, known)``: ``known`` is False when the answer may change

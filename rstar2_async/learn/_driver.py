@@ -57,9 +57,9 @@ class LearnerDriver:
         assert learner.rank == 0, "only rank 0 drives the learner; other ranks call follow()"
         self.learner = learner
 
-    def grpo_step(self, groups: Sequence[Group]) -> GrpoStats:
-        """One GRPO update on the kept groups (see ``_grpo.grpo_step``)."""
-        return self._run("grpo_step", list(groups))
+    def grpo_step(self, groups: Sequence[Group], version: int | None = None) -> GrpoStats:
+        """One GRPO update on the kept groups from weights ``version`` (see ``_grpo.grpo_step``)."""
+        return self._run("grpo_step", list(groups), version)
 
     def sft_step(self, seqs: Sequence[TrainSeq]) -> SftStats:
         """One optimizer step of assistant-only cross-entropy (see ``_sft.sft_step``)."""

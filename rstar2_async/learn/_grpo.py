@@ -39,7 +39,7 @@ from typing import final
 import msgspec
 import torch
 
-from ..types import Group
+from ..types import Group, Trajectory
 from ._learner import Learner
 from ._packing import MicroBatch, TrainSeq, collate, plan_micro_batches, shard_by_tokens
 
@@ -59,10 +59,12 @@ def group_advantages(rewards: Sequence[float], *, eps: float = 1e-6, std_normali
 
 
 def sequences_from_groups(
-    groups: Sequence[Group], *, eps: float = 1e-6, std_normalize: bool = True
+    groups: Sequence[Group], *, eps: float = 1e-6, std_normalize: bool = True, version: int | None = None
 ) -> list[TrainSeq]:
     """One :class:`TrainSeq` per trajectory: prompt + response ids, the response's
-    loss mask and sampling logprobs, and the trajectory's group advantage."""
+    loss mask and sampling logprobs, and the trajectory's group advantage.
+    ``version``: the weights the learner holds; a sequence's ``current`` marks the
+    tokens of its turns sampled by them (None: every trained token counts)."""
     seqs: list[TrainSeq] = []
     for g, group in enumerate(groups):
         advs = group_advantages(group.rewards, eps=eps, std_normalize=std_normalize)
@@ -75,9 +77,21 @@ def sequences_from_groups(
                     logprobs=[0.0] * p + t.logprobs,
                     advantage=a,
                     group=g,
+                    current=None if version is None else [0] * p + _current_mask(t, version),
                 )
             )
     return seqs
+
+
+def _current_mask(t: Trajectory, version: int) -> list[int]:
+    """1 on the generated tokens of ``t``'s turns sampled at ``version`` (a turn resumed
+    across a sync carries its oldest part's version, so it counts as stale)."""
+    mask = [0] * len(t.response_ids)
+    for turn in t.turns:
+        if turn.weight_version == version:
+            end = turn.start + turn.num_generated
+            mask[turn.start : end] = t.loss_mask[turn.start : end]
+    return mask
 
 
 def policy_loss(
@@ -182,10 +196,18 @@ class GrpoStats(msgspec.Struct, frozen=True):
     first mini-batch's training forward (every token when ``mini_batches = 1``)."""
     logprob_diff_max: float = 0.0
     """The largest such difference."""
+    logprob_diff_current_mean: float = math.nan
+    """The same mean over the loss tokens sampled by the weights the learner holds
+    (``grpo_step``'s ``version``; every loss token without it): the sync's own
+    mismatch, without the policy's drift that stale tokens add in streaming mode.
+    NaN when the batch has no such token (every group one version stale)."""
+    logprob_diff_current_tokens: int = 0
+    """The loss tokens that mean is over."""
 
 
-def grpo_step(learner: Learner, groups: Sequence[Group]) -> GrpoStats:
-    """One GRPO update on ``groups`` (every rank passes the same groups).
+def grpo_step(learner: Learner, groups: Sequence[Group], version: int | None = None) -> GrpoStats:
+    """One GRPO update on ``groups`` (every rank passes the same groups); ``version``
+    is the weight version the learner holds (for ``logprob_diff_current_mean``).
 
     Takes ``learner.config.mini_batches`` optimizer steps. Returns stats reduced over
     ranks; ``loss`` is the token-mean loss of the batch, each mini-batch evaluated
@@ -193,7 +215,7 @@ def grpo_step(learner: Learner, groups: Sequence[Group]) -> GrpoStats:
     """
     c = learner.config
     t0 = time.perf_counter()
-    seqs = sequences_from_groups(groups, eps=c.advantage_eps, std_normalize=c.std_normalize)
+    seqs = sequences_from_groups(groups, eps=c.advantage_eps, std_normalize=c.std_normalize, version=version)
     assert len(seqs) >= c.mini_batches, f"grpo_step: {len(seqs)} sequences < learner.mini_batches={c.mini_batches}"
 
     # Plan every micro-batch of every mini-batch first (TIS needs the pre-update policy).
@@ -206,17 +228,20 @@ def grpo_step(learner: Learner, groups: Sequence[Group]) -> GrpoStats:
         bins += [[]] * (n_micro - len(bins))
         plan.append([collate([mine[i] for i in b]) for b in bins])
 
-    keys = ["loss", "clipped", "clipped_low", "clipped_high", "clipped_dual", "ratio", "kl", "entropy", "diff"]
+    keys = ["loss", "clipped", "clipped_low", "clipped_high", "clipped_dual", "ratio", "kl", "entropy", "diff", "diff_current"]
     sums: dict[str, torch.Tensor | float] = dict.fromkeys(keys, 0.0)  # device tensors once added to
     maxes: dict[str, list[torch.Tensor]] = {"ratio_max": [], "diff_max": []}  # one 0-dim tensor per micro-batch
-    diff_tokens = 0  # loss tokens whose mismatch was measured
+    diff_tokens = current_tokens = 0  # loss tokens whose mismatch was measured, of them sampled by these weights
 
     def measure_diff(logp: torch.Tensor, mb: MicroBatch) -> None:
-        nonlocal diff_tokens
-        total, top = logprob_diff(logp, mb.old_logprobs.to(logp.device), mb.mask.to(logp.device))
+        nonlocal diff_tokens, current_tokens
+        sampled = mb.old_logprobs.to(logp.device)
+        total, top = logprob_diff(logp, sampled, mb.mask.to(logp.device))
         sums["diff"] = sums["diff"] + total
+        sums["diff_current"] = sums["diff_current"] + logprob_diff(logp, sampled, mb.current.to(logp.device))[0]
         maxes["diff_max"].append(top)
         diff_tokens += mb.num_loss_tokens
+        current_tokens += int(mb.current.sum().item())
 
     is_weights: dict[tuple[int, int], torch.Tensor] = {}
     if c.tis_cap is not None:
@@ -260,7 +285,7 @@ def grpo_step(learner: Learner, groups: Sequence[Group]) -> GrpoStats:
         lr += step["lr"] / len(plan)
 
     # One device sync for all the statistics, then one all-reduce of sums and one of maxima.
-    red = learner.all_reduce([float(sums[k]) for k in keys] + [loss_tokens, tokens, diff_tokens])
+    red = learner.all_reduce([float(sums[k]) for k in keys] + [loss_tokens, tokens, diff_tokens, current_tokens])
     local_max = [float(torch.stack(v).max()) if v else 0.0 for v in maxes.values()]
     top = dict(zip(maxes, learner.all_reduce(local_max, op="max")))
     tot = dict(zip(keys, red[: len(keys)]))
@@ -285,6 +310,8 @@ def grpo_step(learner: Learner, groups: Sequence[Group]) -> GrpoStats:
         ratio_max=top["ratio_max"],
         logprob_diff_mean=tot["diff"] / max(red[len(keys) + 2], 1.0),
         logprob_diff_max=top["diff_max"],
+        logprob_diff_current_mean=tot["diff_current"] / red[len(keys) + 3] if red[len(keys) + 3] else math.nan,
+        logprob_diff_current_tokens=int(red[len(keys) + 3]),
     )
 
 
@@ -302,5 +329,5 @@ def _split(seqs: list[TrainSeq], parts: int) -> list[list[TrainSeq]]:
 def _with_old_logprobs(mb: MicroBatch, old: torch.Tensor) -> MicroBatch:
     return MicroBatch(
         mb.input_ids, mb.position_ids, mb.targets, mb.mask, old.detach().cpu() * mb.mask,
-        mb.advantages, mb.seq_lens,
+        mb.advantages, mb.seq_lens, mb.current,
     )  # fmt: skip

@@ -35,6 +35,9 @@ class TrainSeq:
     ``ids[i]`` is a token the policy generated (it gets a loss), 0 for prompt,
     tool-response and template tokens; ``logprobs[i]`` is the sampling logprob of
     ``ids[i]`` (0.0 where the mask is 0). ``group`` identifies the GRPO group.
+    ``current`` (None: the mask) is 1 where a trained token was sampled by the weights
+    the learner holds: the train/inference mismatch is measured there only, since a
+    stale token's logprob differs by the policy's drift, not only by the sync.
     """
 
     ids: list[int]
@@ -42,11 +45,13 @@ class TrainSeq:
     logprobs: list[float]
     advantage: float = 0.0
     group: int = 0
+    current: list[int] | None = None
 
     def __post_init__(self) -> None:
         assert len(self.ids) == len(self.mask) == len(self.logprobs), (
             f"TrainSeq: ids/mask/logprobs lengths differ: {len(self.ids)}, {len(self.mask)}, {len(self.logprobs)}"
         )
+        assert self.current is None or len(self.current) == len(self.ids), "TrainSeq: current's length differs"
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -64,6 +69,7 @@ class MicroBatch:
     old_logprobs: torch.Tensor  # [T] float32, sampling logprob of the target
     advantages: torch.Tensor  # [T] float32, the sequence's advantage, repeated
     seq_lens: tuple[int, ...]
+    current: torch.Tensor  # [T] float32, 1 where the target is trained and was sampled by the learner's weights
 
     @property
     def num_tokens(self) -> int:
@@ -77,6 +83,7 @@ class MicroBatch:
         return MicroBatch(
             self.input_ids.to(device), self.position_ids.to(device), self.targets.to(device),
             self.mask.to(device), self.old_logprobs.to(device), self.advantages.to(device), self.seq_lens,
+            self.current.to(device),
         )  # fmt: skip
 
 
@@ -129,6 +136,7 @@ def collate(seqs: Sequence[TrainSeq]) -> MicroBatch:
     mask: list[int] = []
     old: list[float] = []
     adv: list[float] = []
+    cur: list[int] = []
     for s in seqs:
         n = len(s)
         ids += s.ids
@@ -138,6 +146,7 @@ def collate(seqs: Sequence[TrainSeq]) -> MicroBatch:
         mask += s.mask[1:] + [0]
         old += s.logprobs[1:] + [0.0]
         adv += [s.advantage] * n
+        cur += (s.mask if s.current is None else s.current)[1:] + [0]
     return MicroBatch(
         input_ids=torch.tensor([ids], dtype=torch.long),  # [1, T]
         position_ids=torch.tensor([pos], dtype=torch.long),  # [1, T]
@@ -146,4 +155,5 @@ def collate(seqs: Sequence[TrainSeq]) -> MicroBatch:
         old_logprobs=torch.tensor(old, dtype=torch.float32),  # [T]
         advantages=torch.tensor(adv, dtype=torch.float32),  # [T]
         seq_lens=tuple(len(s) for s in seqs),
+        current=torch.tensor(cur, dtype=torch.float32),  # [T]
     )

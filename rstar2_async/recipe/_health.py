@@ -6,7 +6,9 @@ Every RL step's record (``metrics.jsonl``, TensorBoard, the plots) holds:
 - from the learner (``learner/...``, :class:`rstar2_async.learn.GrpoStats`):
   ``logprob_diff_mean`` / ``logprob_diff_max``, the mean and max of
   ``|learner logprob - sampling logprob|`` on loss tokens (the learner's before any
-  optimizer step; see the field docs for which tokens), ``entropy`` on loss tokens
+  optimizer step; see the field docs for which tokens), ``logprob_diff_current_mean``
+  the same over the tokens the learner's own weights sampled (the one watched: in
+  streaming mode stale tokens add the policy's drift), ``entropy`` on loss tokens
   (always measured), ``clip_frac`` and its parts ``clip_frac_low`` / ``clip_frac_high``
   / ``clip_frac_dual``, ``ratio_mean`` / ``ratio_max``;
 - from the rollout (``rollout/...``, :func:`rollout_metrics`): response length mean and
@@ -60,7 +62,7 @@ class Watch(NamedTuple):
 
 
 WATCHED: Final = (
-    Watch("learner/logprob_diff_mean", 0.01, 0.3, "train/inference mismatch: is the weight sync broken?"),
+    Watch("learner/logprob_diff_current_mean", 0.01, 0.3, "train/inference mismatch: is the weight sync broken?"),
     Watch("learner/ratio_max", 2.0, 50.0, "importance ratio: stale or mismatched samples?"),
 )
 """The mismatch (a correct bf16 sync is typically 0.01-0.05 nats a token; 0.3 means

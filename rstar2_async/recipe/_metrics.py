@@ -27,7 +27,7 @@ PLOTS: dict[str, tuple[str, ...]] = {
     "loss": ("learner/loss", "learner/clip_frac"),
     "timing": ("time/rollout_s", "time/update_s", "time/sync_s", "time/reward_s"),
     # training health (_health): the mismatch, the policy's entropy, where clipping acts, what RoC and the budget cut
-    "mismatch": ("learner/logprob_diff_mean", "learner/logprob_diff_max"),
+    "mismatch": ("learner/logprob_diff_mean", "learner/logprob_diff_current_mean", "learner/logprob_diff_max"),
     "entropy": ("learner/entropy",),
     "clipping": ("learner/clip_frac_low", "learner/clip_frac_high", "learner/clip_frac_dual"),
     "shares": ("roc/all_equal_share", "rollout/finish_token_budget", "rollout/tool_error_rate"),

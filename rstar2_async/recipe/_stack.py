@@ -198,13 +198,14 @@ def _engine(local: LocalServerConfig, model_dir: Path | None) -> Engine:
 def _tell(engine: ShardedEngine, count: int) -> Callable[[int, list[int]], Awaitable[None]]:
     """The sync's ``on_version`` for the workers' pools: the servers that took the
     version get it; the others (the sync took them out, or they were down) leave the
-    workers' rotation until the trainer's pool has loaded them.  Not acknowledged: a
-    turn the pause cut short may come back to a worker before its pool has the
-    version; vLLM stamps its tokens itself, so only servers that do not are affected."""
+    workers' rotation until the trainer's pool has loaded them.  Awaited before the
+    servers resume: a turn the pause cut short comes back to a pool that has the
+    version (vLLM stamps its tokens itself; other servers' tokens take the pool's)."""
 
     async def on_version(version: int, servers: list[int]) -> None:
         engine.set_weight_version(version, servers)
         engine.take_out(sorted(set(range(count)) - set(servers)))
+        await engine.applied()
 
     return on_version
 

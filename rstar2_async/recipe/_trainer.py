@@ -300,7 +300,7 @@ class Trainer:
         update_s = sync_s = 0.0
         if fresh:  # a batch where every group was all-right or all-wrong teaches nothing
             t1 = time.monotonic()
-            stats = await self._learn(self.driver.grpo_step, fresh)
+            stats = await self._learn(self.driver.grpo_step, fresh, self.state.weight_version)
             update_s = time.monotonic() - t1
             values.update({f"learner/{k}": v for k, v in msgspec.structs.asdict(stats).items()})
             sync_s = await self._export_and_sync()

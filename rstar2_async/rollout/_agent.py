@@ -17,7 +17,9 @@ a batch.  Cancellation from outside propagates.
 
 from __future__ import annotations
 
+import itertools
 import time
+from typing import Final
 
 import anyio
 
@@ -35,6 +37,11 @@ from ._chat_template import ChatTokenizer
 from ._conversation import ChatConversation, Generated, TokenConversation
 from ._toolbox import Toolbox
 from ._toolcall import count_answer_blocks, parse_tool_calls, render_tool_turn
+
+_SESSIONS: Final = itertools.count()
+"""Numbers a trajectory's pool session: one problem may run at two stream
+positions at once (streaming, at an epoch's end), so its id and sample index alone
+would name two trajectories' sessions alike."""
 
 __all__ = ["problem_messages", "run_trajectory"]
 
@@ -89,7 +96,8 @@ async def run_trajectory(
     else:
         if prompt_ids is None:
             prompt_ids = tokenizer.encode_prompt(problem_messages(problem, config, toolbox))
-        conv = TokenConversation(backend, tokenizer, prompt_ids, (problem.id, sample_index))  # type: ignore[arg-type]
+        session = (problem.id, sample_index, next(_SESSIONS))
+        conv = TokenConversation(backend, tokenizer, prompt_ids, session)  # type: ignore[arg-type]
     turns: list[Turn] = []
     model_text: list[str] = []
     finish: FinishReason = "turn_limit"

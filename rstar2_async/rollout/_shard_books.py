@@ -24,6 +24,7 @@ from ._engine import RolloutStatistics
 from ._shard_process import ShardProcess
 from ._shard_wire import (
     Assign,
+    Barrier,
     Cancel,
     Close,
     FromWorker,
@@ -31,6 +32,7 @@ from ._shard_wire import (
     Held,
     Hold,
     Open,
+    Passed,
     Report,
     Reported,
     SetVersion,
@@ -117,6 +119,7 @@ class ShardBooks:
         self.shards = [Shard(spec) for spec in specs]
         self.streams: dict[int, Stream] = {}
         self.holds: set[int] = set()
+        self.barriers: set[int] = set()
         self.broken: ShardError | None = None
         self.changed = anyio.Event()
         self._version: int | None = None  # the last version set on every server
@@ -208,6 +211,11 @@ class ShardBooks:
                 if token in self.holds:
                     shard.acked.add(token)
                     self.notify()
+            case Passed(token=token, report=report):
+                shard.report = report
+                if token in self.barriers:
+                    shard.acked.add(token)
+                    self.notify()
 
     # -- weights -----------------------------------------------------------------------
 
@@ -229,7 +237,8 @@ class ShardBooks:
 
     def attach(self, shard: Shard, process: ShardProcess, capacity: int) -> None:
         """A worker is ready: tell it what it must know, in order, before anything new
-        (holds, weight versions, open streams and its problems in them)."""
+        (holds, weight versions, open streams and its problems in them), then the
+        barriers still waited for (it has heard all the rest when it passes them)."""
         shard.process, shard.capacity, shard.acked = process, capacity, set()
         for token in sorted(self.holds):
             shard.send(Hold(token=token))
@@ -247,6 +256,8 @@ class ShardBooks:
                     shard.send(pending.assign(stream.open.stream))
             if stream.fed:
                 shard.send(Close(stream=stream.open.stream))
+        for token in sorted(self.barriers):
+            shard.send(Barrier(token=token))
         self.notify()
 
     def detach(self, shard: Shard) -> None:

@@ -23,7 +23,7 @@ from .._paths import child_env
 from ..errors import ShardError
 from ._shard_wire import FROM_WORKER, HEADER, FromWorker, Ready, ShardSpec, ToWorker, frame
 
-__all__ = ["START_TIMEOUT_S", "STOP_GRACE_S", "ShardProcess"]
+__all__ = ["HANG_TIMEOUT_S", "START_TIMEOUT_S", "STOP_GRACE_S", "ShardProcess"]
 
 START_TIMEOUT_S: Final = 600.0
 """Limit on a worker's start (interpreter, imports, its factory's stack: a factory
@@ -32,6 +32,11 @@ may launch servers, which takes minutes)."""
 STOP_GRACE_S: Final = 10.0
 """How long a worker may take to close its stack after EOF on its stdin (or to exit
 after it closed its stdout) before it is terminated, then killed."""
+
+HANG_TIMEOUT_S: Final = 60.0
+"""A ready worker silent this long is hung (it reports every second, and its loop's
+longest stalls measured at paper scale on two shared cores were ~5 s): it is killed
+and started again, as one that died."""
 
 TAIL_BYTES: Final = 4096
 """How much of a worker's stderr a :class:`ShardError` quotes."""
@@ -55,6 +60,7 @@ class ShardProcess:
         self._out, self._queue = anyio.create_memory_object_stream[bytes](math.inf)
         self._tail = bytearray()
         self._tail_done = anyio.Event()
+        self.hung = False  # killed by messages() for its silence
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -115,12 +121,19 @@ class ShardProcess:
             raise await self.failure(f"sent {type(first).__name__} before Ready")
         return first
 
-    async def messages(self) -> AsyncIterator[FromWorker]:
+    async def messages(self, silence_s: float = HANG_TIMEOUT_S) -> AsyncIterator[FromWorker]:
         """What the worker sends, until it closes its stdout (exits or dies).  A
-        frame that does not decode counts as a death too (the worker is broken)."""
+        frame that does not decode counts as a death too (the worker is broken), and
+        so does ``silence_s`` without a frame: the worker is killed (``hung``)."""
         while True:
             try:
-                message = await self._receive()
+                with anyio.fail_after(silence_s):
+                    message = await self._receive()
+            except TimeoutError:
+                self.hung = True
+                with contextlib.suppress(ProcessLookupError):
+                    self.process.kill()
+                return
             except (*GONE, msgspec.DecodeError):
                 return
             yield message

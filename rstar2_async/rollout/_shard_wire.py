@@ -134,7 +134,13 @@ class TakeOut(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag=True)
     servers: list[int]
 
 
-ToWorker = Open | Assign | Close | Cancel | Hold | Release | SetVersion | TakeOut
+class Barrier(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag=True):
+    """Answered by ``Passed(token)`` once every message before it took effect."""
+
+    token: int
+
+
+ToWorker = Open | Assign | Close | Cancel | Hold | Release | SetVersion | TakeOut | Barrier
 
 
 # -- worker -> parent ----------------------------------------------------------------
@@ -171,7 +177,15 @@ class Held(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag=True):
     token: int
 
 
-FromWorker = Ready | TrajectoryDone | GroupDone | Reported | Held
+class Passed(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag=True):
+    """``Barrier(token)`` was reached; ``report``: the counters then (its pool's
+    weight versions among them)."""
+
+    token: int
+    report: Report
+
+
+FromWorker = Ready | TrajectoryDone | GroupDone | Reported | Held | Passed
 
 REPORT_INTERVAL_S: Final = 1.0
 """How often a worker reports its counters between groups: often enough for a

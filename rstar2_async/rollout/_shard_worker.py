@@ -31,12 +31,14 @@ from ._shard_wire import (
     SPEC_DECODER,
     TO_WORKER,
     Assign,
+    Barrier,
     Cancel,
     Close,
     GroupDone,
     Held,
     Hold,
     Open,
+    Passed,
     Ready,
     Release,
     Report,
@@ -154,6 +156,8 @@ class _Worker:
                 if self.pool is not None:
                     for index in local_servers(self.spec, servers, len(self.pool.servers)):
                         self.pool.set_up(index, False)
+            case Barrier(token=token):
+                self.out.send_nowait(frame(Passed(token=token, report=self.report())))
 
     async def _run(self, open_: Open, stream: _Stream, problems: MemoryObjectReceiveStream[Problem]) -> None:
         with stream.scope:

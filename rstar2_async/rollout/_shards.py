@@ -21,7 +21,7 @@ import itertools
 import math
 import sys
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Self, Unpack, final
 
@@ -37,8 +37,8 @@ from ..types import Group, Problem
 from ._chat_template import ChatTokenizer
 from ._engine import RolloutStatistics, StreamOptions, check_limits, in_order
 from ._shard_books import Shard, ShardBooks, Stream
-from ._shard_process import ShardProcess
-from ._shard_wire import Hold, Open, Release, ShardSpec
+from ._shard_process import HANG_TIMEOUT_S, ShardProcess
+from ._shard_wire import Barrier, Hold, Open, Release, ShardSpec, ToWorker
 
 __all__ = ["ShardedEngine"]
 
@@ -56,6 +56,8 @@ class ShardedEngine:
             fails every open stream with :class:`ShardError`.
         python: the workers' interpreter.
         env: variables set in the workers' environment, over this process's.
+        hang_timeout_s: a worker silent this long (it reports every second) is hung:
+            killed and started again, as if it had died.
 
     Resource handling: ``async with`` starts every worker and returns once each
     factory's stack is up; leaving it stops them all (EOF on their stdin, which
@@ -71,6 +73,7 @@ class ShardedEngine:
         restarts: int = 3,
         python: str = sys.executable,
         env: Mapping[str, str] | None = None,
+        hang_timeout_s: float = HANG_TIMEOUT_S,
     ) -> None:
         if not specs:
             raise ValueError("specs: expected at least one ShardSpec, got none")
@@ -79,9 +82,12 @@ class ShardedEngine:
                 raise ValueError(f"specs[{i}]: expected shard={i}, shards={len(specs)}; got shard={spec.shard}, shards={spec.shards}")
         if restarts < 0:
             raise ValueError(f"restarts: expected int >= 0, got {restarts}")
+        if not hang_timeout_s > 0:
+            raise ValueError(f"hang_timeout_s: expected > 0, got {hang_timeout_s}")
         self.tokenizer = tokenizer
         self._books = ShardBooks(specs)
         self._restarts, self._python, self._env = restarts, python, env
+        self._hang_timeout_s = hang_timeout_s
         self._ids = itertools.count()
         self._closing = False
         self._tg: anyio.abc.TaskGroup | None = None
@@ -206,26 +212,50 @@ class ShardedEngine:
         Raises:
             ShardError: a worker died more than ``restarts`` times in a row.
         """
+        async with self._acknowledged(self._books.holds, Hold, Release):
+            yield
+
+    async def applied(self) -> None:
+        """Returns once every worker has acted on what it was told before the call
+        (:meth:`set_weight_version`, :meth:`take_out`): a weight sync awaits it before
+        the servers resume, so a turn the pause cut short is stamped with the new
+        version by a pool that has it.  A worker started again meanwhile is told
+        again first; the statistics then hold every worker's counters as they were.
+
+        Raises:
+            ShardError: a worker died more than ``restarts`` times in a row.
+        """
+        async with self._acknowledged(self._books.barriers, Barrier):
+            pass
+
+    @contextlib.asynccontextmanager
+    async def _acknowledged(
+        self, pending: set[int], ask: Callable[[int], ToWorker], end: Callable[[int], ToWorker] | None = None
+    ) -> AsyncIterator[None]:
+        """Sends ``ask(token)`` to every worker (``pending`` has the token while the
+        block lasts, so a worker started again is asked too) and enters once each
+        acknowledged it; ``end(token)`` goes to every worker however the block ends."""
         self._check_usable()
         books = self._books
         token = next(self._ids)
-        books.holds.add(token)
+        pending.add(token)
         try:
-            books.broadcast(Hold(token=token))
+            books.broadcast(ask(token))
             while not all(token in s.acked for s in books.shards):
                 self._check_usable()
                 await books.changed.wait()
             yield
         finally:
-            books.holds.discard(token)
+            pending.discard(token)
             for shard in books.shards:
                 shard.acked.discard(token)
-            books.broadcast(Release(token=token))
+            if end is not None:
+                books.broadcast(end(token))
 
     def set_weight_version(self, version: int, servers: Sequence[int] | None = None) -> None:
         """``pool.set_weight_version`` in every worker (and in a worker started
         again later); ``servers`` are the fleet's indexes, each worker serves those
-        of its :meth:`ShardSpec.share`."""
+        of its :meth:`ShardSpec.share`.  Sent, not awaited: :meth:`applied` waits."""
         self._books.set_weight_version(version, servers)
 
     def take_out(self, servers: Sequence[int]) -> None:
@@ -266,12 +296,13 @@ class ShardedEngine:
                     if not started:
                         started = True
                         task_status.started()
-                    async for message in process.messages():
+                    async for message in process.messages(self._hang_timeout_s):
                         self._books.on_message(shard, message)
                     self._books.detach(shard)
                     if self._closing:
                         return
-                    error = await process.failure("died")
+                    silent = f"hung (silent {self._hang_timeout_s:g} s), killed"
+                    error = await process.failure(silent if process.hung else "died")
             except ShardError as exc:  # it could not start
                 if not started:
                     raise

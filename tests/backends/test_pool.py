@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from functools import partial
 
 import anyio
@@ -34,6 +35,29 @@ async def fleet(*fakes: FakeVLLM, **pool_kwargs: object) -> AsyncIterator[Server
 
 def prompt(text: str) -> list[int]:
     return FakeByteTokenizer().encode_prompt([{"role": "user", "content": text}])
+
+
+@dataclass
+class FakeGatedModelServer(FakeModelServer):
+    """Test double: a model server whose completions wait for ``gate``; ``arrived``
+    is set once a completion has come in."""
+
+    gate: anyio.Event = field(default_factory=anyio.Event)
+    arrived: anyio.Event = field(default_factory=anyio.Event)
+
+    async def __call__(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        if path == "/v1/completions":
+            self.arrived.set()
+            await self.gate.wait()
+        return await super().__call__(method, path, body)
+
+
+async def until_waiting(pool: ServerPool, n: int) -> None:
+    """Until ``n`` turns wait in ``pool``'s queue, all else being blocked."""
+    with anyio.fail_after(60):  # a hang guard, not a timing
+        while pool.statistics().waiting != n:
+            await anyio.wait_all_tasks_blocked()
+    assert pool.statistics().waiting == n
 
 
 async def test_capacity_comes_from_metrics_and_turns_spread_by_free_budget() -> None:
@@ -73,7 +97,8 @@ async def test_no_room_waits_for_a_release_instead_of_overflowing() -> None:
 
 
 async def test_waiting_turns_go_largest_remaining_budget_first() -> None:
-    fake = FakeVLLM(FakeModelServer(delay_s=0.1), capacity_tokens=400)
+    model = FakeGatedModelServer()
+    fake = FakeVLLM(model, capacity_tokens=400)
     order: list[str] = []
 
     async def turn(name: str, max_tokens: int) -> None:
@@ -83,12 +108,13 @@ async def test_waiting_turns_go_largest_remaining_budget_first() -> None:
 
     async with fleet(fake) as pool, anyio.create_task_group() as tg:
         tg.start_soon(turn, "running", 300)  # leaves no room for another turn
-        await anyio.sleep(0.02)
+        await model.arrived.wait()
         tg.start_soon(turn, "little", 100)  # the end of a trajectory: waits first
-        await anyio.sleep(0.02)
+        await until_waiting(pool, 1)
         tg.start_soon(turn, "much", 300)  # more budget left: goes first
-        await anyio.sleep(0.02)
+        await until_waiting(pool, 2)
         assert pool.statistics().dispatch.in_flight == 1
+        model.gate.set()
     assert order == ["running", "much", "little"]
 
 
@@ -97,7 +123,8 @@ async def test_session_order_lets_the_oldest_trajectory_go_first(order: str, exp
     """A streaming trainer waits for its oldest group: with ``order="session"`` a new
     trajectory's first turn (the larger remaining budget) does not overtake the later
     turn of an older one."""
-    fake = FakeVLLM(FakeModelServer(delay_s=0.1), capacity_tokens=400)
+    model = FakeGatedModelServer()
+    fake = FakeVLLM(model, capacity_tokens=400)
     done: list[str] = []
 
     async def turn(name: str, max_tokens: int) -> None:
@@ -106,15 +133,18 @@ async def test_session_order_lets_the_oldest_trajectory_go_first(order: str, exp
         done.append(name)
 
     async with fleet(fake, order=order, hold_reports=0) as pool:
+        model.gate.set()
         await turn("old", 100)  # the old trajectory's first turn
+        model.gate, model.arrived = anyio.Event(), anyio.Event()
         async with anyio.create_task_group() as tg:
             tg.start_soon(turn, "running", 300)  # leaves no room for another turn
-            await anyio.sleep(0.02)
+            await model.arrived.wait()
             tg.start_soon(turn, "new", 300)  # a new trajectory's first turn waits
-            await anyio.sleep(0.02)
+            await until_waiting(pool, 1)
             tg.start_soon(turn, "old", 100)  # then the old one's next turn
-            await anyio.sleep(0.02)
+            await until_waiting(pool, 2)
             assert pool.statistics().dispatch.in_flight == 1
+            model.gate.set()
     assert done == ["old", "running", *expected]
 
 

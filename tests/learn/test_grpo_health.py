@@ -4,6 +4,7 @@ split clip fractions."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import msgspec
@@ -67,3 +68,48 @@ def test_mismatch_entropy_and_clip_fractions(tiny_lm: Path, tis_cap: float | Non
     assert st.clip_frac == pytest.approx(st.clip_frac_low + st.clip_frac_high)
     # Entropy is measured with entropy_coef = 0: a 32-token vocabulary near uniform at init.
     assert 3.0 < st.entropy <= torch.log(torch.tensor(32.0)).item() + 1e-5
+
+
+def two_versions(groups: list) -> list:
+    """Each trajectory of ``groups`` split into two turns, the first sampled at version 0
+    (its logprobs off by ``SHIFT``, as in ``groups_sampled_by``: the policy has moved
+    since) and the second at version 1 (exact: the learner's weights)."""
+    from rstar2_async.types import Turn
+
+    out = []
+    for g in groups:
+        trajs = []
+        for t in g.trajectories:
+            n, m = len(t.response_ids), t.loss_mask
+            first = m.index(0) if 0 in m else n // 2
+            second = next((i for i in range(first, n) if m[i]), n)
+            turns = [Turn(start=0, num_generated=first, num_appended=second - first, weight_version=0, finish="stop"),
+                     Turn(start=second, num_generated=n - second, num_appended=0, weight_version=1, finish="stop")]
+            lps = [lp + SHIFT if i >= second and mask else lp for i, (lp, mask) in enumerate(zip(t.logprobs, m))]
+            trajs.append(msgspec.structs.replace(t, turns=turns, logprobs=lps))
+        out.append(msgspec.structs.replace(g, trajectories=trajs))
+    return out
+
+
+def test_mismatch_of_the_learners_version_leaves_out_stale_tokens(tiny_lm: Path) -> None:
+    """Streaming trains tokens of older weights: their logprobs differ by the policy's
+    drift, which must not read as a broken sync (the health check watches the
+    current-version mismatch)."""
+    from rstar2_async.config import LearnerConfig
+    from rstar2_async.learn import Learner, grpo_step
+
+    groups = two_versions(groups_sampled_by(tiny_lm))
+    cfg = LearnerConfig(precision="fp32", zero_stage=0, lr=1e-2, warmup_steps=0, gradient_checkpointing=False,
+                        micro_batch_tokens=96, tis_cap=2.0)  # fmt: skip
+    learner = Learner(cfg, tiny_lm)
+    ts = [t for g in groups for t in g.trajectories]
+    fresh = sum(sum(t.loss_mask[t.turns[1].start :]) for t in ts)
+    st = grpo_step(learner, groups, version=1)
+    assert 0 < fresh < st.loss_tokens
+    assert st.logprob_diff_current_tokens == fresh
+    assert st.logprob_diff_current_mean == pytest.approx(0.0, abs=1e-4)
+    assert st.logprob_diff_mean == pytest.approx(SHIFT * (1 - fresh / st.loss_tokens), abs=1e-4)
+    assert st.logprob_diff_max == pytest.approx(SHIFT, abs=1e-4)
+    # A version no turn was sampled at: nothing to measure (not a zero that would drag the running median).
+    st = grpo_step(learner, groups, version=7)
+    assert st.logprob_diff_current_tokens == 0 and math.isnan(st.logprob_diff_current_mean)

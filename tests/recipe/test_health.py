@@ -54,7 +54,7 @@ def test_roc_share_and_staleness_by_hand() -> None:
     assert "async/staleness_mean" not in update_metrics(done, [], 3)  # nothing trained
 
 
-MISMATCH = "learner/logprob_diff_mean"
+MISMATCH = "learner/logprob_diff_current_mean"
 RATIO = "learner/ratio_max"
 
 
@@ -64,21 +64,21 @@ def test_jump_means_three_times_the_running_median_or_above_the_ceiling() -> Non
     lines = jump_warnings(7, {MISMATCH: 0.1, RATIO: 6.0}, history)
     assert lines == [
         (
-            "step 7: learner/logprob_diff_mean = 0.1, 4.0x its running median 0.025 "
+            "step 7: learner/logprob_diff_current_mean = 0.1, 4.0x its running median 0.025 "
             "(train/inference mismatch: is the weight sync broken?)"
         ),
         "step 7: learner/ratio_max = 6, 3.8x its running median 1.6 (importance ratio: stale or mismatched samples?)",
     ]
     # Above the ceiling warns even without history; below it, too little history says nothing.
     assert jump_warnings(1, {MISMATCH: 0.35}, {}) == [
-        "step 1: learner/logprob_diff_mean = 0.35, above 0.3 (train/inference mismatch: is the weight sync broken?)"
+        "step 1: learner/logprob_diff_current_mean = 0.35, above 0.3 (train/inference mismatch: is the weight sync broken?)"
     ]
     assert jump_warnings(3, {MISMATCH: 0.2}, {MISMATCH: [0.01, 0.01]}) == []
     # Under the floor a relative jump is noise around zero (an fp32 learner and server).
     assert jump_warnings(9, {MISMATCH: 1e-6}, {MISMATCH: [1e-7] * 5}) == []
     assert jump_warnings(9, {MISMATCH: 0.02}, {MISMATCH: [0.0] * 5}) == [
         (
-            "step 9: learner/logprob_diff_mean = 0.02, its running median is 0 "
+            "step 9: learner/logprob_diff_current_mean = 0.02, its running median is 0 "
             "(train/inference mismatch: is the weight sync broken?)"
         )
     ]
@@ -94,8 +94,8 @@ def test_health_watch_keeps_history_and_reports(capsys: pytest.CaptureFixture[st
     values: dict = {MISMATCH: 0.02}
     assert watch.check(4, values) == [] and "health/warnings" not in values
     values = {MISMATCH: 0.09}
-    assert watch.check(5, values) == ["step 5: learner/logprob_diff_mean = 0.09, 4.5x its running median 0.02 (m)"]
-    assert values["health/warnings"] == "step 5: learner/logprob_diff_mean = 0.09, 4.5x its running median 0.02 (m)"
+    assert watch.check(5, values) == ["step 5: learner/logprob_diff_current_mean = 0.09, 4.5x its running median 0.02 (m)"]
+    assert values["health/warnings"] == "step 5: learner/logprob_diff_current_mean = 0.09, 4.5x its running median 0.02 (m)"
     assert "rstar2 train: warning: step 5:" in capsys.readouterr().err
     assert watch.history[MISMATCH] == [0.02, 0.02, 0.02, 0.09]
 

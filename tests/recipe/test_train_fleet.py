@@ -45,7 +45,8 @@ class FakeLearnerDriver:
     def set_peak_lr(self, lr: float) -> None:
         pass
 
-    def grpo_step(self, groups: Sequence[Group]) -> _Stats:
+    def grpo_step(self, groups: Sequence[Group], version: int | None = None) -> _Stats:
+        assert version == self.version, (version, self.version)  # the trainer names the weights it trains
         self.updates.append((self.version, list(groups)))
         self.version += 1  # what the export and sync after it publish
         return _Stats(loss=0.0)

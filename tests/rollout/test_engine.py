@@ -269,9 +269,11 @@ class FakeGatedBackend:
         self.gate = anyio.Event()
         self.active = self.peak = 0
         self.seen: list[tuple[int, float]] = []  # (max_tokens, temperature) of each request
+        self.sessions: list[object] = []
 
     async def generate(self, prompt_ids: list[int], *, max_tokens: int, sampling: SamplingParams, session: object = None) -> Completion:
         self.seen.append((max_tokens, sampling.temperature))
+        self.sessions.append(session)
         self.active += 1
         self.peak = max(self.peak, self.active)
         try:
@@ -321,3 +323,17 @@ async def test_problems_from_a_stream_are_taken_as_the_feeder_offers_them() -> N
     assert sorted(g.problem.id for g in got) == ["p0", "p1", "p2"]
     assert all(any(g.problem is p for p in fed) for g in got)  # the very objects fed
     assert all(t.reward == 1.0 for g in got for t in g.trajectories)
+
+
+async def test_one_problem_in_flight_twice_has_a_session_per_trajectory() -> None:
+    """Streaming can run one problem at two stream positions at once (an epoch's end):
+    each trajectory is its own pool session (affinity, the held KV, end_session)."""
+    backend = FakeGatedBackend()
+    engine = RolloutEngine(backend=backend, sandbox=FakeSandbox(), config=RolloutConfig(), tokenizer=FakeByteTokenizer())
+    twice = [*problems(1), *problems(1)]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run, twice, 2)
+        await anyio.wait_all_tasks_blocked()
+        assert backend.active == 4
+        backend.gate.set()
+    assert len(set(backend.sessions)) == 4

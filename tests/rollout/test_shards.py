@@ -156,6 +156,31 @@ async def test_a_killed_worker_is_restarted_and_its_problems_run_again(tmp_path:
     assert new[0] != old[0] and new[1] == old[1]
 
 
+async def test_a_hung_worker_is_killed_restarted_and_its_problems_run_again(tmp_path: Path) -> None:
+    """A worker that stops answering without dying (here SIGSTOP: a deadlock or a
+    frozen node looks the same from the parent) is treated as dead."""
+    stall = tmp_path / "stall"
+    stall.touch()
+    slow_started = anyio.Event()
+
+    def record(t: Trajectory) -> None:
+        if t.problem_id == "slow":
+            slow_started.set()
+
+    sharded = ShardedEngine([spec(i, 2, stall_file=str(stall)) for i in range(2)], hang_timeout_s=3.0)
+    async with sharded:
+        old = sharded.pids()
+        async with sharded.stream([SLOW, *problems(2)], n=2, sampling=SEEDED, on_trajectory=record) as stream:
+            groups = [await stream.receive() for _ in range(2)]
+            await slow_started.wait()  # worker 0 holds "slow", its sample 1 stalled
+            os.kill(old[0], signal.SIGSTOP)
+            stall.unlink()
+            with anyio.fail_after(120):
+                groups += [g async for g in stream]
+        assert sharded.restarts() == [1, 0] and sharded.pids()[0] != old[0]
+    check_groups(groups, ["slow", "p0", "p1"], 2)
+
+
 async def test_finished_samples_are_not_run_again() -> None:
     batch = problems(2)
     async with engine(1) as sharded:
@@ -210,6 +235,21 @@ async def test_weight_versions_reach_the_workers_serving_those_servers() -> None
     assert sorted(g.trajectories[0].weight_version for g in partly) == [0, 7]
     assert versions == [7, 7]  # the pool's stamp, as one pool's set_weight_version(7, [1]) sets it
     assert [g.trajectories[0].weight_version for g in everywhere] == [8, 8]
+
+
+async def test_applied_returns_once_every_worker_acted_on_the_versions() -> None:
+    """The weight sync awaits it before the servers resume: the workers' pools must
+    have the version by then (their reports come only every second otherwise)."""
+    async with engine(2) as sharded:
+        sharded.set_weight_version(7, [1])
+        await sharded.applied()
+        assert [p.weight_version for p in sharded.pool_statistics()] == [7, 7]
+        sharded.set_weight_version(9)
+        sharded.take_out([0])
+        await sharded.applied()
+        stats = sharded.pool_statistics()
+    assert [p.weight_version for p in stats] == [9, 9]
+    assert [s.up for p in stats for s in p.dispatch.servers] == [False, True]
 
 
 async def test_servers_taken_out_stay_out_until_they_report_the_version() -> None:
