@@ -157,6 +157,7 @@ class Trainer:
         limit = (self.policy.max_staleness + 1) * self.setup.batch
         resolved = self.roc_dropped + len(self.kept) + self.trained_groups
         rate = 1.0 if not self.policy.expected_keep or not resolved else 1 - self.roc_dropped / resolved
+        rate = max(rate, 1 / limit)  # a keep rate of 0 so far (RoC dropped every group) would admit without end
         while rate * len(self.in_flight) + len(self.kept) + len(self.dropped) + self.updating < limit:
             self.in_flight[self.next_problem] = self.group(self.next_problem)
             self.start_group(self.next_problem)
