@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
 import anyio
 import anyio.lowlevel
 import pytest
@@ -24,9 +27,23 @@ async def fill(pool: PoolAdmission) -> Ticket:
     return await pool._acquire(Waiter(CAPACITY, None, None, None), CAPACITY)
 
 
-async def queued(pool: PoolAdmission, n: int) -> None:
-    while len(pool._queue) < n:
-        await anyio.lowlevel.checkpoint()
+async def small(pool: PoolAdmission, i: int) -> Ticket:
+    """Turn ``i``'s ticket: a small turn, the earlier ``i`` the larger its budget (admitted first)."""
+    return await pool._acquire(Waiter(100, None, None, None), 10_000 - i)
+
+
+@asynccontextmanager
+async def all_admitted_at_once(pool: PoolAdmission, n: int, turn: Callable[[int], Awaitable[None]]) -> AsyncIterator[None]:
+    """``turn(0..n-1)`` wait behind a turn that fills the cache, which then ends:
+    all of them fit at once.  The block runs right after that release."""
+    blocker = await fill(pool)
+    async with anyio.create_task_group() as tg:
+        for i in range(n):
+            tg.start_soon(turn, i)
+        while len(pool._queue) < n:
+            await anyio.lowlevel.checkpoint()
+        pool._release(blocker)
+        yield
 
 
 async def test_a_release_that_admits_many_wakes_a_batch_and_each_resumed_turn_the_next() -> None:
@@ -36,17 +53,12 @@ async def test_a_release_that_admits_many_wakes_a_batch_and_each_resumed_turn_th
     woken_at_resume: list[int] = []
 
     async def turn(i: int) -> None:
-        ticket = await pool._acquire(Waiter(100, None, None, None), 10_000 - i)  # the largest budget first
+        ticket = await small(pool, i)
         resumed.append(i)
         woken_at_resume.append(pool._woken)
         pool._release(ticket)
 
-    blocker = await fill(pool)
-    async with anyio.create_task_group() as tg:
-        for i in range(n):
-            tg.start_soon(turn, i)
-        await queued(pool, n)
-        pool._release(blocker)
+    async with all_admitted_at_once(pool, n, turn):
         # Every turn fits and is admitted at once, but only a batch is woken.
         assert len(pool._queue) == 0 and pool._dispatcher.statistics().in_flight == n
         assert len(pool._to_wake) == n - WAKE_BATCH and pool._woken == WAKE_BATCH
@@ -67,19 +79,14 @@ async def test_an_admitted_turn_cancelled_before_its_wake_gives_back_its_ticket_
 
     async def turn(i: int) -> None:
         with scopes[i]:
-            ticket = await pool._acquire(Waiter(100, None, None, None), 10_000 - i)
+            ticket = await small(pool, i)
             done.append(i)
             try:
                 await anyio.sleep_forever()  # holds its ticket until the test lets go
             finally:
                 pool._release(ticket)
 
-    blocker = await fill(pool)
-    async with anyio.create_task_group() as tg:
-        for i in range(n):
-            tg.start_soon(turn, i)
-        await queued(pool, n)
-        pool._release(blocker)
+    async with all_admitted_at_once(pool, n, turn):
         assert pool._woken == WAKE_BATCH
         scopes[n - 1].cancel()  # admitted, not yet woken: cancelled while it waits
         while len(done) < n - 1:
