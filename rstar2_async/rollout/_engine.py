@@ -15,9 +15,7 @@ differs per call (sampling, turns, response tokens) goes with the call.
 Resource handling: leaving :meth:`RolloutEngine.stream`'s block, normally, by an
 exception, or by cancellation, cancels every trajectory still running; their HTTP
 requests and tool calls are cancelled with them.  The engine owns neither the
-backend, the sandbox nor the reward: their owners close them.  In a process set up
-by :func:`tune_gc`, a stream also collects the young generation every 50 ms
-(:func:`collect_young`), in its own task group.
+backend, the sandbox nor the reward: their owners close them.
 """
 
 from __future__ import annotations
@@ -43,7 +41,6 @@ from ..reward import Reward
 from ..types import Group, Problem, Trajectory
 from ._agent import problem_messages, run_trajectory
 from ._chat_template import ChatTokenizer
-from ._runtime import collect_young, gc_tuned
 from ._toolbox import Toolbox, load_tools
 from .tools import Tool
 
@@ -220,8 +217,6 @@ class RolloutEngine:
         async with anyio.create_task_group() as tg:
             # Read as each problem is taken: a caller may add to it meanwhile (a shard worker).
             tg.start_soon(self._produce, problems, n, config, {} if finished is None else finished, on_trajectory, send)
-            if gc_tuned():  # short collections, not one long one every second (see tune_gc)
-                tg.start_soon(collect_young)
             async with receive:
                 try:
                     yield receive

@@ -6,8 +6,6 @@ import gc
 import time
 from typing import Any, Final
 
-import anyio
-
 GC_GEN0_THRESHOLD = 20_000
 """Net new containers between two collections (CPython's default: 700).
 
@@ -27,20 +25,6 @@ and up to 172-192 ms at 16,384 (the frozen objects that die take the count down,
 so more than 20,000 are young at a collection), ~12 us per turn in all; at
 5,000, 15-20 ms each at 2,048 but ~22 us per turn (it walks more objects that
 would have died before a later one); at 100,000, ~110 ms at 2,048."""
-
-GC_YOUNG_INTERVAL_S: Final = 0.05
-"""How often a running rollout collects the young generation itself (once
-:func:`tune_gc` is in place: :func:`collect_young`), whatever the allocation count.
-
-Why: the count that triggers a collection is allocations *less deallocations*, and
-frozen objects that die count down too.  In a rollout's steady state as many old
-turns die as new ones are made, so the count creeps up and each collection came
-after ever more young objects: at 16,384 trajectories over 64 doubles
-(``benchmarks/paper_scale.py``) one every ~0.7 s, 150-300 ms of CPU each, the
-longest single holds of the event loop after its load.  Every 50 ms, a collection
-walks what ~50 ms of turns left alive: 2-10 ms each at 4,096 trajectories against
-56-91 ms (the same CPU per turn, measured side by side), and each object is
-still walked once (survivors are frozen)."""
 
 RUN_OPTIONS: Final[dict[str, Any]] = {"use_uvloop": True}
 """``backend_options`` for ``anyio.run`` in processes that run rollouts: asyncio on
@@ -82,25 +66,10 @@ def collect_frozen_garbage() -> tuple[int, float]:
     return found, time.perf_counter() - t0
 
 
-def gc_tuned() -> bool:
-    """Whether :func:`tune_gc` set this process's collector up."""
-    return _freeze_survivors in gc.callbacks
-
-
-async def collect_young(interval_s: float = GC_YOUNG_INTERVAL_S) -> None:
-    """Collect the young generation every ``interval_s`` until cancelled (see
-    :data:`GC_YOUNG_INTERVAL_S`); the rollout engine runs it while it streams in
-    a process where :func:`tune_gc` was called."""
-    while True:
-        await anyio.sleep(interval_s)
-        gc.collect(0)
-
-
 def tune_gc() -> None:
     """Move everything alive now (imports, configs, tokenizers) out of the collector's
-    sight, collect at :data:`GC_GEN0_THRESHOLD` (and, while a rollout streams, every
-    :data:`GC_YOUNG_INTERVAL_S`), and freeze the survivors of every collection.
-    Call once, after start-up, in a process that runs rollouts."""
+    sight, collect at :data:`GC_GEN0_THRESHOLD`, and freeze the survivors of every
+    collection.  Call once, after start-up, in a process that runs rollouts."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_GEN0_THRESHOLD, 20, 100)

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Iterator
 
-import anyio
 import pytest
 
-from backends import Completion, SamplingParams
-from rstar2_async.config import RolloutConfig
-from rstar2_async.rollout import GC_GEN0_THRESHOLD, RolloutEngine, collect_frozen_garbage, tune_gc
+from backends import Completion
+from rstar2_async.rollout import GC_GEN0_THRESHOLD, collect_frozen_garbage, tune_gc
 from rstar2_async.rollout._conversation import TokenConversation
-from rstar2_async.types import Problem
-from tests.fakes.model import IM_END, FakeByteTokenizer, FakeSandbox
+from tests.fakes.model import FakeByteTokenizer
 
 
 @pytest.fixture
@@ -61,37 +58,6 @@ def test_a_cycle_that_dies_frozen_is_collected_once_a_step(collector: None) -> N
     found, seconds = collect_frozen_garbage()
     assert gone() is None and found >= 1 and seconds >= 0
     assert gc.get_freeze_count() > 0  # the survivors are frozen again
-
-
-class FakeAnswerAfterACollection:
-    """A token backend that answers once the collector has run a young collection."""
-
-    def __init__(self) -> None:
-        self.collected = anyio.Event()
-        ids = FakeByteTokenizer()._encode_text("<answer>42</answer>", specials=False) + [IM_END]
-        self.answer = Completion(ids, [0.0] * len(ids), "stop")
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "stop" and info["generation"] == 0:
-            self.collected.set()
-
-    async def generate(
-        self, prompt_ids: Sequence[int], *, max_tokens: int, sampling: SamplingParams, session: Hashable = None
-    ) -> Completion:
-        with anyio.fail_after(10):  # a hang guard: the collector runs every 50 ms
-            await self.collected.wait()
-        return self.answer
-
-
-@pytest.mark.anyio
-async def test_a_stream_collects_the_young_generation_when_the_allocation_count_would_not(collector: None) -> None:
-    tune_gc()
-    gc.set_threshold(1 << 30)  # the count alone never triggers one here
-    backend = FakeAnswerAfterACollection()
-    gc.callbacks.append(backend)
-    engine = RolloutEngine(backend=backend, sandbox=FakeSandbox(), config=RolloutConfig(), tokenizer=FakeByteTokenizer())
-    groups = await engine.run([Problem(id="p", problem="6*7?", answer="42")], n=2)
-    assert [t.finish_reason for t in groups[0].trajectories] == ["answer", "answer"]
 
 
 def test_a_conversation_shares_its_prompt_until_it_has_tokens_of_its_own() -> None:
