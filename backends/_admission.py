@@ -4,7 +4,8 @@
 :class:`backends._dispatch.Dispatcher` and its :class:`backends._waitqueue.WaitQueue`:
 a turn tries for a ticket, waits in the queue when there is no room (or no
 server up, for up to ``unavailable_timeout_s``), and is admitted by the pass that
-runs after each release, report, server change and hold's end.  The pool adds
+runs after each release, report, server change and hold's end, which wakes the
+turns it admits :data:`WAKE_BATCH` at a time.  The pool adds
 the servers, their clients and pollers, and the failover around it.
 """
 
@@ -30,12 +31,14 @@ WAKE_BATCH: Final = 128
 """Admitted turns woken per trip through the event loop.  A /metrics poll that
 finds room can admit thousands of waiting turns at once (4,331 in one pass at
 16,384 trajectories over 64 servers, ``benchmarks/paper_scale.py``); woken
-together, each encoding and sending its request (~60 us), they held the loop for
-260 ms in one iteration.  Woken 128 at a time, each admitted turn that resumes
-wakes the next, so an iteration runs at most 128 of them (~10-20 ms) and the
-loop's timers, polls and cancellations run in between.  Admission itself (which
-turns, in which order, on which servers) is unchanged: only the wake-ups are
-spread."""
+together, each encoding and sending its request, they ran in one loop iteration
+(260 ms on plain asyncio, ~60 us each).  Woken 128 at a time, each admitted turn
+that resumes waking the next, an iteration runs at most 128 of them (~8 ms at that
+cost), and the loop's timers, polls and cancellations get their turns in between.
+Admission itself (which turns, in which order, on which servers, when) is
+unchanged: only the wake-ups are spread."""
+
+_PENDING, _WOKEN = 1, 2  # a Waiter's ``waking`` once admitted (0: not, or done)
 
 
 class PoolState(enum.Enum):
@@ -55,8 +58,8 @@ class Waiter(Waiting):
         super().__init__(tokens, session, avoid, new_tokens)
         self.event = anyio.Event()  # set when it gets a ticket, a deadline, or the pool closes
         self.deadline: float | None = None  # set when it first found no server up
-        # Admitted, then: 1 while it waits its turn to be woken, 2 once woken (it
-        # holds one of the WAKE_BATCH wake-ups until it resumes), 0 when done.
+        # Once admitted, _PENDING while it waits its turn to be woken, then _WOKEN
+        # (it holds one of the WAKE_BATCH wake-ups until it resumes); 0 when done.
         self.waking = 0
 
 
@@ -186,7 +189,7 @@ class PoolAdmission:
         admitted = self._queue.admit()
         if admitted:
             for waiter in admitted:
-                waiter.waking = 1
+                waiter.waking = _PENDING
             self._to_wake.extend(admitted)
             self._wake()
         if not self._dispatcher.servers_up():
@@ -206,14 +209,14 @@ class PoolAdmission:
         are woken and not yet resumed (``everyone``: all, as the pool closes)."""
         while self._to_wake and (everyone or self._woken < WAKE_BATCH):
             waiter = self._to_wake.popleft()
-            if waiter.waking == 1:  # not cancelled meanwhile
-                waiter.waking = 2
+            if waiter.waking == _PENDING:  # not cancelled meanwhile
+                waiter.waking = _WOKEN
                 self._woken += 1
                 waiter.event.set()
 
     def _woke(self, waiter: Waiter) -> None:
         """An admitted turn resumed (or was cancelled): its wake-up goes to the next."""
-        if waiter.waking == 2:
+        if waiter.waking == _WOKEN:
             self._woken -= 1
         waiter.waking = 0
         if self._to_wake:
