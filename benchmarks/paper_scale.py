@@ -130,13 +130,14 @@ between them):
 - Admitted turns now wake ``backends._admission.WAKE_BATCH`` (128) per loop trip:
   with every callback timed, the most admitted turns resumed in one iteration
   went from 4,331 to 129 (one run each, load ~7 and ~1.5).  Main at dea4158 (A)
-  and this code (B) under this script, interleaved, two pairs at load 2.1-3.2
-  (uvloop): ``max_stall_ms`` A 1,193 and 862, B 603 and 516;
-  ``max_stall_cpu_ms`` A 610 and 668, B 604 and 385; the longest collection A 301
-  and 646, B 586 and 366 ms; ``stalls_over_50ms`` A 304 and 311, B 474 and 294;
-  ``cpu_us_per_turn`` A 301 and 269, B 323 and 270; turns per second A 2,469 and
-  2,813, B 2,335 and 2,844 (two pairs: the CPU and throughput differences are
-  within the spread).
+  and this code (B) under this script, interleaved, three pairs (uvloop; load
+  2.1-3.2 for two, 6.2-7.3 for the third): ``max_stall_ms`` A 1,193, 862, 1,508, B
+  603, 516, 3,125; ``max_stall_cpu_ms`` A 610, 668, 660, B 604, 385, 1,126; the
+  longest collection A 301, 646, 255, B 586, 366, 621 ms; ``stalls_over_50ms`` A
+  304, 311, 266, B 474, 294, 470; ``cpu_us_per_turn`` A 301, 269, 312, B 323, 270,
+  312; turns per second A 2,469, 2,813, 2,069, B 2,335, 2,844, 1,712.  No
+  difference beyond the spread: on a CPU-bound loop the iterations a burst is
+  spread over are long anyway, and the longest holds are collections.
 - Tried and left out: a young collection every 50 ms (a timer beside the
   engine's stream) bounds the collections (4,096 over 16: the longest 104 -> 22
   ms) but walks the objects of turns in flight that would have died unwalked:
@@ -160,9 +161,9 @@ between them):
   per turn through the pool: not met (~320 gross, ~275 less the doubles' own; the
   engine alone 53-60, the pool's own ~58, the token client over the in-process
   httpx transport, the polls and the monitor the rest).  No stall over 50 ms: not
-  met on this box (0.5-1.2 s at load 2-3, seconds at load 7-12): one process at
-  this scale is CPU-bound, its longest holds are collections of 0.3-0.65 s, and at
-  high load the OS takes the core away.
+  met on this box (0.5-1.2 s at load 2-3, 1.5-3.1 s at load 6-7): one process at
+  this scale is CPU-bound, its longest holds are collections of 0.25-0.65 s, and
+  at high load the OS takes the core away.
 """
 
 from __future__ import annotations
