@@ -236,6 +236,7 @@ class ServerPool(PoolAdmission):
         self._state = PoolState.CLOSED
         for waiter in self._queue:
             waiter.event.set()  # to raise BackendClosed
+        self._wake(everyone=True)  # admitted turns give their tickets back
         self._notify()
         # Not shielded as a whole: the task group must exit in its own scope.  The
         # clients shield their own closing.

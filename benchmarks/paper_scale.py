@@ -34,11 +34,16 @@ doubles, behind one in-process httpx transport (no sockets).
    is the baseline beside it: the same engine and script against a backend double
    that answers after the same mean latency, without pool, client or HTTP;
    ``pool_cpu_us_per_turn`` is the difference.  ``max_stall_ms``: the longest a
-   1 ms timer, set again each time it fires, fired late.  ``loop_busy``: CPU over
-   wall time (1.0 would mean one process cannot keep up: shard the rollout across
-   processes).
-   ``gc_collections``, ``gc_longest_ms``: the collector's passes during the run and
-   the longest in CPU time; ``gc_frozen_garbage_per_turn``: the cyclic garbage
+   1 ms timer, set again each time it fires, fired late; ``max_stall_cpu_ms``: the
+   most CPU time the process ran inside one stall (the rest of a stall's wall time
+   the OS gave the core to other processes: the box is shared);
+   ``stalls_over_50ms``: how many.  ``loop_busy``: CPU less the doubles' over wall
+   time; ``process_busy``: all of the process's CPU over wall time (near 1.0 the
+   process is CPU-bound: each loop iteration then runs all that became ready
+   during the one before, so iterations stay as long as the work they carry, and
+   one process cannot keep up: shard the rollout across processes).
+   ``gc_collections``, ``gc_longest_ms``, ``gc_us_per_turn``: the collector's passes
+   during the run, the longest and all of them in CPU time; ``gc_frozen_garbage_per_turn``: the cyclic garbage
    that freezing survivors kept (see ``rstar2_async.rollout.tune_gc``), collected
    after the run.  ``--gc before`` runs with the collector as it was tuned before.
    ``sharded_*`` (``--shards``, 8; 0: none): the same run through
@@ -105,10 +110,41 @@ between them):
   The poll lines are per second, not per turn: at full scale (~1,300 turns a
   second over 64 doubles) they and the monitor weigh about as much.
 - The longest stall: seconds in both (3.6 and 5.9 s before, 2.2 and 5.7 s now):
-  the process gets a fraction of a core at load 7-12 on 2 cores, and the
-  trajectories move in waves (16,384 started at once, their tools all 0.3 s), so
-  thousands of tasks fall due in one loop iteration; collections now take 180-390
-  ms of CPU at most.
+  the process gets a fraction of a core at load 7-12 on 2 cores.
+- What the long loop iterations hold (measured later the same day; one process,
+  16,384 over 64, no sharded run).  With every callback timed (plain asyncio, so
+  each could be told apart; load 4-7): 427 iterations over 50 ms in 78.6 s, from
+  the first second to the end, each running 1,000-7,000 callbacks: tasks woken by
+  the doubles' timers (a generation or a tool call ending: up to 2,588 in one
+  iteration), turns one admission pass let in (up to 4,331 in one iteration, 260-287
+  ms), the pollers with their passes (57 in one iteration, 138 ms), collections (up
+  to 221 ms); their CPU time is their wall time, so the loop's own work, not the
+  OS.  The start is no burst of its own: 256 trajectories started per loop trip
+  take 5-27 ms of an iteration.  Why so long: the process is CPU-bound
+  (``process_busy`` 0.86-0.89 at load 2-3 under uvloop), and a CPU-bound loop's
+  iteration runs all that became ready during the one before, so iterations stay as
+  long as the work they carry; the doubles finishing in lockstep cannot be told
+  apart from that here.  The longest single hold is a collection (below).  At
+  4,096 over 16 (``process_busy`` 0.38, load 2-3) the stalls over 50 ms are the
+  collector (90-104 ms) and the OS (stalls of 2-3x their CPU time).
+- Admitted turns now wake ``backends._admission.WAKE_BATCH`` (128) per loop trip:
+  with every callback timed, the most admitted turns resumed in one iteration
+  went from 4,331 to 129 (one run each, load ~7 and ~1.5).  Main at dea4158 (A)
+  and this code (B) under this script, interleaved, three pairs (uvloop; load
+  2.1-3.2 for two, 6.2-7.3 for the third): ``max_stall_ms`` A 1,193, 862, 1,508, B
+  603, 516, 3,125; ``max_stall_cpu_ms`` A 610, 668, 660, B 604, 385, 1,126; the
+  longest collection A 301, 646, 255, B 586, 366, 621 ms; ``stalls_over_50ms`` A
+  304, 311, 266, B 474, 294, 470; ``cpu_us_per_turn`` A 301, 269, 312, B 323, 270,
+  312; turns per second A 2,469, 2,813, 2,069, B 2,335, 2,844, 1,712.  No
+  difference beyond the spread: on a CPU-bound loop the iterations a burst is
+  spread over are long anyway, and the longest holds are collections.
+- Tried and left out: a young collection every 50 ms (a timer beside the
+  engine's stream) bounds the collections (4,096 over 16: the longest 104 -> 22
+  ms) but walks the objects of turns in flight that would have died unwalked:
+  the collector's CPU per turn 18 -> 46 us there, and at 16,384 67 us per turn
+  against main's 38-42 (``cpu_us_per_turn`` 326 and 310 against main's 284 and
+  283), the longest still 87-108 ms: on a CPU-bound loop, more CPU per turn is
+  longer iterations.
 - Through ShardedEngine (one run each, load 4.6-12.3): 8 workers 180,224 turns in
   124 s, 1,452 turns/s, per worker 405 us per turn (432 gross), stalls 3.3-4.8 s,
   the router 57 us per turn (loop busy 0.08, stall 344 ms); 4 workers (load 6-10.6)
@@ -125,7 +161,9 @@ between them):
   per turn through the pool: not met (~320 gross, ~275 less the doubles' own; the
   engine alone 53-60, the pool's own ~58, the token client over the in-process
   httpx transport, the polls and the monitor the rest).  No stall over 50 ms: not
-  met on this box (seconds, from CPU starvation and waves of tasks woken at once).
+  met on this box (0.5-1.2 s at load 2-3, 1.5-3.1 s at load 6-7): one process at
+  this scale is CPU-bound, its longest holds are collections of 0.25-0.65 s, and
+  at high load the OS takes the core away.
 """
 
 from __future__ import annotations
@@ -351,26 +389,28 @@ class BareBackend:
 
 class StallMonitor:
     """The loop's responsiveness: a 1 ms timer, set again each time it fires,
-    records how late it fires (the stalls over 1 ms, with when they ended).
+    records how late it fires (the stalls over 1 ms: when each ended, how long,
+    and the process's CPU time during it: a stall with less CPU than wall time
+    was partly the OS running other processes).
 
     A timer callback, not a task sleeping in a loop: the same lateness, at about
     half the CPU (14 ms a second against 26, measured idle), which the run counts
     in the orchestrator's CPU per turn (~25 us of it at 500 turns a second)."""
 
     def __init__(self) -> None:
-        self.stalls: list[tuple[float, float]] = []
+        self.stalls: list[tuple[float, float, float]] = []
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
 
-        def fire(t: float) -> None:
+        def fire(t: float, cpu: float) -> None:
             nonlocal timer
-            now = time.perf_counter()
+            now, now_cpu = time.perf_counter(), time.process_time()
             if (late := now - t - 1e-3) > 1e-3:
-                self.stalls.append((now, late))
-            timer = loop.call_later(1e-3, fire, now)
+                self.stalls.append((now, late, now_cpu - cpu))
+            timer = loop.call_later(1e-3, fire, now, now_cpu)
 
-        timer = loop.call_later(1e-3, fire, time.perf_counter())
+        timer = loop.call_later(1e-3, fire, time.perf_counter(), time.process_time())
         try:
             await anyio.sleep_forever()
         finally:
@@ -378,22 +418,31 @@ class StallMonitor:
 
     def max_ms(self, after: float = 0.0) -> float:
         """The longest stall that ended after ``after`` (a ``perf_counter`` time)."""
-        return max((late for t, late in self.stalls if t > after), default=0.0) * 1e3
+        return max((late for t, late, _ in self.stalls if t > after), default=0.0) * 1e3
+
+    def max_cpu_ms(self) -> float:
+        """The most CPU time the process ran inside one stall (the loop's own longest hold)."""
+        return max((cpu for _, _, cpu in self.stalls), default=0.0) * 1e3
+
+    def over(self, ms: float) -> int:
+        """How many stalls were longer than ``ms``."""
+        return sum(late * 1e3 > ms for _, late, _ in self.stalls)
 
 
 class GcTimer:
-    """The collector's passes during a run: how many, and the longest in CPU time (ms:
+    """The collector's passes during a run: how many, the longest and all of them in CPU time (ms:
     the machine is shared, and a collection descheduled halfway would read long)."""
 
     def __init__(self) -> None:
-        self.count, self.longest, self._t = 0, 0.0, 0.0
+        self.count, self.longest, self.total, self._t = 0, 0.0, 0.0, 0.0
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._t = time.thread_time()
         else:
             self.count += 1
-            self.longest = max(self.longest, (time.thread_time() - self._t) * 1e3)
+            ms = (time.thread_time() - self._t) * 1e3
+            self.longest, self.total = max(self.longest, ms), self.total + ms
 
     def __enter__(self) -> Self:
         gc.callbacks.insert(0, self)  # before tune_gc's freeze: it times the collection alone
@@ -548,8 +597,12 @@ async def pooled_run(trajectories: int, servers: int) -> dict[str, Any]:
         "loop_busy": (cpu - own) / wall,
         "max_stall_ms": monitor.max_ms(),
         "max_stall_ms_steady": monitor.max_ms(after=t0 + 0.2 * wall),
+        "max_stall_cpu_ms": monitor.max_cpu_ms(),
+        "stalls_over_50ms": monitor.over(50.0),
+        "process_busy": cpu / wall,
         "gc_collections": collector.count,
         "gc_longest_ms": collector.longest,
+        "gc_us_per_turn": collector.total * 1e3 / turns,
         "admission_us_per_turn": timer.ns / 1e3 / turns,
         "dispatcher_us_per_turn": timer.dispatch_ns / 1e3 / turns,
         "admission_passes": timer.passes,
@@ -715,8 +768,8 @@ def _scale(trajectories: int, servers: int, repeats: int, prefix: str) -> dict[s
 
     result: dict[str, Any] = {f"{prefix}trajectories": trajectories, f"{prefix}servers": servers}
     for key in (
-        "cpu_us_per_turn", "max_stall_ms", "max_stall_ms_steady", "loop_busy", "turns_per_s", "wall_s", "cpu_us_per_turn_gross",
-        "doubles_cpu_us_per_turn", "gc_collections", "gc_longest_ms", "gc_frozen_garbage_per_turn", "admission_us_per_turn", "dispatcher_us_per_turn", "peak_waiting", "overflows",
+        "cpu_us_per_turn", "max_stall_ms", "max_stall_ms_steady", "max_stall_cpu_ms", "stalls_over_50ms", "loop_busy", "process_busy", "turns_per_s", "wall_s", "cpu_us_per_turn_gross",
+        "doubles_cpu_us_per_turn", "gc_collections", "gc_longest_ms", "gc_us_per_turn", "gc_frozen_garbage_per_turn", "admission_us_per_turn", "dispatcher_us_per_turn", "peak_waiting", "overflows",
         "peak_kv", "mean_gen_s",
     ):
         result[prefix + key] = median(pooled, key)
