@@ -16,10 +16,11 @@ dev-mode ones included) answers 401 without the secret.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -74,6 +75,34 @@ def new_weights(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
             p.add_(torch.randn(p.shape, generator=gen) * 0.05)
     model.save_pretrained(out)
     return out
+
+
+@contextlib.asynccontextmanager
+async def no_hang(pool: ServerPool, seconds: float, what: str) -> AsyncIterator[None]:
+    """Turns a hang inside the block into a failure that shows the pool's state as it
+    was at the deadline, before the cancellation unwound the block: each server's up /
+    in flight / reserved / observed / held as the dispatcher sees it, the turns waiting
+    for room, and each token client's context-length lock and open connections (a turn
+    admitted but stuck in its client shows as in flight on its server)."""
+    state: str | None = None
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            nonlocal state
+            await anyio.sleep(seconds)
+            clients = [
+                (s.index, s.client._context_known, s.client._context_lock.statistics(), getattr(s.client._transport, "_open", None))
+                for s in pool.servers
+            ]  # fmt: skip
+            state = (f"pool: {msgspec.json.encode(pool.statistics()).decode()}; clients (server, context known, "
+                     f"context lock, connections open): {clients}")  # fmt: skip
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        yield
+        tg.cancel_scope.cancel()
+    if state is not None:
+        raise AssertionError(f"{what}: not done after {seconds:g} s; {state}")
 
 
 def prompt_ids(tiny_model_dir: Path, text: str) -> list[int]:
@@ -160,9 +189,11 @@ async def test_sigkill_during_rollout_loses_no_trajectory_and_server_comes_back(
                 await anyio.sleep(0.01)
             os.kill(victim.pid, signal.SIGKILL)
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(kill_when_busy)
-            groups = await engine.run(problems, n=2)
+        async with no_hang(pool, 600, "the rollout"):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(kill_when_busy)
+                groups = await engine.run(problems, n=2)
+                tg.cancel_scope.cancel()  # never busy at a look: no kill, and the failover check below fails
         trajectories = [t for g in groups for t in g.trajectories]
         assert len(trajectories) == 12
         assert sorted((t.problem_id, t.sample_index) for t in trajectories) == sorted(
@@ -174,11 +205,12 @@ async def test_sigkill_during_rollout_loses_no_trajectory_and_server_comes_back(
         t0 = time.monotonic()
         # The pool may take the server back as soon as it answers /metrics, a little
         # before the fleet's warm-up request has finished.
-        with anyio.fail_after(200):
+        async with no_hang(pool, 200, "server 0's restart"):
             while not (pool.is_up(0) and fleet.servers[0].restarts >= 1):
                 await anyio.sleep(0.5)
         print(f"server 0 restarted and back in rotation {time.monotonic() - t0:.1f} s after the rollout")
         assert fleet.servers[0].pid != victim.pid
-        c = await pool.generate(prompt_ids(tiny_model_dir, "hello"), max_tokens=4, sampling=GREEDY, session="x")
+        async with no_hang(pool, 120, "a turn after the restart"):  # it once waited 17 min in CI, cause unknown
+            c = await pool.generate(prompt_ids(tiny_model_dir, "hello"), max_tokens=4, sampling=GREEDY, session="x")
         assert len(c.token_ids) >= 1
         del sync
