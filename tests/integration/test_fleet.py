@@ -82,7 +82,7 @@ async def no_hang(pool: ServerPool, seconds: float, what: str) -> AsyncIterator[
     """Turns a hang inside the block into a failure that shows the pool's state as it
     was at the deadline, before the cancellation unwound the block: each server's up /
     in flight / reserved / observed / held as the dispatcher sees it, the turns waiting
-    for room, and each token client's context-length lock and open connections (a turn
+    for room, and whether each token client knows the context length and its open connections (a turn
     admitted but stuck in its client shows as in flight on its server)."""
     state: str | None = None
     async with anyio.create_task_group() as tg:
@@ -91,11 +91,11 @@ async def no_hang(pool: ServerPool, seconds: float, what: str) -> AsyncIterator[
             nonlocal state
             await anyio.sleep(seconds)
             clients = [
-                (s.index, s.client._context_known, s.client._context_lock.statistics(), getattr(s.client._transport, "_open", None))
+                (s.index, s.client._context.known, getattr(s.client._transport, "_open", None))
                 for s in pool.servers
             ]  # fmt: skip
             state = (f"pool: {msgspec.json.encode(pool.statistics()).decode()}; clients (server, context known, "
-                     f"context lock, connections open): {clients}")  # fmt: skip
+                     f"connections open): {clients}")  # fmt: skip
             tg.cancel_scope.cancel()
 
         tg.start_soon(watch)
