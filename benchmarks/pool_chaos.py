@@ -30,6 +30,7 @@ The last stdout line is the JSON summary.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import random
@@ -89,11 +90,20 @@ class FakeServer:
         """Serve, going down while ``dead`` (the port closes, connections are cut)."""
         limits = HTTPLimits(max_connections=4096, idle_timeout_s=600.0)
         while True:
-            async with anyio.create_task_group() as tg:
-                await tg.start(HTTPServer(self.handle, port=self.port, limits=limits).serve)
-                while self.fault != "dead":
-                    await self.back.wait()
-                tg.cancel_scope.cancel()
+            taken = False
+            try:
+                async with anyio.create_task_group() as tg:
+                    await tg.start(HTTPServer(self.handle, port=self.port, limits=limits).serve)
+                    while self.fault != "dead":
+                        await self.back.wait()
+                    tg.cancel_scope.cancel()
+            except* OSError as group:
+                if any(getattr(e, "errno", None) != errno.EADDRINUSE for e in group.exceptions):
+                    raise
+                taken = True
+            if taken:  # another socket took its port while it was down (as its own ephemeral port): down longer
+                await anyio.sleep(0.05)
+                continue
             while self.fault == "dead":
                 await self.back.wait()
 

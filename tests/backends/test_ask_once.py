@@ -35,6 +35,7 @@ async def test_a_wave_of_callers_asks_once_and_a_cancelled_waiter_strands_no_one
     async with anyio.create_task_group() as tg:
         for _ in range(3):
             tg.start_soon(get)
+        await anyio.wait_all_tasks_blocked()  # one of them asks (trio starts tasks in any order)
         async with anyio.create_task_group() as inner:  # a turn cancelled while it waits for the answer
             cancelled = anyio.CancelScope()
 
