@@ -31,6 +31,7 @@ token budget, and every rank runs the same number of micro-batches.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -251,7 +252,7 @@ def grpo_step(learner: Learner, groups: Sequence[Group], version: int | None = N
                 measure_diff(old, mb)
                 ratio = torch.exp(old - mb.old_logprobs.to(old.device))  # [T] pi_learner / pi_sampler
                 is_weights[m, k] = torch.clamp(ratio, max=c.tis_cap) * mb.mask.to(old.device)
-                plan[m][k] = _with_old_logprobs(mb, old)
+                plan[m][k] = dataclasses.replace(mb, old_logprobs=old.detach().cpu() * mb.mask)
 
     grad_norm = lr = 0.0
     loss_tokens = tokens = 0
@@ -324,10 +325,3 @@ def _split(seqs: list[TrainSeq], parts: int) -> list[list[TrainSeq]]:
         out.append(seqs[start:end])
         start = end
     return out
-
-
-def _with_old_logprobs(mb: MicroBatch, old: torch.Tensor) -> MicroBatch:
-    return MicroBatch(
-        mb.input_ids, mb.position_ids, mb.targets, mb.mask, old.detach().cpu() * mb.mask,
-        mb.advantages, mb.seq_lens, mb.current,
-    )  # fmt: skip
