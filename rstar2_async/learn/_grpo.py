@@ -204,6 +204,12 @@ class GrpoStats(msgspec.Struct, frozen=True):
     NaN when the batch has no such token (every group one version stale)."""
     logprob_diff_current_tokens: int = 0
     """The loss tokens that mean is over."""
+    tis_weight_mean: float = math.nan
+    """Mean truncated importance weight ``min(pi_learner / pi_sampler, tis_cap)`` over
+    loss tokens (NaN without ``tis_cap``): near 1 when the samples are fresh; on stale
+    tokens it moves with the policy's drift since they were sampled."""
+    tis_capped_frac: float = math.nan
+    """Share of loss tokens whose weight was cut at ``tis_cap`` (NaN without it)."""
 
 
 def grpo_step(learner: Learner, groups: Sequence[Group], version: int | None = None) -> GrpoStats:
@@ -229,7 +235,8 @@ def grpo_step(learner: Learner, groups: Sequence[Group], version: int | None = N
         bins += [[]] * (n_micro - len(bins))
         plan.append([collate([mine[i] for i in b]) for b in bins])
 
-    keys = ["loss", "clipped", "clipped_low", "clipped_high", "clipped_dual", "ratio", "kl", "entropy", "diff", "diff_current"]
+    keys = ["loss", "clipped", "clipped_low", "clipped_high", "clipped_dual", "ratio", "kl", "entropy", "diff", "diff_current",
+            "tis_weight", "tis_capped"]
     sums: dict[str, torch.Tensor | float] = dict.fromkeys(keys, 0.0)  # device tensors once added to
     maxes: dict[str, list[torch.Tensor]] = {"ratio_max": [], "diff_max": []}  # one 0-dim tensor per micro-batch
     diff_tokens = current_tokens = 0  # loss tokens whose mismatch was measured, of them sampled by these weights
@@ -251,7 +258,10 @@ def grpo_step(learner: Learner, groups: Sequence[Group], version: int | None = N
                 old, _ = learner.logprobs(mb, grad=False)  # [T], the learner's own old policy
                 measure_diff(old, mb)
                 ratio = torch.exp(old - mb.old_logprobs.to(old.device))  # [T] pi_learner / pi_sampler
-                is_weights[m, k] = torch.clamp(ratio, max=c.tis_cap) * mb.mask.to(old.device)
+                mask = mb.mask.to(old.device)
+                is_weights[m, k] = torch.clamp(ratio, max=c.tis_cap) * mask
+                sums["tis_weight"] = sums["tis_weight"] + is_weights[m, k].sum()
+                sums["tis_capped"] = sums["tis_capped"] + ((ratio > c.tis_cap).float() * mask).sum()
                 plan[m][k] = dataclasses.replace(mb, old_logprobs=old.detach().cpu() * mb.mask)
 
     grad_norm = lr = 0.0
@@ -313,6 +323,8 @@ def grpo_step(learner: Learner, groups: Sequence[Group], version: int | None = N
         logprob_diff_max=top["diff_max"],
         logprob_diff_current_mean=tot["diff_current"] / red[len(keys) + 3] if red[len(keys) + 3] else math.nan,
         logprob_diff_current_tokens=int(red[len(keys) + 3]),
+        tis_weight_mean=tot["tis_weight"] / n_loss if c.tis_cap is not None else math.nan,
+        tis_capped_frac=tot["tis_capped"] / n_loss if c.tis_cap is not None else math.nan,
     )
 
 

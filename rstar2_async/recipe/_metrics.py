@@ -29,6 +29,7 @@ PLOTS: dict[str, tuple[str, ...]] = {
     # training health (_health): the mismatch, the policy's entropy, where clipping acts, what RoC and the budget cut
     "mismatch": ("learner/logprob_diff_mean", "learner/logprob_diff_current_mean", "learner/logprob_diff_max"),
     "entropy": ("learner/entropy",),
+    "importance": ("learner/tis_weight_mean", "learner/tis_capped_frac"),
     "clipping": ("learner/clip_frac_low", "learner/clip_frac_high", "learner/clip_frac_dual"),
     "shares": ("roc/all_equal_share", "rollout/finish_token_budget", "rollout/tool_error_rate"),
 }

@@ -39,7 +39,7 @@ def groups_sampled_by(model_path: Path) -> list:
     return out
 
 
-@pytest.mark.parametrize("tis_cap", [None, 2.0])
+@pytest.mark.parametrize("tis_cap", [None, 2.0, 1.2])
 def test_mismatch_entropy_and_clip_fractions(tiny_lm: Path, tis_cap: float | None) -> None:
     from rstar2_async.config import LearnerConfig
     from rstar2_async.learn import Learner, grpo_step
@@ -62,9 +62,13 @@ def test_mismatch_entropy_and_clip_fractions(tiny_lm: Path, tis_cap: float | Non
         positive = sum(sum(t.loss_mask) for t in ts if t.reward > 0.5) / sum(sum(t.loss_mask) for t in ts)
         assert st.clip_frac_high == pytest.approx(positive) and 0 < positive < 1
         assert st.clip_frac_low == 0.0 and st.clip_frac_dual == 0.0
+        assert math.isnan(st.tis_weight_mean) and math.isnan(st.tis_capped_frac)
     else:  # against the learner's own old policy: exactly 1, nothing clipped
         assert st.ratio_mean == pytest.approx(1.0, abs=1e-6) and st.ratio_max == pytest.approx(1.0, abs=1e-6)
         assert st.clip_frac == 0.0
+        # Each token's weight is pi_learner / pi_sampler = e^0.3: under a cap of 2, cut at 1.2.
+        assert st.tis_weight_mean == pytest.approx(min(1.3498588, tis_cap), abs=1e-4)
+        assert st.tis_capped_frac == (1.0 if tis_cap < 1.3 else 0.0)
     assert st.clip_frac == pytest.approx(st.clip_frac_low + st.clip_frac_high)
     # Entropy is measured with entropy_coef = 0: a 32-token vocabulary near uniform at init.
     assert 3.0 < st.entropy <= torch.log(torch.tensor(32.0)).item() + 1e-5
@@ -110,6 +114,9 @@ def test_mismatch_of_the_learners_version_leaves_out_stale_tokens(tiny_lm: Path)
     assert st.logprob_diff_current_mean == pytest.approx(0.0, abs=1e-4)
     assert st.logprob_diff_mean == pytest.approx(SHIFT * (1 - fresh / st.loss_tokens), abs=1e-4)
     assert st.logprob_diff_max == pytest.approx(SHIFT, abs=1e-4)
+    # Stale tokens weigh e^0.3, the fresh ones 1.
+    stale = 1 - fresh / st.loss_tokens
+    assert st.tis_weight_mean == pytest.approx(1.3498588 * stale + (1 - stale), abs=1e-4)
     # A version no turn was sampled at: nothing to measure (not a zero that would drag the running median).
     st = grpo_step(learner, groups, version=7)
     assert st.logprob_diff_current_tokens == 0 and math.isnan(st.logprob_diff_current_mean)

@@ -88,6 +88,17 @@ def test_jump_means_three_times_the_running_median_or_above_the_ceiling() -> Non
     assert jump_warnings(5, {"rollout/reward_mean": 0.5}, history) == []
 
 
+def test_entropy_that_triples_above_its_floor_warns() -> None:
+    """A sharp policy's entropy swings several-fold around a few hundredths: quiet.  A
+    policy that falls apart spreads its mass: warned at the step it triples past 0.2."""
+    key = "learner/entropy"
+    assert jump_warnings(9, {key: 0.15}, {key: [0.04, 0.05, 0.03, 0.05]}) == []  # 3.4x, under the floor
+    assert jump_warnings(22, {key: 0.25}, {key: [0.05] * 20}) == [
+        f"step 22: {key} = 0.25, 5.0x its running median 0.05 (policy entropy: is the policy collapsing into noise?)"
+    ]
+    assert jump_warnings(9, {key: 1.2}, {key: [0.5, 0.6, 0.55]}) == []  # a model whose normal level is high
+
+
 def test_health_watch_keeps_history_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
     watch = HealthWatch([{"step": 1, MISMATCH: 0.02}, {"step": 2, "sft/loss": 1.0}, {"step": 3, MISMATCH: 0.02}],
                         watched=[Watch(MISMATCH, 0.01, 0.3, "m")])  # fmt: skip
@@ -102,4 +113,4 @@ def test_health_watch_keeps_history_and_reports(capsys: pytest.CaptureFixture[st
 
 def test_health_figures_are_plotted() -> None:
     drawn = {k for keys in PLOTS.values() for k in keys}
-    assert {MISMATCH, "learner/entropy", "learner/clip_frac_dual", "roc/all_equal_share"} <= drawn
+    assert {MISMATCH, "learner/entropy", "learner/clip_frac_dual", "roc/all_equal_share", "learner/tis_capped_frac"} <= drawn
