@@ -1,5 +1,6 @@
 """Training-health signals: the figures verl and slime users read every step, and a
-warning when the train/inference mismatch, the importance ratio or the entropy jumps.
+warning when the train/inference mismatch, the importance ratio or the entropy jumps,
+or the training reward falls.
 
 Every RL step's record (``metrics.jsonl``, TensorBoard, the plots) holds:
 
@@ -47,34 +48,48 @@ WINDOW: Final = 20
 """Steps of history the running median is taken over."""
 
 MIN_HISTORY: Final = 3
-"""Steps of history needed before the relative rule applies (the ceiling always does)."""
+"""Steps of history needed before the relative rule applies (the bound always does)."""
 
 
 class Watch(NamedTuple):
-    """A figure to watch: it jumps above ``ceiling`` always, and above
-    ``JUMP_FACTOR`` x its running median once it is also above ``floor`` (so that
-    noise around an exact zero, as on an fp32 learner and server, never warns)."""
+    """A figure to watch: it jumps above ``bound`` always, and above ``JUMP_FACTOR`` x
+    its running median once it is also above ``floor`` (so that noise around an exact
+    zero, as on an fp32 learner and server, never warns).  A ``falls`` figure warns the
+    other way: below ``bound`` always, and below its running median / ``JUMP_FACTOR``
+    once that median is above ``floor`` (a reward that was never earned cannot fall).
+    ``smooth``: the relative rules compare the mean of the figure's last ``smooth``
+    values (this step's included) with the median of the steps before them."""
 
     key: str
     floor: float
-    ceiling: float
+    bound: float
     meaning: str
+    falls: bool = False
+    smooth: int = 1
 
 
 WATCHED: Final = (
     Watch("learner/logprob_diff_current_mean", 0.01, 0.3, "train/inference mismatch: is the weight sync broken?"),
     Watch("learner/ratio_max", 2.0, 50.0, "importance ratio: stale or mismatched samples?"),
     Watch("learner/entropy", 0.2, math.inf, "policy entropy: is the policy collapsing into noise?"),
+    Watch("rollout/reward_mean", 0.3, -math.inf, "training reward: is the policy collapsing?", falls=True, smooth=2),
 )
 """The mismatch (a correct bf16 sync is typically 0.01-0.05 nats a token; 0.3 means
 the sampled tokens are ~35% likelier or less likely under the learner on average),
 the largest ratio (rare tokens reach 2-10 on-policy; 50 is far outside) and the
 entropy on loss tokens: a policy that falls apart (answers turn into digit soup) first
-spreads its mass, and its entropy triples within a few steps.  No ceiling there (a
+spreads its mass, and its entropy triples within a few steps.  No bound there (a
 model's normal level varies), and the floor keeps a sharp policy's noise quiet:
 replayed on 11 CPU-demo runs, the rule with a floor of 0.1 also fired in 4 of the 10
 healthy ones (3x swings of a 0.03-0.06 entropy), with 0.2 only in the one that
-collapsed (0.05 -> 0.8 from its step 21)."""
+collapsed (0.05 -> 0.8 from its step 21).  The training reward falls first: at twice
+the demo's learning rate both modes collapsed, streaming's reward 0.80 -> 0.29 -> 0.08
+over steps 8-10 with the entropy under 0.12 until step 14 (the answers copy the tool's
+output with a digit wrong), on-policy's 0.69 -> 0.45 -> 0 over steps 10-12, after which
+every group's rewards were equal, nothing trained and no entropy was measured until
+step 30.  Two steps are averaged because one hard batch is not rare: on healthy demo
+runs one step fell to 0.45x its median, two steps' mean no lower than 0.63x.  A stage
+of harder problems lowers the reward too: read the warning against the data."""
 
 
 def jump_warnings(
@@ -88,12 +103,18 @@ def jump_warnings(
         v = values.get(w.key)
         if not isinstance(v, (int, float)) or not math.isfinite(v):
             continue
-        past = list(history.get(w.key, ()))[-WINDOW:]
+        earlier = list(history.get(w.key, ()))
+        split = max(len(earlier) - (w.smooth - 1), 0)  # the values before the recent ones
+        past = earlier[max(split - WINDOW, 0) : split]
+        recent = statistics.fmean(earlier[split:] + [v])
         median = statistics.median(past) if len(past) >= MIN_HISTORY else None
-        if v > w.ceiling:
-            why = f"above {w.ceiling:g}"
-        elif median is not None and v > w.floor and v > JUMP_FACTOR * median:
-            why = f"{v / median:.1f}x its running median {median:.4g}" if median > 0 else "its running median is 0"
+        mean = f"{w.smooth}-step mean {recent:.4g}, " if w.smooth > 1 else ""
+        if (v < w.bound) if w.falls else (v > w.bound):
+            why = f"{'below' if w.falls else 'above'} {w.bound:g}"
+        elif w.falls and median is not None and median > w.floor and recent * JUMP_FACTOR < median:
+            why = f"{mean}{recent / median:.2f}x its running median {median:.4g}"
+        elif not w.falls and median is not None and recent > w.floor and recent > JUMP_FACTOR * median:
+            why = f"{mean}{recent / median:.1f}x its running median {median:.4g}" if median > 0 else "its running median is 0"
         else:
             continue
         lines.append(f"step {step}: {w.key} = {v:.4g}, {why} ({w.meaning})")
@@ -126,11 +147,11 @@ class HealthWatch:
         return lines
 
     def _add(self, values: Mapping[str, Any]) -> None:
-        for key, past in self.history.items():
-            v = values.get(key)
+        for w in self.watched:
+            v, past = values.get(w.key), self.history[w.key]
             if isinstance(v, (int, float)) and math.isfinite(v):
                 past.append(float(v))
-                del past[:-WINDOW]
+                del past[: -(WINDOW + w.smooth - 1)]
 
 
 def update_metrics(done: RolloutResult, trained: Sequence[Group], version: int) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from rstar2_async.recipe import PLOTS, rollout_metrics
@@ -97,6 +99,27 @@ def test_entropy_that_triples_above_its_floor_warns() -> None:
         f"step 22: {key} = 0.25, 5.0x its running median 0.05 (policy entropy: is the policy collapsing into noise?)"
     ]
     assert jump_warnings(9, {key: 1.2}, {key: [0.5, 0.6, 0.55]}) == []  # a model whose normal level is high
+
+
+def test_training_reward_that_falls_to_a_third_over_two_steps_warns() -> None:
+    """One hard batch is noise; two steps averaging under a third of the running median
+    is a policy falling apart (the rule's median leaves those two steps out)."""
+    key = "rollout/reward_mean"
+    healthy = [0.75, 0.8, 0.7, 0.78, 0.72]
+    assert jump_warnings(6, {key: 0.2}, {key: healthy}) == []  # one bad batch: (0.72 + 0.2) / 2
+    assert jump_warnings(7, {key: 0.08}, {key: [*healthy, 0.29]}) == [
+        f"step 7: {key} = 0.08, 2-step mean 0.185, 0.25x its running median 0.75 "
+        "(training reward: is the policy collapsing?)"
+    ]
+    # A policy that never earned reward cannot fall: under the floor, quiet.
+    assert jump_warnings(7, {key: 0.0}, {key: [0.2, 0.25, 0.2, 0.22, 0.0]}) == []
+
+
+def test_smoothed_history_keeps_the_window_and_its_recent_steps() -> None:
+    watch = HealthWatch(watched=[Watch("r", 0.3, -math.inf, "m", falls=True, smooth=2)])
+    for step in range(30):
+        watch.check(step, {"r": 0.8})
+    assert len(watch.history["r"]) == 21  # the 20-step window, and the one step averaged with the next
 
 
 def test_health_watch_keeps_history_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
