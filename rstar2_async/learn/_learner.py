@@ -112,7 +112,7 @@ class Learner:
         self.config = config
         self.model_path = Path(model_path)
         self.rank, self.world_size = init_distributed()
-        self.device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
+        self.device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if torch.cuda.is_available() else "cpu")
         seed_everything(config.seed + self.rank)
         self.dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
         ds_config = _merge(self.deepspeed_config(), deepspeed_overrides or {})

@@ -13,7 +13,7 @@ import msgspec
 from ..config import ModelConfig, StageConfig
 from ..errors import TrainError
 from ..selection import RocDecision, roc_downsample
-from ..types import Group, Problem
+from ..types import Group
 
 __all__ = ["RolloutResult", "StreamState", "TrainState", "TrainSummary", "downsample", "prepare_model"]
 
