@@ -100,6 +100,9 @@ class PoolStatistics(msgspec.Struct, frozen=True):
     resumed: int = 0
     """Generations a pause cut short and resumed from their tokens, over every server
     (the servers' clients' counters)."""
+    interrupted: int = 0
+    """Generations a pause interrupted (cut short and resumed, or frozen through a
+    ``keep`` sync), over every server (the clients' counters)."""
 
 
 @final
@@ -382,6 +385,7 @@ class ServerPool(PoolAdmission):
 
     def statistics(self) -> PoolStatistics:
         dispatch = self._dispatcher.statistics()
+        clients = [s.client.statistics() for s in self.servers]
         return PoolStatistics(
             dispatch=dispatch,
             servers_up=sum(s.up for s in dispatch.servers),
@@ -391,5 +395,6 @@ class ServerPool(PoolAdmission):
             servers_back=self._back,
             weight_version=self._weight_version,
             waiting=len(self._queue),
-            resumed=sum(s.client.statistics().resumed for s in self.servers),
+            resumed=sum(c.resumed for c in clients),
+            interrupted=sum(c.interrupted for c in clients),
         )

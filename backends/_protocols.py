@@ -26,9 +26,11 @@ from ._types import ChatCompletion, Completion, SamplingParams
 
 __all__ = ["ChatBackend", "PauseMode", "TokenBackend", "WeightAdmin"]
 
-PauseMode = Literal["wait", "abort"]
+PauseMode = Literal["wait", "abort", "keep"]
 """``wait``: requests in flight finish first; ``abort``: they end at once with
-``finish_reason="abort"`` and the tokens so far (their callers resume them)."""
+``finish_reason="abort"`` and the tokens so far (their callers resume them);
+``keep``: they freeze on the server and go on after the resume, their KV computed
+again on the weights loaded meanwhile (no round trip; vLLM only)."""
 
 
 class TokenBackend(Protocol):

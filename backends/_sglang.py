@@ -2,7 +2,7 @@
 
 SGLang has no CPU build, so nothing here runs against a real server in this
 repository's tests; the request shapes are checked against a recording test
-double (tests/backends/test_adapters.py).  Shapes follow SGLang's native API:
+double (tests/backends/test_sglang.py).  Shapes follow SGLang's native API:
 
 - ``POST /generate {"input_ids": [...], "sampling_params": {"max_new_tokens",
   "temperature", "top_p", "top_k", "sampling_seed", "skip_special_tokens"},
@@ -27,7 +27,7 @@ False, and the weight sync drains the pool's own requests before pausing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final, Literal, final
+from typing import Any, Final, final
 
 import httpx
 import msgspec
@@ -35,6 +35,7 @@ import msgspec
 from ._admin import AdminBase, admin_call, decode_json
 from ._dispatch import ServerLoad
 from ._errors import BadResponse, ServerUnavailable
+from ._protocols import PauseMode
 from ._retry import RetryPolicy
 from ._token_client import CompletionClient
 from ._types import Completion, FinishReason, SamplingParams
@@ -88,9 +89,14 @@ class SGLangAdmin(AdminBase):
             waiting=sum(int(r.get("num_waiting_reqs", 0)) for r in ranks),
         )
 
-    async def pause(self, mode: Literal["wait", "abort"] = "abort") -> None:
+    async def pause(self, mode: PauseMode = "abort") -> None:
         """Pause generation, aborting what still runs (``wait`` is the caller's
-        drain; see the module docstring)."""
+        drain; see the module docstring).
+
+        Raises:
+            ValueError: ``keep``, which this adapter does not drive."""
+        if mode == "keep":
+            raise ValueError('SGLang: pause mode "keep" is not supported; use "abort" or "wait"')
         await admin_call(self.http, "POST", "/pause_generation", json={"mode": "abort"})
 
     async def resume(self) -> None:
@@ -198,9 +204,11 @@ class SGLangTokenClient(CompletionClient):
             max_connections=max_connections, retry=retry, transport=transport,
         )  # fmt: skip
 
-    async def _request(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Completion:
+    async def _request(
+        self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams, version: int
+    ) -> Completion:
         body = self._body(list(prompt), max_tokens, sampling)
-        return self._parse((await admin_call(self._http, "POST", "/generate", json=body)).content)
+        return self._parse((await admin_call(self._http, "POST", "/generate", json=body)).content, version)
 
     @staticmethod
     def _body(prompt: list[int], max_tokens: int, sampling: SamplingParams) -> dict[str, Any]:
@@ -216,7 +224,7 @@ class SGLangTokenClient(CompletionClient):
             params["sampling_seed"] = sampling.seed
         return {"input_ids": prompt, "sampling_params": params, "return_logprob": True}
 
-    def _parse(self, content: bytes) -> Completion:
+    def _parse(self, content: bytes, sent_version: int) -> Completion:
         try:
             r = _decoder.decode(content)
         except msgspec.DecodeError as exc:
@@ -229,7 +237,7 @@ class SGLangTokenClient(CompletionClient):
             raise BadResponse(f"{self.base_url}/generate: malformed output_token_logprobs") from exc
         if len(ids) != len(logprobs):
             raise BadResponse(f"{self.base_url}/generate: {len(ids)} ids but {len(logprobs)} logprobs")
-        version = self.weight_version
+        version = sent_version
         if r.meta_info.weight_version is not None and r.meta_info.weight_version.isdigit():
             version = int(r.meta_info.weight_version)
         reason = r.meta_info.finish_reason.type if r.meta_info.finish_reason else None

@@ -85,6 +85,9 @@ class TokenClientStatistics(msgspec.Struct, frozen=True):
     resumed: int
     """Aborted parts that were resumed from their tokens (a paused server, most
     often a weight sync in ``abort`` mode cutting a turn short)."""
+    interrupted: int = 0
+    """Generations a pause interrupted: cut short and resumed (``abort``), or frozen
+    on the server while a weight sync changed the version (``keep``)."""
 
 
 class State(enum.Enum):
@@ -126,8 +129,8 @@ class CompletionClient:
         self.model = model
         self.retry = retry or RetryPolicy()
         self.weight_version = 0
-        """Stamped on completions whose response carries no version; the weight sync
-        sets it after loading new weights and before resuming the server."""
+        """Stamped on answers without a version to requests sent from now on; the weight
+        sync sets it after loading new weights and before resuming the server."""
         timeout = timeout or httpx.Timeout(3600.0, connect=10.0, pool=60.0)
         transport = transport or transport_for(base_url, timeout=timeout, max_connections=max_connections)
         # The client owns the transport's lifecycle; the hot path (_post) calls the
@@ -140,7 +143,7 @@ class CompletionClient:
         self._extensions = {"timeout": timeout.as_dict()}
         self._urls: dict[str, httpx.URL] = {}
         self._state = State.UNOPENED
-        self._generations = self._resumed = 0
+        self._generations = self._resumed = self._interrupted = 0
         self._context = AskOnce(self._ask_context_length, None)
 
     async def __aenter__(self) -> Self:
@@ -184,6 +187,7 @@ class CompletionClient:
         logprobs: list[float] = []
         versions: list[int] = []
         finish: FinishReason = "abort"
+        interrupted = False
         context = self._context.value if self._context.known else await self._context.get()  # the hot path: no await
         for _ in range(MAX_RESUMES + 1):
             remaining = max_tokens - len(token_ids)
@@ -193,7 +197,9 @@ class CompletionClient:
                 finish = "length"
                 break
             prompt = list(prompt_ids) + token_ids if token_ids else prompt_ids
+            sent = self.weight_version
             part = await self._send(prompt, remaining, sampling)
+            interrupted |= self.weight_version != sent  # a ``keep`` sync froze it meanwhile
             if versions:  # a resumed part: new lists, the part's are not ours to extend
                 token_ids, logprobs = token_ids + part.token_ids, logprobs + part.logprobs
             else:  # the first part's lists, fresh from its answer, are the result's (no copy)
@@ -203,7 +209,9 @@ class CompletionClient:
             if finish != "abort":
                 break
             self._resumed += 1
+            interrupted = True
         self._generations += 1
+        self._interrupted += interrupted
         version = min(versions, default=self.weight_version)  # no part: the prompt filled the context
         return Completion(token_ids=token_ids, logprobs=logprobs, finish_reason=finish, weight_version=version)
 
@@ -231,7 +239,7 @@ class CompletionClient:
         return (ours[0].max_model_len if ours else None), True
 
     def statistics(self) -> TokenClientStatistics:
-        return TokenClientStatistics(generations=self._generations, resumed=self._resumed)
+        return TokenClientStatistics(generations=self._generations, resumed=self._resumed, interrupted=self._interrupted)
 
     async def _send(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Completion:
         attempt = 0
@@ -239,15 +247,18 @@ class CompletionClient:
             if self._state is not State.OPEN:
                 raise BackendClosed(f"{type(self).__name__} for {self.base_url} is {self._state.name}")
             try:
-                return await self._request(prompt, max_tokens, sampling)
+                return await self._request(prompt, max_tokens, sampling, self.weight_version)
             except (ServerUnavailable, BadResponse):
                 attempt += 1
                 if attempt > self.retry.max_retries:
                     raise
             await anyio.sleep(self.retry.delay(attempt))
 
-    async def _request(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Completion:
-        """One exchange with the server, errors translated into :mod:`backends._errors`."""
+    async def _request(
+        self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams, version: int
+    ) -> Completion:
+        """One exchange with the server, errors translated into :mod:`backends._errors`;
+        ``version`` (the client's as the request is sent) goes on an answer without one."""
         raise NotImplementedError
 
     async def _post(self, path: str, body: bytes) -> tuple[int, bytes]:
@@ -331,7 +342,9 @@ class TokenClient(CompletionClient):
             body["seed"] = sampling.seed
         return _encoder.encode(body)
 
-    async def _request(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Completion:
+    async def _request(
+        self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams, version: int
+    ) -> Completion:
         try:
             status, content = await self._post("/completions", self._body(prompt, max_tokens, sampling))
         except httpx.TransportError as exc:  # connect/read/write/pool errors and timeouts
@@ -340,9 +353,9 @@ class TokenClient(CompletionClient):
             raise ServerUnavailable(f"{self.base_url}: HTTP {status}: {content[:200].decode(errors='replace')}")
         if status >= 400:
             raise RequestRejected(f"{self.base_url}: HTTP {status}: {content[:500].decode(errors='replace')}", status)
-        return self._parse(content)
+        return self._parse(content, version)
 
-    def _parse(self, content: bytes) -> Completion:
+    def _parse(self, content: bytes, sent_version: int) -> Completion:
         parsed: _Response[float] | _Response[float | None]
         try:
             try:
@@ -368,7 +381,7 @@ class TokenClient(CompletionClient):
         if isinstance(version, str):
             version = parse_vllm_weight_version(version)
         if version is None:
-            version = self.weight_version
+            version = sent_version
         return Completion(
             token_ids=ids,
             logprobs=logprobs,

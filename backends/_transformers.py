@@ -239,7 +239,7 @@ class TransformersBackend:
         ``finish_reason="abort"``.  Cancelling only stops the waiting: the pause holds."""
         self._check_open("pause")
         if mode not in ("wait", "abort"):
-            raise ValueError(f"pause mode: expected 'wait' or 'abort', got {mode!r}")
+            raise ValueError(f"pause mode: expected 'wait' or 'abort' (no 'keep' in process), got {mode!r}")
         if not self._paused:
             self._paused = True
             self._hold()

@@ -14,7 +14,15 @@ with ``VLLM_SERVER_DEV_MODE=1``, which :mod:`backends._launcher` sets):
   ``{"status": "resumed"}``.  ``GET /is_paused`` -> ``{"is_paused": bool}``.
 - ``POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": DIR}}``
   -> ``{"results": [null]}`` (one per worker).
-- ``POST /reset_prefix_cache`` -> 200 (stale KV otherwise).
+- ``POST /pause?mode=keep`` freezes the requests in flight; with ``clear_cache``
+  left at true, vLLM preempts them and drops every cached block, so after
+  ``/resume`` they go on, in the same request, with their KV computed again on the
+  weights loaded meanwhile (a 1,500-token completion paused after 335 tokens: the
+  rest equal a transformers forward pass on the new weights to 2e-6).  With
+  ``clear_cache=false`` they would attend to the old weights' KV, and
+  ``/reset_prefix_cache`` cannot drop blocks they hold.
+- ``POST /reset_prefix_cache`` -> ``{"success": bool}``: false while running
+  requests hold cached blocks (stale KV otherwise).
 - ``POST /update_weight_version {"new_version": STR}``; ``GET /weight_info`` ->
   ``{"weight_version": STR}`` (``"default"`` at start).  Completions do not carry it.
   vLLM's versions are free strings, ours ints: the adapter sends an int's decimal
@@ -31,15 +39,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Final, Literal, final
+from typing import Final, final
 
 from ._admin import AdminBase, admin_call, decode_json
 from ._dispatch import ServerLoad
 from ._errors import BadResponse
+from ._protocols import PauseMode
 
 __all__ = ["VLLMAdmin", "parse_vllm_metrics", "parse_vllm_weight_version", "vllm_weight_version"]
-
-PauseMode = Literal["wait", "abort"]
 
 _SAMPLE: Final = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)$")
 _LABEL: Final = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -134,7 +141,8 @@ class VLLMAdmin(AdminBase):
 
     async def pause(self, mode: PauseMode = "wait") -> None:
         """Stop scheduling: ``wait`` lets in-flight requests finish first, ``abort``
-        ends them at once with ``finish_reason: "abort"`` (the client resumes them)."""
+        ends them at once with ``finish_reason: "abort"`` (the client resumes them),
+        ``keep`` freezes them until :meth:`resume` (their KV is computed again then)."""
         await admin_call(self.http, "POST", "/pause", params={"mode": mode})
 
     async def resume(self) -> None:
@@ -149,7 +157,14 @@ class VLLMAdmin(AdminBase):
         await admin_call(self.http, "POST", "/collective_rpc", json=body)
 
     async def reset_prefix_cache(self) -> None:
-        await admin_call(self.http, "POST", "/reset_prefix_cache")
+        """Drop every cached block.
+
+        Raises:
+            BadResponse: vLLM answered ``success: false`` (blocks still held by
+                running requests: a server that is not paused)."""
+        body = decode_json(await admin_call(self.http, "POST", "/reset_prefix_cache"))
+        if isinstance(body, dict) and body.get("success") is False:
+            raise BadResponse("vLLM /reset_prefix_cache: success false (running requests hold cached blocks)")
 
     async def set_weight_version(self, version: int | str) -> None:
         """Tag the loaded weights with our ``version`` (see :func:`vllm_weight_version`;

@@ -3,14 +3,16 @@
 ``await sync.sync(weights, version)`` runs, with the pool admitting no new turn:
 
 1. pause   every server in rotation (``wait``: in-flight requests finish first;
-           ``abort``: they end at once and their clients resume them after step 5);
+           ``abort``: they end at once and their clients resume them after step 5;
+           ``keep``: they freeze and go on after step 5, their KV computed again);
 2. load    the new weights (disk: each server reads a safetensors directory;
            broadcast: the learner's rank 0 sends each tensor to all servers at once,
            from a name -> tensor mapping, read back from such a directory, or from
            memory while the directory is written: ``_transports``);
 3. flush   prefix caches (cached KV of the old weights is wrong for the new ones);
 4. version set the version on the server and on the pool's clients (stamped on
-           every token generated from now on);
+           every request sent from now on; a request keeps the version it was
+           sent to, whenever it ends);
 5. resume  every paused server, always (shielded), whatever failed before.
 
 Guarantees:
@@ -44,18 +46,17 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, Final, Literal, final
+from typing import Any, Final, final
 
 import anyio
 import msgspec
 
 from ._errors import BackendError, WeightSyncError
 from ._pool import PoolServer, ServerPool
+from ._protocols import PauseMode
 from ._transports import BroadcastTransport, DiskTransport, PendingWeights, weights_directory
 
 __all__ = ["SyncReport", "WeightSync", "follow_versions"]
-
-PauseMode = Literal["wait", "abort"]
 
 _RETRY_DELAY_S: Final = 0.5
 """Pause between retries of one server's step: long enough for a transient
@@ -89,9 +90,10 @@ class WeightSync:
         pool: the servers (borrowed; the sync installs itself as the pool's
             ``on_server_back`` hook).
         transport: :class:`DiskTransport` or :class:`BroadcastTransport`.
-        pause_mode: ``wait`` (in-flight requests finish on the old weights) or
+        pause_mode: ``wait`` (in-flight requests finish on the old weights),
             ``abort`` (they stop now and resume on the new weights; their tokens
-            carry the older version).
+            carry the older version) or ``keep`` (as ``abort``, frozen on the server
+            instead of resumed by the client; vLLM only).
         retries: extra tries of a failing server's step before taking it out.
         restart: optional ``restart(index)`` (e.g. the fleet's) called for a server
             taken out; it comes back through the pool's poller and is loaded then.

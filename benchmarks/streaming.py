@@ -34,8 +34,8 @@ The policies (the trainer's code paths, rstar2_async/recipe):
   each batch is the next 128 positions of the stream, once all are finished, and
   trains the groups RoC kept of them (the on-policy step's data); a sync aborts the
   turns in flight, which resume from their tokens on the new weights.
-- ``streaming_s1_keep_kv``: streaming_s1 with the sync the trainer does not do
-  (yet): vLLM's ``pause_generation(mode="keep", clear_cache=False)`` (vLLM 0.32:
+- ``streaming_s1_keep_kv``: streaming_s1 with a sync the trainer does not do:
+  vLLM's ``pause_generation(mode="keep", clear_cache=False)`` (vLLM 0.32:
   docs.vllm.ai/en/v0.32.0/training/async_rl, ``EngineCore.pause_scheduler``): the
   turns in flight freeze for the same pause, then go on with their KV of the old
   weights, and the prefix caches are kept.  PipelineRL (arXiv 2509.19128, its
@@ -44,7 +44,12 @@ The policies (the trainer's code paths, rstar2_async/recipe):
   PR 3839).  A group's staleness still counts from its oldest token, so the
   bound and its proof are unchanged; what changes is that tokens after a sync
   attend to keys and values of the previous weights (the sampler's logprobs,
-  which the loss's importance weight uses, are of exactly that).
+  which the loss's importance weight uses, are of exactly that).  The trainer's
+  ``weight_sync.pause_mode = "keep"`` freezes turns with ``clear_cache`` left true:
+  vLLM computes their KV again on the new weights, the same work as the abort's
+  resume in this model (streaming_s1's figures), less the round trip of each turn.
+  Keeping the KV as modelled here would also keep the prefix caches' blocks of
+  older weights, which no flush can reach while turns hold them.
 
 Diagnostics, run only when named with ``--policies``: ``streaming_s1_no_sync``
 (the fleet alone, never paused: every group is too stale, but its utilization is

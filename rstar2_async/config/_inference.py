@@ -157,11 +157,13 @@ class WeightSyncConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     sender: Literal["nccl", "gloo"] = "nccl"
     """Broadcast: the collective on rank 0.  ``nccl`` for vLLM on GPUs (rank 0 needs
     CUDA); ``gloo`` only reaches CPU receivers that join a gloo group (tests)."""
-    pause_mode: Literal["wait", "abort"] | None = None
+    pause_mode: Literal["wait", "abort", "keep"] | None = None
     """``wait``: turns in flight finish on the old weights before the load.
     ``abort``: they stop at once and resume on the new weights (shorter pause; their
-    earlier tokens keep the older version).  Default: ``wait`` on-policy, ``abort``
-    in streaming mode."""
+    earlier tokens keep the older version).  ``keep`` (vLLM only): they freeze on the
+    server and go on after the sync in the same request, their KV computed again on
+    the new weights: as ``abort`` without the round trip of each turn.  Default:
+    ``wait`` on-policy, ``abort`` in streaming mode."""
 
     def __post_init__(self) -> None:
         if self.transport == "broadcast" and self.master_port is None:

@@ -184,6 +184,11 @@ class TrainConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
             )
         if self.rollout.shards:
             self._check_shards()
+        if self.weight_sync.pause_mode == "keep" and self.inference is None and self.server.engine != "vllm":
+            raise ValueError(
+                f'weight_sync.pause_mode = "keep" needs vLLM servers; server.engine = "{self.server.engine}" cannot '
+                'freeze turns through a sync: use "abort"'
+            )
         if self.run.mode == "streaming" and self.weight_sync.pause_mode == "wait":
             raise ValueError(
                 'weight_sync.pause_mode = "wait" with run.mode = "streaming": the sync would wait for turns that never '

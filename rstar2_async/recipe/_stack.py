@@ -35,7 +35,7 @@ from ._builders import Engine, api_key, client_timeout, fleet_config, rollout_en
 from ._builders import server_pool as server_pool_of
 from ._shard_stack import ShardStackConfig, shard_specs
 
-__all__ = ["RolloutStack", "check_reachable", "rollout_stack", "turns_resumed"]
+__all__ = ["RolloutStack", "check_reachable", "rollout_stack", "turns_interrupted"]
 
 
 @dataclass
@@ -210,9 +210,10 @@ def _tell(engine: ShardedEngine, count: int) -> Callable[[int, list[int]], Await
     return on_version
 
 
-def turns_resumed(stack: RolloutStack) -> int:
-    """Generations a pause cut short and resumed so far, over every server the
-    rollout generates on (the workers' with shards)."""
+def turns_interrupted(stack: RolloutStack) -> int:
+    """Generations a pause interrupted so far (cut short and resumed, or frozen
+    through a ``keep`` sync), over every server the rollout generates on (the
+    workers' with shards)."""
     if isinstance(stack.engine, ShardedEngine):
-        return stack.engine.turns_resumed()
-    return 0 if stack.pool is None else stack.pool.statistics().resumed
+        return stack.engine.turns_interrupted()
+    return 0 if stack.pool is None else stack.pool.statistics().interrupted

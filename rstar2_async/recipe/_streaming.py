@@ -61,7 +61,7 @@ from ..errors import TrainError
 from ..selection import RocDecision
 from ..types import Group, Problem
 from ._data import batch_for_step
-from ._stack import RolloutStack, turns_resumed
+from ._stack import RolloutStack, turns_interrupted
 from ._state import RolloutResult, StreamState, downsample
 
 if TYPE_CHECKING:
@@ -229,13 +229,13 @@ async def run_streaming_stage(
     state = trainer.state.stream = trainer.state.stream or StreamState()
     stream = _Stream(trainer, index, stage, problems, state)
     stream.restore(queued)
-    engine, resumed = stack.engine, turns_resumed(stack)
+    engine, so_far = stack.engine, turns_interrupted(stack)
 
     def interrupted() -> int:
-        """Turns resumed since the last step's record (none falls between two steps)."""
-        nonlocal resumed
-        before, resumed = resumed, turns_resumed(stack)
-        return resumed - before
+        """Turns interrupted since the last step's record (none falls between two steps)."""
+        nonlocal so_far
+        before, so_far = so_far, turns_interrupted(stack)
+        return so_far - before
 
     feed_send, feed = anyio.create_memory_object_stream[Problem](0)
     # Left set if the stage is stopped: the stop's checkpoint keeps the stream too.

@@ -101,8 +101,8 @@ class Shard:
             self.process.send(message)
 
 
-def _resumed(report: Report) -> int:
-    return 0 if report.pool is None else report.pool.resumed
+def _interrupted(report: Report) -> int:
+    return 0 if report.pool is None else report.pool.interrupted
 
 
 def _send(stream: Stream, group: Group) -> None:
@@ -126,7 +126,7 @@ class ShardBooks:
         self._server_versions: dict[int, int] = {}  # set on some since
         self._taken_out: set[int] = set()  # out since a sync could not load them
         self._retired: dict[str, int] = {}  # dead workers' last counters
-        self._retired_resumed = 0
+        self._retired_interrupted = 0
 
     def broadcast(self, message: ToWorker) -> None:
         for shard in self.shards:
@@ -268,7 +268,7 @@ class ShardBooks:
             for name, value in msgspec.structs.asdict(shard.report.rollout).items():
                 if name not in _GAUGES:
                     self._retired[name] = self._retired.get(name, 0) + value
-            self._retired_resumed += _resumed(shard.report)
+            self._retired_interrupted += _interrupted(shard.report)
             shard.report = None
 
     def break_(self, error: ShardError) -> None:
@@ -292,5 +292,5 @@ class ShardBooks:
     def pool_statistics(self) -> list[PoolStatistics]:
         return [s.report.pool for s in self.shards if s.report is not None and s.report.pool is not None]
 
-    def turns_resumed(self) -> int:
-        return self._retired_resumed + sum(_resumed(s.report) for s in self.shards if s.report is not None)
+    def turns_interrupted(self) -> int:
+        return self._retired_interrupted + sum(_interrupted(s.report) for s in self.shards if s.report is not None)

@@ -191,9 +191,10 @@ class ShardedEngine:
         """Each worker's pool's latest report, in worker order; ``[]`` without pools."""
         return self._books.pool_statistics()
 
-    def turns_resumed(self) -> int:
-        """Generations a pause cut short and resumed, over every worker's servers."""
-        return self._books.turns_resumed()
+    def turns_interrupted(self) -> int:
+        """Generations a pause interrupted (cut short and resumed, or frozen through a
+        ``keep`` sync), over every worker's servers."""
+        return self._books.turns_interrupted()
 
     def pids(self) -> list[int | None]:
         """Each worker's process id now (``None`` while it restarts)."""

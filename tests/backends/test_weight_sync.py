@@ -16,7 +16,9 @@ import anyio
 import httpx
 import pytest
 
-from backends import BroadcastTransport, DiskTransport, PendingWeights, SamplingParams, WeightSync, follow_versions
+from backends import (
+    BroadcastTransport, Completion, DiskTransport, PendingWeights, SamplingParams, WeightSync, follow_versions,
+)  # fmt: skip
 from backends._errors import WeightSyncError
 from backends._launcher import free_port
 from backends._pool import ServerPool
@@ -103,6 +105,34 @@ async def test_abort_mode_and_in_flight_turn_resumes_after_sync(tmp_path: Path) 
             report = await sync.sync(tmp_path, version=2)
     assert fakes[0].log[[r.path for r in fakes[0].log].index("/pause")].query == {"mode": "abort"}
     assert report.servers == [0]
+
+
+async def test_keep_mode_freezes_the_turn_in_flight_and_stamps_the_version_it_was_sent_to(tmp_path: Path) -> None:
+    # vLLM's /v1/completions carries no version: the client's own is all there is.
+    fakes = [FakeVLLM(FakeModelServer(delay_s=0.3), stamps_versions=False)]
+    ids = FakeByteTokenizer().encode_prompt([{"role": "user", "content": "What is 2*3?"}])
+    done: list[Completion] = []
+    async with fleet(*fakes) as pool:
+        sync = WeightSync(pool, DiskTransport(), pause_mode="keep")
+
+        async def turn() -> None:
+            done.append(await pool.generate(ids, max_tokens=300, sampling=SamplingParams()))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(turn)
+            with anyio.fail_after(30):  # a bound against a hang: the turn reaches the server
+                while fakes[0].running == 0:
+                    await anyio.sleep(0.01)
+            report = await sync.sync(tmp_path, version=1)
+        after = await pool.generate(ids, max_tokens=300, sampling=SamplingParams())
+        stats = pool.statistics()
+    assert fakes[0].log[[r.path for r in fakes[0].log].index("/pause")].query == {"mode": "keep"}
+    assert report.servers == [0] and fakes[0].aborted == 0
+    # One request, answered whole after the resume, stamped with the version it was sent to.
+    assert done[0].finish_reason != "abort" and done[0].weight_version == 0
+    assert [r.path for r in fakes[0].log].count("/v1/completions") == 2
+    assert after.weight_version == 1
+    assert (stats.resumed, stats.interrupted) == (0, 1)
 
 
 async def test_failing_server_is_retried_then_removed_never_paused_and_loaded_when_back(tmp_path: Path) -> None:

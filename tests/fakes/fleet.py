@@ -8,7 +8,9 @@ with the shapes the real engines use (measured for vLLM, documented for SGLang).
 (reported in ``/metrics``).  While paused, completions wait for ``/resume``; a
 completion that a ``/pause?mode=abort`` overlapped answers the first half of its
 tokens with ``finish_reason: "abort"`` (vLLM ends it at once; the double when its
-model answers).  Once versioned, completions carry the version they started on
+model answers); one that a ``/pause?mode=keep`` overlapped answers whole, after
+``/resume`` (vLLM freezes it meanwhile).  ``stamps_versions=False`` answers
+completions without a version, as vLLM's ``/v1/completions`` does.  Once versioned, completions carry the version they started on
 (``weight_version``), as vLLM's do.
 """
 
@@ -47,11 +49,13 @@ class FakeVLLM:
     running: int = 0
     aborted: int = 0
     """Completions cut short by an abort-mode pause."""
+    stamps_versions: bool = True
 
     def __post_init__(self) -> None:
         self._resumed = anyio.Event()
         self._resumed.set()
         self._abort_pauses = 0
+        self._pause_mode = ""
 
     @property
     def paused(self) -> bool:
@@ -83,6 +87,8 @@ class FakeVLLM:
                 self.running -= 1
             if self.dead:  # killed while generating
                 raise DropConnection
+            if self.paused and self._pause_mode == "keep":  # frozen until the resume
+                await self._resumed.wait()
             if status != 200 or (version == "default" and pauses == self._abort_pauses):
                 return status, payload
             return status, self._stamp(payload, version, aborted=pauses != self._abort_pauses)
@@ -106,6 +112,7 @@ class FakeVLLM:
             case "/pause":
                 self._resumed = anyio.Event()
                 self._abort_pauses += query.get("mode") == "abort"
+                self._pause_mode = query.get("mode", "")
                 return 200, b'{"status": "paused"}'
             case "/resume":
                 self._resumed.set()
@@ -117,7 +124,7 @@ class FakeVLLM:
                 self.weights = body["kwargs"]["weights_path"]
                 return 200, b'{"results": [null]}'
             case "/reset_prefix_cache":
-                return 200, ok
+                return 200, b'{"success": true}'
             case "/update_weight_version":
                 assert isinstance(body, dict)
                 self.version = body["new_version"]
@@ -134,7 +141,7 @@ class FakeVLLM:
 
     def _stamp(self, payload: bytes, version: str, *, aborted: bool) -> bytes:
         answer = json.loads(payload)
-        if version != "default":
+        if version != "default" and self.stamps_versions:
             answer["weight_version"] = version
         if aborted:
             self.aborted += 1

@@ -39,10 +39,11 @@ import httpx
 import msgspec
 import pytest
 
-from backends import LaunchError
+from backends import Completion, DiskTransport, LaunchError, SamplingParams, WeightSync
+from backends._pool import ServerPool
 from backends._launcher import VLLMServer, VLLMServerConfig, launch_vllm, serve_vllm
 from backends._process import descendants
-from tests.integration.conftest import Reference, restore_weights
+from tests.integration.conftest import Reference, perturbed_weights, restore_weights
 
 pytestmark = [pytest.mark.vllm, pytest.mark.anyio]
 
@@ -132,17 +133,7 @@ async def test_in_place_weight_reload_choreography(
     hf_reference: Callable,
     tmp_path: Path,
 ) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    # New weights, as a learner would export them: the same model, perturbed.
-    new_dir = tmp_path / "step-1"
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=generator) * 0.05)
-    model.save_pretrained(new_dir)
+    new_dir = perturbed_weights(tiny_model_dir, tmp_path / "step-1")
 
     async with httpx.AsyncClient(base_url=vllm_server.base_url, timeout=120) as http:
         original_version = (await http.get("/weight_info")).json()["weight_version"]
@@ -195,6 +186,54 @@ async def test_in_place_weight_reload_choreography(
         assert (await http.get("/weight_info")).json() == {"weight_version": original_version}
     assert restored["token_ids"] == before["token_ids"]
     assert_matches(restored, hf_reference(tiny_model_dir, prompt_ids, restored["token_ids"]))
+
+
+async def _generated_tokens(http: httpx.AsyncClient) -> float:
+    text = (await http.get("/metrics")).text
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("vllm:generation_tokens_total"))
+
+
+async def test_keep_mode_sync_goes_on_with_the_turn_in_flight_on_the_new_weights(
+    vllm_server: VLLMServer, tiny_model_dir: Path, prompt_ids: list[int], hf_reference: Callable, tmp_path: Path
+) -> None:
+    """A sync in ``keep`` mode while a long greedy turn generates: the turn is one
+    request that never aborts; its tokens before the pause are the old weights'
+    and every token after it the new weights' over the whole context (vLLM
+    computed the KV again), and it is stamped with the version it was sent to."""
+    new_dir = perturbed_weights(tiny_model_dir, tmp_path / "step-1", seed=2)
+    done: list[Completion] = []
+    async with httpx.AsyncClient(base_url=vllm_server.base_url, timeout=60) as http:
+        original_version = (await http.get("/weight_info")).json()["weight_version"]
+        try:
+            async with ServerPool([vllm_server.base_url], model=vllm_server.model, poll_interval_s=0.05) as pool:
+                sync = WeightSync(pool, DiskTransport(), pause_mode="keep")
+
+                async def turn() -> None:
+                    greedy = SamplingParams(temperature=0.0)
+                    done.append(await pool.generate(prompt_ids, max_tokens=1500, sampling=greedy))
+
+                before = await _generated_tokens(http)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(turn)
+                    with anyio.fail_after(60):  # a bound against a hang: the turn is generating
+                        while await _generated_tokens(http) < before + 32:
+                            await anyio.sleep(0.01)
+                    report = await sync.sync(new_dir, version=1)
+                stats = pool.statistics()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(restore_weights, vllm_server, tiny_model_dir, original_version)
+    assert report.servers == [0] and report.removed == []
+    completion = done[0]
+    assert completion.finish_reason != "abort" and completion.weight_version == 0
+    assert (stats.resumed, stats.interrupted) == (0, 1)
+    ids, got = completion.token_ids, completion.logprobs
+    old = hf_reference(tiny_model_dir, prompt_ids, ids).logprobs
+    new = hf_reference(new_dir, prompt_ids, ids).logprobs
+    k = next((i for i, (a, b) in enumerate(zip(got, old)) if abs(a - b) >= LOGPROB_TOL), len(ids))
+    assert 0 < k < len(ids), f"the sync did not fall inside the turn: {k} of {len(ids)} tokens on the old weights"
+    errors = [abs(a - b) for a, b in zip(got[k:], new[k:])]
+    assert max(errors) < LOGPROB_TOL, f"tokens {k}.. not the new weights': errors up to {max(errors)}"
 
 
 def _alive(pid: int) -> bool:

@@ -78,8 +78,8 @@ def first_answer_wrong() -> object:
 
 
 class HoldOneTurn:
-    """Holds the first turn of one problem until a sync pauses its server with abort:
-    a turn in flight that the sync must cut short, whenever the sync comes."""
+    """Holds the first turn of one problem until a sync pauses its server (``abort``
+    or ``keep``): a turn in flight that the sync must interrupt, whenever it comes."""
 
     def __init__(self, problem: str) -> None:
         self.problem, self.taken = problem, False
@@ -90,7 +90,7 @@ class HoldOneTurn:
         fake.scripted = _Held(fake.scripted, self, paused)  # type: ignore[assignment]
 
         async def handle(method: str, target: str, body: bytes) -> tuple[int, bytes]:
-            if target.startswith("/pause") and "mode=abort" in target:
+            if target.startswith("/pause") and ("mode=abort" in target or "mode=keep" in target):
                 paused.set()
             return await fake(method, target, body)
 
@@ -109,7 +109,7 @@ class _Held:
         return await self.model(method, path, body)
 
 
-def config(tmp_path: Path, ports: list[int], *, mode: str, shards: int) -> TrainConfig:
+def config(tmp_path: Path, ports: list[int], *, mode: str, shards: int, pause: str | None = None) -> TrainConfig:
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps({"id": f"q{i}", "problem": f"What is {i + 2}*{i + 3}?", "answer": str((i + 2) * (i + 3))}) + "\n"
                             for i in range(20)))  # fmt: skip
@@ -119,6 +119,7 @@ def config(tmp_path: Path, ports: list[int], *, mode: str, shards: int) -> Train
             "model": {"path": str(tmp_path)},
             "inference": {"base_urls": [f"http://127.0.0.1:{p}/v1" for p in ports], "model": "m"},
             "pool": {"poll_interval_s": 0.05},
+            "weight_sync": {} if pause is None else {"pause_mode": pause},
             "rollout": {"shards": shards, "max_turns": 3, "max_response_tokens": 300},
             "sandbox": {"workers": 2, "spares": 0, "warmup": ""},
             "reward": {"workers": 2},
@@ -132,8 +133,10 @@ def config(tmp_path: Path, ports: list[int], *, mode: str, shards: int) -> Train
 
 
 @pytest.mark.parametrize("shards", [0, 2])
-@pytest.mark.parametrize("mode", ["on_policy", "streaming"])
-async def test_rl_steps_train_each_group_once_within_the_staleness_bound(tmp_path: Path, mode: str, shards: int) -> None:
+@pytest.mark.parametrize(("mode", "pause"), [("on_policy", None), ("streaming", None), ("streaming", "keep")])
+async def test_rl_steps_train_each_group_once_within_the_staleness_bound(
+    tmp_path: Path, mode: str, pause: str | None, shards: int
+) -> None:
     policy = first_answer_wrong()
     fakes = [FakeVLLM(FakeModelServer(policy=policy, delay_s=0.01)) for _ in range(2)]
     handlers: list[Callable[[str, str, bytes], Awaitable[tuple[int, bytes]]]] = list(fakes)
@@ -147,7 +150,7 @@ async def test_rl_steps_train_each_group_once_within_the_staleness_bound(tmp_pat
     driver = FakeLearnerDriver()
     async with anyio.create_task_group() as tg:
         ports = [await tg.start(serve_http, handler) for handler in handlers]
-        trainer = Trainer(config(tmp_path, ports, mode=mode, shards=shards), resume=False)
+        trainer = Trainer(config(tmp_path, ports, mode=mode, shards=shards, pause=pause), resume=False)
         trainer.driver = driver  # type: ignore[assignment]
         trainer._check_run_dir()
         with anyio.fail_after(300):  # a bound against a hang, not a timing
@@ -180,9 +183,9 @@ async def test_rl_steps_train_each_group_once_within_the_staleness_bound(tmp_pat
     # grading it waited through, which is none when its groups were graded before it began.
     if mode == "on_policy":
         assert sum(r["time/reward_s"] for r in steps) > 0
-    if mode == "streaming":
-        assert hold.taken and sum(f.aborted for f in fakes) > 0  # a sync cut a turn short (abort mode)...
-        assert sum(r["async/turns_interrupted"] for r in steps) > 0  # ...and they were resumed
+    if mode == "streaming":  # a sync interrupted the held turn: cut short (abort), or frozen (keep)...
+        assert hold.taken and (sum(f.aborted for f in fakes) > 0) == (pause is None)
+        assert sum(r["async/turns_interrupted"] for r in steps) > 0  # ...and it was counted
 
 
 def test_more_shards_than_servers_is_an_error_naming_the_field(tmp_path: Path) -> None:
@@ -190,3 +193,14 @@ def test_more_shards_than_servers_is_an_error_naming_the_field(tmp_path: Path) -
         config(tmp_path, [1, 2], mode="on_policy", shards=3)
     with pytest.raises(ConfigError, match=r"rollout\.shards: expected int >= 0, got -1"):
         config(tmp_path, [1, 2], mode="on_policy", shards=-1)
+
+
+def test_keep_pause_on_an_engine_without_it_is_an_error_naming_the_field(tmp_path: Path) -> None:
+    train = msgspec.to_builtins(config(tmp_path, [1, 2], mode="streaming", shards=0, pause="keep"))
+    del train["inference"]
+    train["server"] = {"engine": "sglang"}
+    message = r'weight_sync\.pause_mode = "keep" needs vLLM servers; server\.engine = "sglang"'
+    with pytest.raises(ConfigError, match=message):
+        convert(train, TrainConfig)
+    train["server"] = {"engine": "vllm"}
+    assert convert(train, TrainConfig).weight_sync.pause_mode == "keep"

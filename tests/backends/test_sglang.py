@@ -1,0 +1,70 @@
+"""The SGLang adapters against a recording double of SGLang's native API
+(``tests.fakes.fleet.FakeSGLang``; SGLang has no CPU build): request shapes, the
+load report, versions, and the pause modes the adapter can and cannot drive."""
+
+from __future__ import annotations
+
+import anyio
+import httpx
+import pytest
+
+from backends import SamplingParams, SGLangAdmin, SGLangTokenClient
+from backends._errors import BadResponse
+from tests.fakes.fleet import FakeSGLang
+from tests.fakes.http import serve_http
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_generate_sends_token_ids_and_reads_ids_logprobs_and_the_servers_version() -> None:
+    fake = FakeSGLang(version="3")
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_http, fake)
+        async with SGLangTokenClient(f"http://127.0.0.1:{port}/v1", model="m") as client:
+            c = await client.generate([1, 2, 3], max_tokens=5, sampling=SamplingParams(temperature=0.5, seed=9))
+            fake.version = "default"  # not one of ours: the version the request was sent to
+            client.weight_version = 4
+            d = await client.generate([1, 2, 3], max_tokens=2, sampling=SamplingParams())
+        tg.cancel_scope.cancel()
+    body = next(r.body for r in fake.log if r.path == "/generate")
+    assert body == {
+        "input_ids": [1, 2, 3],
+        "sampling_params": {"max_new_tokens": 5, "temperature": 0.5, "top_p": 1.0, "skip_special_tokens": False,
+                            "sampling_seed": 9},
+        "return_logprob": True,
+    }  # fmt: skip
+    assert (c.token_ids, c.logprobs, c.finish_reason, c.weight_version) == ([7, 8, 9], [-0.5] * 3, "stop", 3)
+    assert (d.token_ids, d.finish_reason, d.weight_version) == ([7, 8], "length", 4)
+
+
+async def test_admin_load_version_and_pause_modes() -> None:
+    fake = FakeSGLang(capacity_tokens=5000, used_tokens=1200)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_http, fake)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            admin = SGLangAdmin(http)
+            load = await admin.load()
+            await admin.set_weight_version("2")
+            version = await admin.weight_version()
+            await admin.pause("abort")
+            await admin.pause("wait")  # no native wait: the sync drains first, then aborts what is left
+            with pytest.raises(ValueError, match='SGLang: pause mode "keep" is not supported'):
+                await admin.pause("keep")
+            await admin.resume()
+        tg.cancel_scope.cancel()
+    assert (load.capacity_tokens, load.used_tokens, load.running, load.waiting) == (5000, 1200, 2, 1)
+    assert version == "2" and not SGLangAdmin.native_wait
+    pauses = [r.body for r in fake.log if r.path == "/pause_generation"]
+    assert pauses == [{"mode": "abort"}, {"mode": "abort"}]
+    assert [r.path for r in fake.log][-1] == "/continue_generation"
+
+
+async def test_a_load_report_without_capacity_is_a_bad_response() -> None:
+    fake = FakeSGLang()
+    fake.capacity_tokens = "unknown"  # type: ignore[assignment]
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_http, fake)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            with pytest.raises(BadResponse, match="no max_total_num_tokens"):
+                await SGLangAdmin(http).load()
+        tg.cancel_scope.cancel()
