@@ -39,8 +39,7 @@ import httpx
 import msgspec
 import pytest
 
-from backends import Completion, DiskTransport, LaunchError, SamplingParams, WeightSync
-from backends._pool import ServerPool
+from backends import Completion, DiskTransport, LaunchError, SamplingParams, ServerPool, WeightSync
 from backends._launcher import VLLMServer, VLLMServerConfig, launch_vllm, serve_vllm
 from backends._process import descendants
 from tests.integration.conftest import Reference, perturbed_weights, restore_weights
