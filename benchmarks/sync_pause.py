@@ -56,19 +56,13 @@ MODES = ("abort", "keep")
 
 def prepare(root: Path, turns: int) -> tuple[Path, Path, list[list[int]]]:
     """The tiny model, its perturbed copy, and ``turns`` chat-templated prompts."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from rstar2_async.demo import build_tiny_model
+    from tests.integration.conftest import perturbed_weights
 
     first = build_tiny_model(root / "first", seed=0)
-    second = root / "second"
-    model = AutoModelForCausalLM.from_pretrained(first, dtype=torch.float32)
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=generator) * 0.05)
-    model.save_pretrained(second)
+    second = perturbed_weights(first, root / "second")
     tok = AutoTokenizer.from_pretrained(first)
     with (ROOT.parent / "shared" / "data" / "math500.jsonl").open() as f:
         problems = [json.loads(line)["problem"] for line, _ in zip(f, range(turns))]

@@ -9,9 +9,9 @@ with the shapes the real engines use (measured for vLLM, documented for SGLang).
 completion that a ``/pause?mode=abort`` overlapped answers the first half of its
 tokens with ``finish_reason: "abort"`` (vLLM ends it at once; the double when its
 model answers); one that a ``/pause?mode=keep`` overlapped answers whole, after
-``/resume`` (vLLM freezes it meanwhile).  ``stamps_versions=False`` answers
-completions without a version, as vLLM's ``/v1/completions`` does.  Once versioned, completions carry the version they started on
-(``weight_version``), as vLLM's do.
+``/resume`` (vLLM freezes it meanwhile).  Once versioned, completions carry the
+version they started on (``weight_version``), as vLLM's ``/inference/v1/generate``
+does; ``stamps_versions=False`` answers without one, as its ``/v1/completions`` does.
 """
 
 from __future__ import annotations

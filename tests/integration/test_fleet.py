@@ -33,7 +33,7 @@ from backends import SamplingParams
 from backends._fleet import Fleet, FleetConfig
 from backends._pool import ServerPool
 from backends import DiskTransport, WeightSync
-from tests.integration.conftest import TINY_MAX_MODEL_LEN
+from tests.integration.conftest import TINY_MAX_MODEL_LEN, perturbed_weights
 
 pytestmark = [pytest.mark.vllm, pytest.mark.anyio]
 LOGPROB_TOL = 1e-4
@@ -64,17 +64,7 @@ def fleet(tiny_model_dir: Path, vllm_python: Path, tmp_path_factory: pytest.Temp
 
 @pytest.fixture(scope="module")
 def new_weights(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    out = tmp_path_factory.mktemp("weights") / "step-1"
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
-    model.save_pretrained(out)
-    return out
+    return perturbed_weights(tiny_model_dir, tmp_path_factory.mktemp("weights") / "step-1")
 
 
 @contextlib.asynccontextmanager
