@@ -11,7 +11,7 @@ import bisect
 import gc
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Self
+from typing import Any, Final, Self
 
 import anyio
 
@@ -83,11 +83,28 @@ class GcTimer:
         gc.callbacks.remove(self)
 
 
+def _untune_gc() -> None:
+    """Undo ``tune_gc`` where it ran first (a shard worker runs it before its factory)."""
+    gc.callbacks[:] = [c for c in gc.callbacks if getattr(c, "__qualname__", "") != "_freeze_survivors"]
+    gc.unfreeze()
+
+
 def tune_gc_before() -> None:
-    """The baseline: the collector as tuned before survivors were frozen (``tune_gc`` at ceae007)."""
+    """A baseline: the collector as tuned before survivors were frozen (``tune_gc`` at ceae007)."""
+    _untune_gc()
     gc.collect()
     gc.freeze()
     gc.set_threshold(1_000_000, 20, 100)
+
+
+def default_gc() -> None:
+    """A baseline: CPython's own collector, as a shard worker ran before it called ``tune_gc``."""
+    _untune_gc()
+    gc.set_threshold(700, 10, 10)
+
+
+BASELINE_GC: Final = {"before": tune_gc_before, "default": default_gc}
+"""``--gc``'s baselines; ``ours`` is ``rstar2_async.rollout.tune_gc``."""
 
 
 def frozen_garbage() -> int:

@@ -31,7 +31,7 @@ from _scale_doubles import (
     SleepSandbox,
     problem_text,
 )
-from _scale_probes import AdmissionTimer, GcTimer, LoopQueue, StallMonitor, tune_gc_before
+from _scale_probes import BASELINE_GC, AdmissionTimer, GcTimer, LoopQueue, StallMonitor
 
 from backends import SamplingParams, ServerPool
 from rstar2_async.config import RolloutConfig
@@ -42,7 +42,6 @@ from rstar2_async.rollout import (
     ShardStack,
     Toolbox,
     load_tools,
-    tune_gc,
 )
 from rstar2_async.types import Problem
 from tests.fakes.model import FakeByteTokenizer
@@ -173,7 +172,8 @@ async def shard_stack(spec: ShardSpec) -> AsyncIterator[ShardStack]:
     doubles, its pool and engine; its own figures (CPU, the doubles' share, stalls,
     collections, from its stack's start to its end) go to ``out`` when it closes."""
     bench = msgspec.json.decode(spec.config, type=ShardBench)
-    tune_gc() if bench.gc == "ours" else tune_gc_before()
+    if bench.gc != "ours":  # ours: the worker has tuned it (rollout/_shard_worker.py)
+        BASELINE_GC[bench.gc]()
     tokenizer, config, _, script = _setup(bench.trajectories // spec.shards)
     fleet = SimFleet(script, len(spec.share(bench.servers)), CAPACITY_TOKENS)
     monitor = StallMonitor()

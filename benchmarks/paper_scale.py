@@ -45,7 +45,9 @@ doubles, behind one in-process httpx transport (no sockets).
    ``gc_collections``, ``gc_longest_ms``, ``gc_us_per_turn``: the collector's passes
    during the run, the longest and all of them in CPU time; ``gc_frozen_garbage_per_turn``: the cyclic garbage
    that freezing survivors kept (see ``rstar2_async.rollout.tune_gc``), collected
-   after the run.  ``--gc before`` runs with the collector as it was tuned before.
+   after the run.  ``--gc before`` runs with the collector as it was tuned before,
+   ``--gc default`` with CPython's own (700, 10, 10, nothing frozen), as shard
+   workers ran until they called ``tune_gc``.
    ``sharded_*`` (``--shards``, 8; 0: none): the same run through
    :class:`rstar2_async.rollout.ShardedEngine` over that many worker processes, each
    built by ``_scale_runs.shard_stack`` (its share of the doubles, 2,048
@@ -71,7 +73,7 @@ doubles, behind one in-process httpx transport (no sockets).
 Run: ``.venv/bin/python benchmarks/paper_scale.py --scale-repeats 1 --repeats 3``
 (``--trajectories``, ``--servers``, ``--shards``, ``--releases`` to scale it;
 ``--skip-single``, ``--skip-admission``, ``--skip-scale`` for parts; ``--gc before``
-for the collector's baseline).  Prints one JSON line last; medians of the repeats.
+or ``--gc default`` for the collector's baselines).  Prints one JSON line last; medians of the repeats.
 
 Measured so (2026-12-02, this repository's 2-core CPU box shared with four other
 engineers' jobs; one process at full scale ``--scale-repeats 1 --skip-admission``
@@ -182,7 +184,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # backends
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this script
 
-from _scale_probes import frozen_garbage, tune_gc_before
+from _scale_probes import BASELINE_GC, frozen_garbage
 from _scale_runs import admission_run, bare_run, pooled_run, sharded_run
 
 from rstar2_async.rollout import RUN_OPTIONS, tune_gc
@@ -303,15 +305,16 @@ def main() -> None:
         "trajectories over its share of the servers, its own engine, pool and dispatcher); 0: none",
     )
     parser.add_argument(
-        "--gc", choices=("ours", "before"), default="ours",
-        help="the collector as rstar2_async.rollout.tune_gc sets it, or as it was before survivors were frozen",
+        "--gc", choices=("ours", *BASELINE_GC), default="ours",
+        help="the collector as rstar2_async.rollout.tune_gc sets it, as it was before survivors were frozen, "
+        "or CPython's own (what a shard worker ran before it called tune_gc)",
     )  # fmt: skip
     parser.add_argument("--releases", type=int, default=1000, help="releases timed per admission run")
     parser.add_argument("--skip-scale", action="store_true", help="only the admission benchmark")
     parser.add_argument("--skip-single", action="store_true", help="of the paper-scale runs, only the sharded one")
     parser.add_argument("--skip-admission", action="store_true", help="only the paper-scale run")
     args = parser.parse_args()
-    tune_gc() if args.gc == "ours" else tune_gc_before()
+    tune_gc() if args.gc == "ours" else BASELINE_GC[args.gc]()
     result: dict[str, Any] = {"benchmark": "paper_scale", "gc": args.gc, "load_avg_1m": os.getloadavg()[0]}
     if not args.skip_scale:
         if not args.skip_single:

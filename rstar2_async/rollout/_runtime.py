@@ -55,7 +55,8 @@ def collect_frozen_garbage() -> tuple[int, float]:
     full collection, freeze what survives.  Returns (objects collected, seconds).
 
     Freezing survivors (:func:`tune_gc`) keeps such cycles for the life of the
-    process, so a long run calls this once per RL step: a full walk of everything
+    process, so a long run calls this once per RL step (the trainer after each
+    step's record, a shard worker at each new weight version): a full walk of everything
     alive (about the 1.1 s of CPU above at 16,384 trajectories in flight; a few ms
     at the CPU demo's size), against a step of minutes.
     """

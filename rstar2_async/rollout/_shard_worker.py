@@ -9,6 +9,10 @@ trajectory goes back at once, then its group's ``GroupDone``.
 The protocol owns the original stdout and stdin: fd 1 is pointed at stderr (so a
 print anywhere cannot corrupt a frame) and fd 0 at /dev/null (so a child process
 cannot read frames meant for this one).
+
+The worker's collector is the trainer's (:func:`tune_gc`, set before the factory
+runs), and it collects the cycles that freezing kept at each ``SetVersion``: once
+a weight sync, while the servers are paused.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from .._plugins import load_object
 from ..types import Problem, Trajectory
-from ._runtime import RUN_OPTIONS
+from ._runtime import RUN_OPTIONS, collect_frozen_garbage, tune_gc
 from ._shard_wire import (
     HEADER,
     SPEC_DECODER,
@@ -152,6 +156,9 @@ class _Worker:
                 if self.pool is not None:
                     mine = None if servers is None else local_servers(self.spec, servers, len(self.pool.servers))
                     self.pool.set_weight_version(version, mine)
+                # Once a sync, while the servers are paused, as the trainer does once a step:
+                # the cycles that freezing survivors kept (rollout/_runtime.py).
+                collect_frozen_garbage()
             case TakeOut(servers=servers):
                 if self.pool is not None:
                     for index in local_servers(self.spec, servers, len(self.pool.servers)):
@@ -192,6 +199,7 @@ async def serve(inp: int, out: int) -> None:
     reader, writer = _Pipe(inp), _Pipe(out)
     spec = SPEC_DECODER.decode(await reader.receive_frame())
     factory: ShardFactory = load_object(spec.factory, field="ShardSpec.factory")
+    tune_gc()  # a worker runs rollouts and nothing else; what its factory builds is frozen at the first pass
     async with factory(spec) as stack, anyio.create_task_group() as tg:
         worker = _Worker(spec, stack, tg)
         tg.start_soon(worker.write, writer)

@@ -11,11 +11,14 @@ samples stall).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import msgspec
@@ -37,6 +40,10 @@ class FactoryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     follow: bool = False
     """The pool follows another's versions (``backends.follow_versions``), as a
     training run's workers do."""
+    gc_probe: str = ""
+    """A path: the factory writes the collector's settings to ``<path>.json`` and
+    leaves a cycle that a collection has frozen as garbage, whose finalizer writes
+    ``<path>.collected``."""
 
 
 class FakeStallingModel(FakeModelServer):
@@ -68,6 +75,8 @@ async def make(spec: ShardSpec) -> AsyncIterator[ShardStack]:
     if config.fail:
         print(f"factory of shard {spec.shard}: failing on purpose", file=sys.stderr, flush=True)
         raise RuntimeError(config.fail)
+    if config.gc_probe:
+        _probe_collector(config.gc_probe)
     models = [FakeStallingModel() for _ in spec.share(config.servers)]
     for model in models:
         model.stall_file = config.stall_file
@@ -86,3 +95,21 @@ async def make(spec: ShardSpec) -> AsyncIterator[ShardStack]:
             )
             yield ShardStack(engine=engine, pool=pool)
         tg.cancel_scope.cancel()
+
+
+def _probe_collector(path: str) -> None:
+    settings = {"threshold": gc.get_threshold(), "callbacks": [c.__qualname__ for c in gc.callbacks]}
+    Path(path + ".json").write_text(json.dumps(settings))
+    cycle: list[object] = []
+    cycle.append(cycle)
+    weakref.finalize(_Box(cycle), Path(path + ".collected").touch)
+    gc.collect()  # survived: frozen by the worker's collector, if tuned
+    del cycle  # garbage now, which only a full collection of the frozen finds
+
+
+class _Box:
+    """A weakly referenceable part of the cycle (a list is not)."""
+
+    def __init__(self, cycle: list[object]) -> None:
+        self.cycle = cycle
+        cycle.append(self)

@@ -3,6 +3,7 @@ over vLLM doubles (``_shard_factory``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections import Counter
@@ -13,7 +14,7 @@ import anyio
 import pytest
 
 from rstar2_async.config import SamplingConfig
-from rstar2_async.rollout import ShardedEngine, ShardError
+from rstar2_async.rollout import GC_GEN0_THRESHOLD, ShardedEngine, ShardError
 from rstar2_async.types import Group, Problem, Trajectory
 from tests.rollout._shard_factory import spec
 
@@ -265,3 +266,18 @@ async def test_servers_taken_out_stay_out_until_they_report_the_version() -> Non
         await until(lambda: up() == [False, True])
         check_groups(await sharded.run(problems(4), n=2), ["p0", "p1", "p2", "p3"], 2)  # on server 1 alone
         assert up() == [False, True]  # polled all along, and refused
+
+
+async def test_a_worker_runs_the_tuned_collector_and_collects_what_it_froze_at_each_version(tmp_path: Path) -> None:
+    """The trainer's process tunes its collector and collects the frozen cycles once a
+    step; a worker, which runs the rollouts themselves, does the same: tuned before its
+    factory runs, collecting at each new weight version (once a sync)."""
+    probe = tmp_path / "worker0"
+    async with engine(1, gc_probe=str(probe)) as sharded:  # entered once the factory ran
+        settings = json.loads(probe.with_suffix(".json").read_text())
+        frozen_kept = not probe.with_suffix(".collected").exists()
+        sharded.set_weight_version(1)
+        await sharded.applied()
+        collected = probe.with_suffix(".collected").exists()
+    assert settings["threshold"] == [GC_GEN0_THRESHOLD, 20, 100] and "_freeze_survivors" in settings["callbacks"]
+    assert frozen_kept and collected
