@@ -11,8 +11,8 @@ print anywhere cannot corrupt a frame) and fd 0 at /dev/null (so a child process
 cannot read frames meant for this one).
 
 The worker's collector is the trainer's (:func:`tune_gc`, set before the factory
-runs), and it collects the cycles that freezing kept at each ``SetVersion``: once
-a weight sync, while the servers are paused.
+runs), and it looks for the cycles that freezing kept at each ``SetVersion``
+(:func:`collect_frozen_garbage`): once a weight sync, while the servers are paused.
 """
 
 from __future__ import annotations

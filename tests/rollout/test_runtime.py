@@ -55,9 +55,26 @@ def test_a_cycle_that_dies_frozen_is_collected_once_a_step(collector: None) -> N
     del node  # now garbage, out of the collector's sight
     gc.collect()
     assert gone() is not None  # kept by the freeze
-    found, seconds = collect_frozen_garbage()
+    found, seconds = collect_frozen_garbage(growth=0.0)  # whatever the frozen generation holds
     assert gone() is None and found >= 1 and seconds >= 0
     assert gc.get_freeze_count() > 0  # the survivors are frozen again
+
+
+def test_the_frozen_are_collected_again_once_they_have_grown_by_the_factor(collector: None) -> None:
+    tune_gc()
+    collect_frozen_garbage(growth=0.0)
+    node = _Node()
+    gone = weakref.ref(node)
+    gc.collect(0)
+    del node  # frozen garbage
+    found, _ = collect_frozen_garbage()
+    assert found == 0 and gone() is not None  # not grown 2x: not walked
+    alive = [[i] for i in range(1000)]
+    gc.collect(0)  # frozen: more than the last full collection left
+    found, _ = collect_frozen_garbage(growth=1.0)
+    assert gone() is None and found >= 1
+    assert collect_frozen_garbage(growth=1.0)[0] == 0  # nothing grew since
+    del alive
 
 
 def test_a_conversation_shares_its_prompt_until_it_has_tokens_of_its_own() -> None:
