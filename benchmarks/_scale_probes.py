@@ -107,14 +107,6 @@ BASELINE_GC: Final = {"before": tune_gc_before, "default": default_gc}
 """``--gc``'s baselines; ``ours`` is ``rstar2_async.rollout.tune_gc``."""
 
 
-def frozen_garbage() -> int:
-    """Collect the cyclic garbage the frozen generation kept (everything alive is walked)."""
-    gc.unfreeze()
-    collected = gc.collect()
-    gc.freeze()
-    return collected
-
-
 class AdmissionTimer:
     """Wraps a pool's admission pass and counts its CPU time (the machine may be
     shared), and with ``dispatcher``, the dispatcher's calls outside the passes

@@ -184,10 +184,10 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # backends
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this script
 
-from _scale_probes import BASELINE_GC, frozen_garbage
+from _scale_probes import BASELINE_GC
 from _scale_runs import admission_run, bare_run, pooled_run, sharded_run
 
-from rstar2_async.rollout import RUN_OPTIONS, tune_gc
+from rstar2_async.rollout import RUN_OPTIONS, collect_frozen_garbage, tune_gc
 
 SERVERS: Final = 64
 TRAJECTORIES: Final = 16_384
@@ -228,7 +228,7 @@ def _scale(trajectories: int, servers: int, repeats: int, prefix: str) -> dict[s
     pooled, bare = [], []
     for _ in range(repeats):
         pooled.append(anyio.run(pooled_run, trajectories, servers, backend_options=RUN_OPTIONS))
-        pooled[-1]["gc_frozen_garbage_per_turn"] = frozen_garbage() / pooled[-1]["turns"]
+        pooled[-1]["gc_frozen_garbage_per_turn"] = collect_frozen_garbage(growth=0.0)[0] / pooled[-1]["turns"]
         print(json.dumps({f"{prefix}pooled": pooled[-1]}), file=sys.stderr)
         bare.append(anyio.run(bare_run, trajectories, pooled[-1]["mean_gen_s"], backend_options=RUN_OPTIONS))
         print(json.dumps({f"{prefix}bare": bare[-1]}), file=sys.stderr)
