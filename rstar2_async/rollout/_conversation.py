@@ -9,6 +9,7 @@ Both have the same surface: ``request`` a generation, ``record`` it, size and
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Awaitable, Hashable
 
 import msgspec
@@ -44,7 +45,10 @@ class TokenConversation:
     the garbage collector then walks in one pass (see ``GC_GEN0_THRESHOLD``).  The loss
     mask and logprobs are kept as one piece per turn and joined once at the end:
     growing two more long lists on every turn of 10,000 trajectories costs more
-    than the rest of the turn's bookkeeping.  The transcript is kept as text pieces
+    than the rest of the turn's bookkeeping.  A turn's logprobs are kept as an
+    ``array("d")``, not the completion's list: 8 bytes a token instead of a float
+    object and its pointer (32), and nothing the collector walks (each young pass
+    walked the ~0.8M floats of the turns since the last one).  The transcript is kept as text pieces
     too: decoding the whole response once more at the end cost ~15% of a turn.
     """
 
@@ -55,7 +59,7 @@ class TokenConversation:
         self.prompt = prompt_ids
         self.ids = prompt_ids  # copied by the first record (see the class docstring)
         self.prompt_len = len(prompt_ids)
-        self.pieces: list[list[float] | int] = []  # a generation's logprobs, or a tool turn's length
+        self.pieces: list[array[float] | int] = []  # a generation's logprobs, or a tool turn's length
         self.texts: list[str] = []
 
     @property
@@ -86,7 +90,7 @@ class TokenConversation:
     def record(self, c: Completion) -> Generated:
         ids = c.token_ids
         self._extend(ids)
-        self.pieces.append(c.logprobs)
+        self.pieces.append(array("d", c.logprobs))
         eos = bool(ids) and ids[-1] == self.tokenizer.eos_token_id
         text = self.tokenizer.decode(ids[:-1] if eos else ids)
         self.texts.append(text + self.tokenizer.eos_text if eos else text)
