@@ -18,11 +18,10 @@ past any timeout or cancellation.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Final, Self, final
+from typing import TYPE_CHECKING, Any, Self, final
 
 import anyio
 import httpx
-import openai
 
 from httpgate import Http11Transport
 
@@ -30,9 +29,20 @@ from ._ask_once import AskOnce
 from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavailable
 from ._types import ChatCompletion, FinishReason, SamplingParams
 
+if TYPE_CHECKING:
+    # Imported where used: the SDK takes ~0.5 s to import, which every user of
+    # ``backends`` (each rollout shard's worker) would pay for a client that only
+    # chat-mode evaluation builds.  A ChatClient exists only once it is imported.
+    import openai
+
 _FINISH: dict[str | None, FinishReason] = {"stop": "stop", "length": "length", None: "abort"}
-_UNREACHABLE: Final = (openai.APIConnectionError, openai.InternalServerError)
-"""Answers that may change: asked again next time."""
+
+
+def _unreachable() -> tuple[type[Exception], ...]:
+    """Answers that may change: asked again next time."""
+    import openai
+
+    return (openai.APIConnectionError, openai.InternalServerError)
 
 
 @final
@@ -77,6 +87,8 @@ class ChatClient:
         which the client owns and closes on exit."""
         import os
 
+        import openai
+
         key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
         url = base_url or os.environ.get("OPENAI_BASE_URL")
         if url is not None and url.startswith("http://"):
@@ -113,6 +125,8 @@ class ChatClient:
             ServerUnavailable: connection errors, timeouts, 5xx after the SDK's retries.
             BadResponse: an answer with no choices.
         """
+        import openai
+
         if self._closed:
             raise BackendClosed("ChatClient is closed")
         max_tokens = await self._clamp(messages, max_tokens)
@@ -157,9 +171,11 @@ class ChatClient:
     async def _ask_context_length(self) -> tuple[int | None, bool]:
         """``(max_model_len, known)`` from the model list; ``known`` is False when
         the server could not answer (asked again on the next turn)."""
+        import openai
+
         try:
             page = await self._client.models.list()
-        except _UNREACHABLE:
+        except _unreachable():
             return None, False
         except openai.OpenAIError:
             return None, True
@@ -172,9 +188,11 @@ class ChatClient:
         included) by vLLM's ``/tokenize``, beside ``/v1``; None if not counted."""
         root = str(self._client.base_url).rstrip("/").removesuffix("/v1")
         body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        import openai
+
         try:
             counted = await self._client.post(f"{root}/tokenize", body=body, cast_to=object)
-        except _UNREACHABLE:
+        except _unreachable():
             return None
         except openai.OpenAIError:
             self._tokenize = False  # no such endpoint: the context alone bounds max_tokens
