@@ -30,7 +30,7 @@ from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavaila
 from ._types import ChatCompletion, FinishReason, SamplingParams
 
 if TYPE_CHECKING:
-    # Imported where used: the SDK takes ~0.5 s to import, which every user of
+    # Imported where used: the SDK takes 0.5-1 s to import, which every user of
     # ``backends`` (each rollout shard's worker) would pay for a client that only
     # chat-mode evaluation builds.  A ChatClient exists only once it is imported.
     import openai
@@ -186,10 +186,10 @@ class ChatClient:
     async def _count(self, messages: list[dict[str, str]]) -> int | None:
         """The conversation's prompt tokens (chat template and generation prompt
         included) by vLLM's ``/tokenize``, beside ``/v1``; None if not counted."""
-        root = str(self._client.base_url).rstrip("/").removesuffix("/v1")
-        body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
         import openai
 
+        root = str(self._client.base_url).rstrip("/").removesuffix("/v1")
+        body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
         try:
             counted = await self._client.post(f"{root}/tokenize", body=body, cast_to=object)
         except _unreachable():

@@ -34,7 +34,7 @@ SERVICES_FORBIDDEN: dict[str, set[str]] = {
     "sandbox": {"rstar2_async", "backends"},
     "httpgate": {"rstar2_async", "backends", "sandbox"},
 }
-# openai: its SDK takes ~0.5 s to import, and only chat-mode evaluation needs it.
+# openai: its SDK takes 0.5-1 s to import, and only chat-mode evaluation needs it.
 HEAVY = ("torch", "deepspeed", "transformers", "openai")
 # Where else the heavy libraries may be imported (inside the functions that need them).
 HEAVY_ALLOWED = {"rstar2_async/demo/_tinymodel.py", "rstar2_async/recipe/_metrics.py"}
