@@ -30,6 +30,7 @@ from ._protocols import ChatBackend, PauseMode, TokenBackend, WeightAdmin
 from ._retry import RetryPolicy
 from ._sglang import SGLangAdmin, SGLangTokenClient, sglang_command
 from ._token_client import TokenClient, TokenClientStatistics
+from ._token_ids import TokenIds
 from ._transformers import TransformersBackend, TransformersStatistics
 from ._transports import BroadcastTransport, DiskTransport, GlooSender, PendingWeights, VLLMNcclSender
 from ._types import ChatCompletion, Completion, FinishReason, SamplingParams
@@ -77,6 +78,7 @@ __all__ = [
     "TokenBackend",
     "TokenClient",
     "TokenClientStatistics",
+    "TokenIds",
     "TransformersBackend",
     "TransformersStatistics",
     "VLLMAdmin",

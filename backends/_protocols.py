@@ -37,7 +37,9 @@ class TokenBackend(Protocol):
     """Generates after a token-id prompt.
 
     Contract:
-        ``prompt_ids`` is lent for the call: read it, never keep or mutate it.
+        ``prompt_ids`` is lent for the call: read it, never keep or mutate it.  From
+        the second turn on the rollout lends a :class:`~backends.TokenIds` (a list
+        that keeps its JSON for the token clients, and refuses changes).
         ``session`` names the trajectory, so an engine with several servers can keep
         its turns on one (prefix-cache hits); single engines ignore it.  The returned
         :class:`~backends.Completion` has one logprob per token (the raw model's

@@ -26,6 +26,7 @@ from httpgate import Http11Transport, transport_for
 from ._ask_once import AskOnce
 from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavailable
 from ._retry import RetryPolicy
+from ._token_ids import TokenIds
 from ._types import Completion, FinishReason, SamplingParams
 from ._vllm import parse_vllm_weight_version
 
@@ -327,7 +328,7 @@ class TokenClient(CompletionClient):
     def _body(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> bytes:
         body: dict[str, Any] = {
             "model": self.model,
-            "prompt": prompt,
+            "prompt": msgspec.Raw(prompt.json()) if isinstance(prompt, TokenIds) else prompt,  # not encoded again
             "max_tokens": max_tokens,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,

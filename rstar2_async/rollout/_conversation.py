@@ -20,6 +20,7 @@ from backends import (
     Completion,
     SamplingParams,
     TokenBackend,
+    TokenIds,
 )
 
 from ._chat_template import ChatTokenizer
@@ -37,12 +38,12 @@ class Generated(msgspec.Struct):
 class TokenConversation:
     """Token ids in and out; the training path.
 
-    ``ids`` holds prompt and response in one list that only grows, so each turn
-    sends it without copying; the backend must not keep or mutate it.  Until the
-    first generation returns it is the prompt itself (the group's samples share
-    one list): a trajectory's own copy is made when it has something to add, so
-    16,384 trajectories admitted at once do not each make a 1K-4K-id list that
-    the garbage collector then walks in one pass (see ``GC_GEN0_THRESHOLD``).  The loss
+    ``ids`` holds prompt and response in one :class:`~backends.TokenIds` that only
+    grows, with its JSON, so each turn sends it without copying or encoding the
+    context again; the backend must not keep or mutate it.  Until the first
+    generation returns it is the prompt itself (the group's samples share one
+    list): a trajectory's own ids are made when it has something to add, so 16,384
+    trajectories admitted at once do not each copy and encode a 1K-4K-id prompt.  The loss
     mask and logprobs are kept as one piece per turn and joined once at the end:
     growing two more long lists on every turn of 10,000 trajectories costs more
     than the rest of the turn's bookkeeping.  A turn's logprobs are kept as an
@@ -111,9 +112,8 @@ class TokenConversation:
 
     def _extend(self, ids: list[int]) -> None:
         if self.ids is self.prompt:  # the first tokens of its own: the copy
-            self.ids = self.prompt + ids
-        else:
-            self.ids += ids
+            self.ids = TokenIds(self.prompt)
+        self.ids.extend(ids)
 
 
 class ChatConversation:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from backends import Completion
+from backends import Completion, TokenIds
 from rstar2_async.rollout import GC_GEN0_THRESHOLD, collect_frozen_garbage, tune_gc
 from rstar2_async.rollout._conversation import TokenConversation
 from tests.fakes.model import FakeByteTokenizer
@@ -87,6 +87,7 @@ def test_a_conversation_shares_its_prompt_until_it_has_tokens_of_its_own() -> No
     b.append_tool_turn(([9], "x"))
     assert prompt == [1, 2, 3]  # never mutated
     assert (a.ids, a.response_ids, a.length) == ([1, 2, 3, 7, 8], [7, 8], 2)
+    assert isinstance(a.ids, TokenIds) and a.ids.json() == b"[1,2,3,7,8]"  # what the next request sends
     assert (b.ids, b.response_ids, b.loss_mask) == ([1, 2, 3, 9], [9], [0])
     a.append_tool_turn(([9], "x"))
     assert a.ids == [1, 2, 3, 7, 8, 9] and a.loss_mask == [1, 1, 0] and prompt == [1, 2, 3]

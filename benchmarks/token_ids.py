@@ -1,0 +1,150 @@
+"""A trajectory's context as the token client sends it: ``list[int]`` against ``TokenIds``.
+
+Each turn sends the whole context as the prompt.  Before, the conversation kept it
+as a ``list[int]`` and every request encoded all of it again; now it is a
+:class:`backends.TokenIds` (the list with its JSON beside it, extended by each
+turn's new ids) and the request splices the JSON in.  Both run here through the
+real ``TokenClient._body`` (the request's bytes) on the same ids, grown as
+``rstar2_async.rollout.TokenConversation._extend`` grows them (the baseline as it
+did before: the prompt shared until the first generation, then ``prompt + ids``
+and ``+=``).
+
+The workload is ``benchmarks/paper_scale.py``'s trajectory with a real
+vocabulary: a 1,100-id prompt, 11 turns of ``--generated`` ids (240) with a
+``--tool``-id (60) tool response after each of the first 10 (~4.3K ids at the
+end), ids drawn uniformly from Qwen's 151,936 (above 256 each is an int object of
+its own).  Each turn's new ids are decoded from JSON, as the token client and the
+tokenizer make them: that cost is the same in both.
+
+Figures: ``us_per_turn`` (CPU of decoding each turn's new ids, growing the
+context, building the request, and the trajectory's ``response_ids`` at its end,
+per turn, over whole trajectories, medians of interleaved repeats) for each and
+their ratio ``turn_cpu_ratio``; ``bytes_per_token`` of the contexts of
+``--trajectories`` finished trajectories held at once (tracemalloc: the prompt's
+ids shared as the engine shares them), ``memory_ratio`` (list over ours), and
+what 16,384 such trajectories in flight hold (``gb_at_16384``).
+
+Usage: ``python benchmarks/token_ids.py [--repeats 7] [--trajectories 512]
+[--generated 240] [--tool 60]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # backends
+
+import msgspec
+
+from backends import SamplingParams, TokenClient, TokenIds
+
+VOCAB = 151_936
+PROMPT, TURNS = 1100, 11
+MAX_TOKENS = 1024  # the request's, a number like any other
+_encode, _decode = msgspec.json.encode, msgspec.json.Decoder(list[int]).decode
+
+
+def trajectory(rng: random.Random, generated: int, tool: int) -> list[bytes]:
+    """The ids each turn adds, as JSON: a generation, then (but after the last) a tool
+    response.  Each run decodes them, so that its ids are fresh int objects, as the
+    token client's decoder and the tokenizer make them."""
+    pieces = []
+    for turn in range(TURNS):
+        pieces.append(_encode([rng.randrange(VOCAB) for _ in range(generated)]))
+        if turn < TURNS - 1:
+            pieces.append(_encode([rng.randrange(VOCAB) for _ in range(tool)]))
+    return pieces
+
+
+def run_list(client: TokenClient, prompt: list[int], pieces: list[bytes], sampling: SamplingParams) -> list[int]:
+    ids = prompt
+    client._body(ids, MAX_TOKENS, sampling)
+    for i, raw in enumerate(pieces):
+        piece = _decode(raw)
+        if ids is prompt:  # the first tokens of its own: the copy
+            ids = prompt + piece
+        else:
+            ids += piece
+        if i % 2 == 1:  # after a tool response: the next turn's request
+            client._body(ids, MAX_TOKENS, sampling)
+    ids[PROMPT:]  # the trajectory's response_ids, at its end
+    return ids
+
+
+def run_token_ids(client: TokenClient, prompt: list[int], pieces: list[bytes], sampling: SamplingParams) -> TokenIds:
+    client._body(prompt, MAX_TOKENS, sampling)
+    ids = TokenIds(prompt)
+    for i, raw in enumerate(pieces):
+        ids.extend(_decode(raw))
+        if i % 2 == 1:
+            client._body(ids, MAX_TOKENS, sampling)
+    ids[PROMPT:]
+    return ids
+
+
+RUNS = {"list": run_list, "token_ids": run_token_ids}
+
+
+def cpu_per_turn(name: str, client: TokenClient, work: list[tuple[list[int], list[bytes]]]) -> float:
+    sampling = SamplingParams(temperature=1.0)
+    run = RUNS[name]
+    gc.collect()
+    start = time.process_time()
+    for prompt, pieces in work:
+        run(client, prompt, pieces, sampling)
+    return (time.process_time() - start) / (len(work) * TURNS) * 1e6
+
+
+def bytes_per_token(name: str, client: TokenClient, work: list[tuple[list[int], list[bytes]]]) -> float:
+    sampling = SamplingParams(temperature=1.0)
+    gc.collect()
+    tracemalloc.start()
+    kept = [RUNS[name](client, prompt, pieces, sampling) for prompt, pieces in work]
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    tokens = sum(len(ids) for ids in kept)
+    return held / tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--trajectories", type=int, default=512)
+    parser.add_argument("--generated", type=int, default=240, help="ids a turn generates")
+    parser.add_argument("--tool", type=int, default=60, help="ids of a tool response")
+    args = parser.parse_args()
+    rng = random.Random(0)
+    prompts = [[rng.randrange(VOCAB) for _ in range(PROMPT)] for _ in range(args.trajectories // 32 or 1)]
+    # 32 samples a prompt, which they share as the engine's groups do
+    work = [(prompts[i % len(prompts)], trajectory(rng, args.generated, args.tool)) for i in range(args.trajectories)]
+    client = TokenClient("http://unused/v1", model="m")  # only its request encoding runs
+    cpu: dict[str, list[float]] = {name: [] for name in RUNS}
+    for _ in range(args.repeats):  # interleaved: the machine's load falls on both alike
+        for name in RUNS:
+            cpu[name].append(cpu_per_turn(name, client, work))
+    memory = {name: bytes_per_token(name, client, work) for name in RUNS}
+    tokens = PROMPT + TURNS * args.generated + (TURNS - 1) * args.tool
+    out: dict[str, Any] = {"benchmark": "token_ids", "trajectories": args.trajectories, "repeats": args.repeats,
+                           "tokens_per_trajectory": tokens}  # fmt: skip
+    for name in RUNS:
+        out[f"{name}_us_per_turn"] = round(statistics.median(cpu[name]), 2)
+        out[f"{name}_bytes_per_token"] = round(memory[name], 2)
+        out[f"{name}_gb_at_16384"] = round(memory[name] * tokens * 16_384 / 1e9, 2)
+    out["turn_cpu_ratio"] = round(out["list_us_per_turn"] / out["token_ids_us_per_turn"], 2)
+    out["memory_ratio"] = round(memory["list"] / memory["token_ids"], 2)
+    out["loadavg_1m"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
