@@ -5,7 +5,8 @@ first turn, ~4K by the last of rStar2's ~11 turns, and more with longer turns.
 Encoding it all again for every request costs ~11 ns an id (~30 us of a 3K-id
 turn's CPU, and it grows with the context).  :class:`TokenIds` keeps the JSON of
 its ids beside them, extended by each turn's new ids only, so that a request
-splices it in (:meth:`TokenIds.json`).  It costs ~7 bytes a token more than the
+splices it in (:meth:`TokenIds.json`; made at its first call, so that a backend
+that never asks for it pays nothing).  It costs ~7 bytes a token more than the
 list alone (``benchmarks/token_ids.py`` measures both).  A compact ``array("i")``
 in place of the list was tried: 2.7-3.1x less memory, but converting each id to a C
 int and back at the end cost more CPU than the JSON saved.
@@ -37,13 +38,15 @@ class TokenIds(list[int]):
 
     def __init__(self, ids: Iterable[int] = ()) -> None:
         super().__init__(ids)
-        self._json = bytearray(_encoder.encode(self))
+        self._json: bytearray | None = None  # made by the first json(): a backend that never asks pays nothing
 
     def extend(self, ids: Iterable[int]) -> None:
-        """Append ``ids``: the JSON grows by theirs only."""
+        """Append ``ids``: the JSON, once made, grows by theirs only."""
         ids = ids if isinstance(ids, list) else list(ids)
         if not ids:
             return
+        if self._json is None:
+            return super().extend(ids)
         new = _encoder.encode(ids)
         super().extend(ids)
         if len(self._json) > 2:  # "[...]" -> "[...," + the new ids' "..]"
@@ -58,6 +61,8 @@ class TokenIds(list[int]):
 
     def json(self) -> bytes:
         """The ids as a JSON array, e.g. ``b"[1,2,3]"`` (a copy: the caller may keep it)."""
+        if self._json is None:
+            self._json = bytearray(_encoder.encode(self))
         return bytes(self._json)
 
     def _only_extend(self, *args: object, **kwargs: object) -> NoReturn:
