@@ -49,6 +49,7 @@ import h11
 import msgspec
 from anyio.abc import SocketStream, TaskGroup, TaskStatus
 
+from ._accept import serve_listeners
 from ._secret import check_bind
 
 _encode = msgspec.json.Encoder().encode
@@ -177,7 +178,7 @@ class HTTPServer:
                 with anyio.CancelScope() as self._listening:
                     async with listener:
                         task_status.started(listener.extra(anyio.abc.SocketAttribute.local_port))
-                        await listener.serve(self._connection, task_group=tg)
+                        await serve_listeners(listener, self._connection, tg)
             finally:
                 self._not_listening.set()
 

@@ -15,6 +15,8 @@ import anyio
 import h11
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
+from httpgate import serve_listeners
+
 Handler = Callable[[str, str, bytes], Awaitable[tuple[int, bytes]]]
 
 
@@ -27,7 +29,7 @@ async def serve_http(handler: Handler, *, task_status: TaskStatus[int] = anyio.T
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
     async with listener:
         task_status.started(listener.extra(SocketAttribute.local_port))
-        await listener.serve(partial(_connection, handler))
+        await serve_listeners(listener, partial(_connection, handler))
 
 
 async def read_request(conn: h11.Connection, stream: SocketStream) -> tuple[h11.Request, bytes] | None:
@@ -94,7 +96,7 @@ class FakeRawServer:
         self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
         async with listener:  # closed when cancelled: no listening socket left to the garbage collector
             task_status.started()
-            await listener.serve(self._connection)
+            await serve_listeners(listener, self._connection)
 
     async def _connection(self, stream: SocketStream) -> None:
         self.connections += 1

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 
 import anyio
+import anyio.lowlevel
 import httpx
 import pytest
 
@@ -212,3 +214,22 @@ async def test_a_handler_that_fails_is_a_500_and_the_server_serves_on(caplog: py
         tg.cancel_scope.cancel()
     failures = [r for r in caplog.records if r.name == "httpgate" and r.exc_info]
     assert [str(r.exc_info[1]) for r in failures] == ["a bug in the handler", "the source broke"]
+
+
+async def test_a_server_stopped_as_a_connection_arrives_drops_it_cleanly() -> None:
+    """The connection waits in the backlog when the accept is cancelled in the same loop
+    pass that found it: a cancelled ``sock_accept`` on asyncio would take it anyway and
+    raise InvalidStateError in the loop (CPython gh-153761), leaving the client hanging."""
+    server = HTTPServer(_Echo(), secret=SECRET)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(server.serve)
+        await anyio.wait_all_tasks_blocked()  # the server waits in its accept
+        client = socket.create_connection(("127.0.0.1", port))  # on loopback: queued when this returns
+        await anyio.lowlevel.checkpoint()  # the loop's next pass sees the listener readable, then runs us
+        tg.cancel_scope.cancel()
+    client.settimeout(10)
+    with client:
+        try:
+            assert client.recv(1) == b""  # closed with the listener, never answered
+        except ConnectionResetError:
+            pass
