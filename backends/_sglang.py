@@ -38,6 +38,7 @@ from ._errors import BadResponse, ServerUnavailable
 from ._protocols import PauseMode
 from ._retry import RetryPolicy
 from ._token_client import CompletionClient
+from ._token_ids import TokenIds
 from ._types import Completion, FinishReason, SamplingParams
 
 __all__ = ["SGLangAdmin", "SGLangTokenClient", "sglang_command"]
@@ -171,6 +172,7 @@ class _GenerateResponse(msgspec.Struct):
 
 
 _decoder: Final = msgspec.json.Decoder(_GenerateResponse)
+_encoder: Final = msgspec.json.Encoder()
 _FINISH: Final[dict[str | None, FinishReason]] = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
@@ -207,11 +209,11 @@ class SGLangTokenClient(CompletionClient):
     async def _request(
         self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams, version: int
     ) -> Completion:
-        body = self._body(list(prompt), max_tokens, sampling)
-        return self._parse((await admin_call(self._http, "POST", "/generate", json=body)).content, version)
+        body = self._body(prompt, max_tokens, sampling)
+        return self._parse((await admin_call(self._http, "POST", "/generate", content=body)).content, version)
 
     @staticmethod
-    def _body(prompt: list[int], max_tokens: int, sampling: SamplingParams) -> dict[str, Any]:
+    def _body(prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> bytes:
         params: dict[str, Any] = {
             "max_new_tokens": max_tokens,
             "temperature": sampling.temperature,
@@ -222,7 +224,8 @@ class SGLangTokenClient(CompletionClient):
             params["top_k"] = sampling.top_k
         if sampling.seed is not None:
             params["sampling_seed"] = sampling.seed
-        return {"input_ids": prompt, "sampling_params": params, "return_logprob": True}
+        ids = msgspec.Raw(prompt.json()) if isinstance(prompt, TokenIds) else prompt  # not encoded again
+        return _encoder.encode({"input_ids": ids, "sampling_params": params, "return_logprob": True})
 
     def _parse(self, content: bytes, sent_version: int) -> Completion:
         try:

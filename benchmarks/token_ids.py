@@ -16,6 +16,11 @@ end), ids drawn uniformly from Qwen's 151,936 (above 256 each is an int object o
 its own).  Each turn's new ids are decoded from JSON, as the token client and the
 tokenizer make them: that cost is the same in both.
 
+``--engine sglang``: the same through SGLang's client, whose baseline did more:
+the ids copied into a list and the body encoded by httpx's ``json=`` (the
+stdlib's encoder), where it now encodes with msgspec and splices the JSON in;
+both sides build the ``httpx.Request`` as the client does.
+
 Figures: ``us_per_turn`` (CPU of decoding each turn's new ids, growing the
 context, building the request, and the trajectory's ``response_ids`` at its end,
 per turn, over whole trajectories, medians of interleaved repeats) for each and
@@ -25,7 +30,7 @@ ids shared as the engine shares them), ``memory_ratio`` (list over ours), and
 what 16,384 such trajectories in flight hold (``gb_at_16384``).
 
 Usage: ``python benchmarks/token_ids.py [--repeats 7] [--trajectories 512]
-[--generated 240] [--tool 60]``.
+[--generated 240] [--tool 60] [--engine vllm|sglang]``.
 """
 
 from __future__ import annotations
@@ -39,19 +44,22 @@ import statistics
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # backends
 
+import httpx
 import msgspec
 
-from backends import SamplingParams, TokenClient, TokenIds
+from backends import SamplingParams, SGLangTokenClient, TokenClient, TokenIds
 
 VOCAB = 151_936
 PROMPT, TURNS = 1100, 11
 MAX_TOKENS = 1024  # the request's, a number like any other
 _encode, _decode = msgspec.json.encode, msgspec.json.Decoder(list[int]).decode
+Body = Callable[[Sequence[int]], object]
 
 
 def trajectory(rng: random.Random, generated: int, tool: int) -> list[bytes]:
@@ -66,9 +74,34 @@ def trajectory(rng: random.Random, generated: int, tool: int) -> list[bytes]:
     return pieces
 
 
-def run_list(client: TokenClient, prompt: list[int], pieces: list[bytes], sampling: SamplingParams) -> list[int]:
+def bodies(engine: str) -> dict[str, Body]:
+    """How each side builds a turn's request from its context."""
+    sampling = SamplingParams(temperature=1.0)
+    if engine == "vllm":
+        client = TokenClient("http://unused/v1", model="m")  # only its request encoding runs
+
+        def vllm(ids: Sequence[int]) -> object:
+            return client._body(ids, MAX_TOKENS, sampling)  # splices a TokenIds' JSON, encodes a list whole
+
+        return {"list": vllm, "token_ids": vllm}
+    url, encode = "http://unused/generate", SGLangTokenClient._body
+    params = msgspec.json.decode(encode([], MAX_TOKENS, sampling))["sampling_params"]
+
+    def before(ids: Sequence[int]) -> object:  # SGLangTokenClient before TokenIds, as httpx sent it
+        return httpx.Request(
+            "POST", url, json={"input_ids": list(ids), "sampling_params": params, "return_logprob": True}
+        )
+
+    def ours(ids: Sequence[int]) -> object:
+        body = encode(ids, MAX_TOKENS, sampling)
+        return httpx.Request("POST", url, content=body, headers={"content-type": "application/json"})
+
+    return {"list": before, "token_ids": ours}
+
+
+def run_list(body: Body, prompt: list[int], pieces: list[bytes]) -> list[int]:
     ids = prompt
-    client._body(ids, MAX_TOKENS, sampling)
+    body(ids)
     for i, raw in enumerate(pieces):
         piece = _decode(raw)
         if ids is prompt:  # the first tokens of its own: the copy
@@ -76,18 +109,18 @@ def run_list(client: TokenClient, prompt: list[int], pieces: list[bytes], sampli
         else:
             ids += piece
         if i % 2 == 1:  # after a tool response: the next turn's request
-            client._body(ids, MAX_TOKENS, sampling)
+            body(ids)
     ids[PROMPT:]  # the trajectory's response_ids, at its end
     return ids
 
 
-def run_token_ids(client: TokenClient, prompt: list[int], pieces: list[bytes], sampling: SamplingParams) -> TokenIds:
-    client._body(prompt, MAX_TOKENS, sampling)
+def run_token_ids(body: Body, prompt: list[int], pieces: list[bytes]) -> TokenIds:
+    body(prompt)
     ids = TokenIds(prompt)
     for i, raw in enumerate(pieces):
         ids.extend(_decode(raw))
         if i % 2 == 1:
-            client._body(ids, MAX_TOKENS, sampling)
+            body(ids)
     ids[PROMPT:]
     return ids
 
@@ -95,21 +128,19 @@ def run_token_ids(client: TokenClient, prompt: list[int], pieces: list[bytes], s
 RUNS = {"list": run_list, "token_ids": run_token_ids}
 
 
-def cpu_per_turn(name: str, client: TokenClient, work: list[tuple[list[int], list[bytes]]]) -> float:
-    sampling = SamplingParams(temperature=1.0)
+def cpu_per_turn(name: str, body: Body, work: list[tuple[list[int], list[bytes]]]) -> float:
     run = RUNS[name]
     gc.collect()
     start = time.process_time()
     for prompt, pieces in work:
-        run(client, prompt, pieces, sampling)
+        run(body, prompt, pieces)
     return (time.process_time() - start) / (len(work) * TURNS) * 1e6
 
 
-def bytes_per_token(name: str, client: TokenClient, work: list[tuple[list[int], list[bytes]]]) -> float:
-    sampling = SamplingParams(temperature=1.0)
+def bytes_per_token(name: str, body: Body, work: list[tuple[list[int], list[bytes]]]) -> float:
     gc.collect()
     tracemalloc.start()
-    kept = [RUNS[name](client, prompt, pieces, sampling) for prompt, pieces in work]
+    kept = [RUNS[name](body, prompt, pieces) for prompt, pieces in work]
     held, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     tokens = sum(len(ids) for ids in kept)
@@ -122,19 +153,20 @@ def main() -> None:
     parser.add_argument("--trajectories", type=int, default=512)
     parser.add_argument("--generated", type=int, default=240, help="ids a turn generates")
     parser.add_argument("--tool", type=int, default=60, help="ids of a tool response")
+    parser.add_argument("--engine", choices=["vllm", "sglang"], default="vllm", help="whose client builds the request")
     args = parser.parse_args()
     rng = random.Random(0)
     prompts = [[rng.randrange(VOCAB) for _ in range(PROMPT)] for _ in range(args.trajectories // 32 or 1)]
     # 32 samples a prompt, which they share as the engine's groups do
     work = [(prompts[i % len(prompts)], trajectory(rng, args.generated, args.tool)) for i in range(args.trajectories)]
-    client = TokenClient("http://unused/v1", model="m")  # only its request encoding runs
+    body = bodies(args.engine)
     cpu: dict[str, list[float]] = {name: [] for name in RUNS}
     for _ in range(args.repeats):  # interleaved: the machine's load falls on both alike
         for name in RUNS:
-            cpu[name].append(cpu_per_turn(name, client, work))
-    memory = {name: bytes_per_token(name, client, work) for name in RUNS}
+            cpu[name].append(cpu_per_turn(name, body[name], work))
+    memory = {name: bytes_per_token(name, body[name], work) for name in RUNS}
     tokens = PROMPT + TURNS * args.generated + (TURNS - 1) * args.tool
-    out: dict[str, Any] = {"benchmark": "token_ids", "trajectories": args.trajectories, "repeats": args.repeats,
+    out: dict[str, Any] = {"benchmark": "token_ids", "engine": args.engine, "trajectories": args.trajectories, "repeats": args.repeats,
                            "tokens_per_trajectory": tokens}  # fmt: skip
     for name in RUNS:
         out[f"{name}_us_per_turn"] = round(statistics.median(cpu[name]), 2)

@@ -8,7 +8,7 @@ import anyio
 import httpx
 import pytest
 
-from backends import SamplingParams, SGLangAdmin, SGLangTokenClient
+from backends import SamplingParams, SGLangAdmin, SGLangTokenClient, TokenIds
 from backends._errors import BadResponse
 from tests.fakes.fleet import FakeSGLang
 from tests.fakes.http import serve_http
@@ -16,12 +16,20 @@ from tests.fakes.http import serve_http
 pytestmark = pytest.mark.anyio
 
 
-async def test_generate_sends_token_ids_and_reads_ids_logprobs_and_the_servers_version() -> None:
+@pytest.mark.parametrize("kind", ["list", "TokenIds"])
+async def test_generate_sends_token_ids_and_reads_ids_logprobs_and_the_servers_version(kind: str) -> None:
+    """A later turn's context (a ``TokenIds`` whose JSON was made, then extended) goes
+    out as the same body as a plain list."""
+    prompt = [1, 2, 3]
+    if kind == "TokenIds":
+        prompt = TokenIds([1])
+        assert prompt.json() == b"[1]"
+        prompt.extend([2, 3])
     fake = FakeSGLang(version="3")
     async with anyio.create_task_group() as tg:
         port = await tg.start(serve_http, fake)
         async with SGLangTokenClient(f"http://127.0.0.1:{port}/v1", model="m") as client:
-            c = await client.generate([1, 2, 3], max_tokens=5, sampling=SamplingParams(temperature=0.5, seed=9))
+            c = await client.generate(prompt, max_tokens=5, sampling=SamplingParams(temperature=0.5, seed=9))
             fake.version = "default"  # not one of ours: the version the request was sent to
             client.weight_version = 4
             d = await client.generate([1, 2, 3], max_tokens=2, sampling=SamplingParams())
