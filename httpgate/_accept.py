@@ -9,16 +9,25 @@ serves (CPython gh-153761, fixed upstream in July 2026, not in the 3.11 we run).
 a task waits until a listener is readable and accepts without waiting, so a
 cancellation lands only in the wait: a connection that arrives then stays in
 the backlog and is refused when the listener closes.  The same code runs on trio.
+Like trio's ``serve_listeners``, running out of file descriptors waits and
+retries rather than ending the server.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import socket
 from collections.abc import Awaitable, Callable
 
 import anyio
 from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup
 from anyio.streams.stapled import MultiListener
+
+log = logging.getLogger("httpgate")
+_GONE = {errno.ECONNABORTED, errno.EPROTO}  # the client left between readable and accept
+_FULL = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+_FULL_RETRY_S = 0.1
 
 
 async def serve_listeners(
@@ -43,6 +52,16 @@ async def _accept_forever(
         try:
             sock, _ = raw.accept()
         except (BlockingIOError, InterruptedError):  # the client gave up before we got to it
+            continue
+        except OSError as exc:
+            if exc.errno in _GONE:
+                continue
+            if exc.errno not in _FULL:
+                raise
+            # out of descriptors or buffers: the connection waits in the backlog until
+            # ours close, where listener.serve would end the server
+            log.warning("cannot accept a connection (%s): retrying in %.1f s", exc, _FULL_RETRY_S)
+            await anyio.sleep(_FULL_RETRY_S)
             continue
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # small answers go out at once
         with anyio.CancelScope(shield=True):  # accepted: it becomes a stream that the handler closes
