@@ -13,19 +13,11 @@ from ._errors import BadResponse, RequestRejected, ServerUnavailable
 
 
 async def admin_call(
-    http: httpx.AsyncClient,
-    method: str,
-    path: str,
-    *,
-    json: Any = None,
-    content: bytes | None = None,
-    params: Mapping[str, str] | None = None,
+    http: httpx.AsyncClient, method: str, path: str, *, json: Any = None, params: Mapping[str, str] | None = None
 ) -> httpx.Response:
-    """One exchange, httpx's errors translated into ours; ``content`` is a body
-    already encoded as JSON (httpx's ``json=`` encodes with the slower stdlib)."""
-    headers = {"content-type": "application/json"} if content is not None else None
+    """One admin exchange, httpx's errors translated into ours."""
     try:
-        response = await http.request(method, path, json=json, content=content, params=params, headers=headers)
+        response = await http.request(method, path, json=json, params=params)
     except httpx.TransportError as exc:
         raise ServerUnavailable(f"{http.base_url}{path}: {type(exc).__name__}: {exc}") from exc
     if response.status_code >= 500:

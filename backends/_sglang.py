@@ -202,15 +202,14 @@ class SGLangTokenClient(CompletionClient):
     ) -> None:
         super().__init__(
             base_url.rstrip("/").removesuffix("/v1"), model=model, timeout=timeout,
-            headers={"authorization": f"Bearer {api_key}"} if api_key else None,
+            headers={"content-type": "application/json"} | ({"authorization": f"Bearer {api_key}"} if api_key else {}),
             max_connections=max_connections, retry=retry, transport=transport,
         )  # fmt: skip
 
     async def _request(
         self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams, version: int
     ) -> Completion:
-        body = self._body(prompt, max_tokens, sampling)
-        return self._parse((await admin_call(self._http, "POST", "/generate", content=body)).content, version)
+        return self._parse(await self._exchange("/generate", self._body(prompt, max_tokens, sampling)), version)
 
     @staticmethod
     def _body(prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> bytes:

@@ -262,22 +262,30 @@ class CompletionClient:
         ``version`` (the client's as the request is sent) goes on an answer without one."""
         raise NotImplementedError
 
+    async def _exchange(self, path: str, body: bytes) -> bytes:
+        """POST a JSON ``body`` to ``path``: the answer's content; errors made ours (``_errors``)."""
+        try:
+            status, content = await self._post(path, body)
+        except httpx.TransportError as exc:  # connect/read/write/pool errors and timeouts
+            raise ServerUnavailable(f"{self.base_url}{path}: {type(exc).__name__}: {exc}") from exc
+        if status >= 400:
+            text = f"{self.base_url}{path}: HTTP {status}: {content[:500].decode(errors='replace')}"
+            raise ServerUnavailable(text) if status >= 500 else RequestRejected(text, status)
+        return content
+
     async def _post(self, path: str, body: bytes) -> tuple[int, bytes]:
         """POST ``body`` to ``base_url + path`` straight through the transport:
-        ``(status, content)``.  The hot path skips httpx's client layer (URL merging,
-        cookies, auth and redirect handling, event hooks), which does nothing for
-        these requests and was most of the orchestrator's CPU per turn
-        (``benchmarks/paper_scale.py``); on our own :class:`Http11Transport` it
-        skips httpx's request and response models too.  On any other transport
-        the request is built with its headers whole (the ones httpx would add:
-        ``Host`` and ``Content-Length``), not through httpx's content encoding
-        and header merging: the same request at a third of the CPU.
+        ``(status, content)``.  It skips httpx's client layer (URL merging, cookies,
+        auth, redirects, event hooks: most of the orchestrator's CPU per turn in
+        ``benchmarks/paper_scale.py``), and on our :class:`Http11Transport` httpx's
+        request and response models too.  On any other transport the request is
+        built with its headers whole (``Host`` and ``Content-Length`` added as httpx
+        would): the same request at a third of the CPU.
 
         Raises:
             httpx.TransportError: connection errors and timeouts (the caller translates).
         """
-        url = self._urls.get(path)
-        if url is None:
+        if (url := self._urls.get(path)) is None:
             url = self._urls[path] = httpx.URL(self.base_url + path)
         if isinstance(self._transport, Http11Transport):
             return await self._transport.post((url.host, url.port or 80), url.raw_path, self._raw_headers, body)
@@ -346,15 +354,7 @@ class TokenClient(CompletionClient):
     async def _request(
         self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams, version: int
     ) -> Completion:
-        try:
-            status, content = await self._post("/completions", self._body(prompt, max_tokens, sampling))
-        except httpx.TransportError as exc:  # connect/read/write/pool errors and timeouts
-            raise ServerUnavailable(f"{self.base_url}: {type(exc).__name__}: {exc}") from exc
-        if status >= 500:
-            raise ServerUnavailable(f"{self.base_url}: HTTP {status}: {content[:200].decode(errors='replace')}")
-        if status >= 400:
-            raise RequestRejected(f"{self.base_url}: HTTP {status}: {content[:500].decode(errors='replace')}", status)
-        return self._parse(content, version)
+        return self._parse(await self._exchange("/completions", self._body(prompt, max_tokens, sampling)), version)
 
     def _parse(self, content: bytes, sent_version: int) -> Completion:
         parsed: _Response[float] | _Response[float | None]

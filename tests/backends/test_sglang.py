@@ -8,7 +8,15 @@ import anyio
 import httpx
 import pytest
 
-from backends import SamplingParams, SGLangAdmin, SGLangTokenClient, TokenIds
+from backends import (
+    RequestRejected,
+    RetryPolicy,
+    SamplingParams,
+    ServerUnavailable,
+    SGLangAdmin,
+    SGLangTokenClient,
+    TokenIds,
+)
 from backends._errors import BadResponse
 from tests.fakes.fleet import FakeSGLang
 from tests.fakes.http import serve_http
@@ -75,4 +83,18 @@ async def test_a_load_report_without_capacity_is_a_bad_response() -> None:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
             with pytest.raises(BadResponse, match="no max_total_num_tokens"):
                 await SGLangAdmin(http).load()
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(("status", "error"), [(400, RequestRejected), (503, ServerUnavailable)])
+async def test_a_refused_generate_is_our_error_naming_the_route(status: int, error: type[Exception]) -> None:
+    async def refuse(method: str, target: str, body: bytes) -> tuple[int, bytes]:
+        return status, b'{"error": "no"}'
+
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_http, refuse)
+        retry = RetryPolicy(max_retries=0)
+        async with SGLangTokenClient(f"http://127.0.0.1:{port}", model="m", retry=retry) as client:
+            with pytest.raises(error, match=f"/generate: HTTP {status}"):
+                await client.generate([1, 2], max_tokens=2, sampling=SamplingParams())
         tg.cancel_scope.cancel()
