@@ -38,7 +38,7 @@ from ._errors import BadResponse, ServerUnavailable
 from ._protocols import PauseMode
 from ._retry import RetryPolicy
 from ._token_client import CompletionClient
-from ._token_ids import TokenIds
+from ._token_ids import json_ids
 from ._types import Completion, FinishReason, SamplingParams
 
 __all__ = ["SGLangAdmin", "SGLangTokenClient", "sglang_command"]
@@ -223,8 +223,7 @@ class SGLangTokenClient(CompletionClient):
             params["top_k"] = sampling.top_k
         if sampling.seed is not None:
             params["sampling_seed"] = sampling.seed
-        ids = msgspec.Raw(prompt.json()) if isinstance(prompt, TokenIds) else prompt  # not encoded again
-        return _encoder.encode({"input_ids": ids, "sampling_params": params, "return_logprob": True})
+        return _encoder.encode({"input_ids": json_ids(prompt), "sampling_params": params, "return_logprob": True})
 
     def _parse(self, content: bytes, sent_version: int) -> Completion:
         try:

@@ -26,7 +26,7 @@ from httpgate import Http11Transport, transport_for
 from ._ask_once import AskOnce
 from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavailable
 from ._retry import RetryPolicy
-from ._token_ids import TokenIds
+from ._token_ids import json_ids
 from ._types import Completion, FinishReason, SamplingParams
 from ._vllm import parse_vllm_weight_version
 
@@ -336,7 +336,7 @@ class TokenClient(CompletionClient):
     def _body(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> bytes:
         body: dict[str, Any] = {
             "model": self.model,
-            "prompt": msgspec.Raw(prompt.json()) if isinstance(prompt, TokenIds) else prompt,  # not encoded again
+            "prompt": json_ids(prompt),  # a TokenIds' JSON is spliced in, not encoded again
             "max_tokens": max_tokens,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,

@@ -14,12 +14,12 @@ int and back at the end cost more CPU than the JSON saved.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final, NoReturn, Self
 
 import msgspec
 
-__all__ = ["TokenIds"]
+__all__ = ["TokenIds", "json_ids"]
 
 _encoder: Final = msgspec.json.Encoder()
 
@@ -70,3 +70,9 @@ class TokenIds(list[int]):
 
     append = insert = pop = remove = clear = sort = reverse = _only_extend  # type: ignore[assignment]
     __setitem__ = __delitem__ = __imul__ = _only_extend  # type: ignore[assignment]
+
+
+def json_ids(ids: Sequence[int]) -> Sequence[int] | msgspec.Raw:
+    """``ids`` as a field of a body msgspec encodes: a :class:`TokenIds`' JSON spliced
+    in as is, anything else encoded as usual."""
+    return msgspec.Raw(ids.json()) if isinstance(ids, TokenIds) else ids
