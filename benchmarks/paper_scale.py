@@ -159,6 +159,19 @@ between them):
 - Admission per release at 855 / 3,942 / 16,208 turns waiting (load 2.8): now 20.9 /
   23.2 / 28.2 us, ``admission_cost_ratio_16x`` **1.35**; before 23.6 / 25.9 / 29.8
   (1.26); the loop before the wait queue 1,164 / 5,660 / 24,427 us (21x).
+- On 16 cores (2026-12-04, a lent machine: 16-core Intel Xeon under gVisor, Python
+  3.12, idle; at 768cb13, one run each, in this order): ``--skip-single
+  --skip-admission --shards 16``, every worker at once on its own core: 3,720
+  turns/s in 48.4 s, the workers' longest stalls 20-38 ms (median 29; longest
+  collection 31 ms), 535 us/turn each (552 the worst; 643 gross), the router 50
+  us/turn and its longest stall 59 ms (17 processes on 16 cores); ``--shards 8``:
+  3,801 turns/s, workers' stalls 39-54 ms (median 47), 421 us/turn each, the router
+  42 us/turn, stall 42 ms; one process (``--scale-repeats 1 --skip-admission
+  --shards 0``): 2,469 turns/s in 73 s (``process_busy`` 0.99: it cannot keep up),
+  326 us/turn, longest stall 422 ms (the longest collection 406 ms), the bare
+  engine 73 us/turn.  Sharded, the doubles set the pace (the fleet is
+  over-subscribed 2x) and 16 workers stay under 50 ms; a worker's CPU per turn
+  grows as its share shrinks (the polls, timers and monitor are per second).
 - Against the issue's targets: admission flat (1.35 <= 2): met.  <= 60 us of CPU
   per turn through the pool: not met (~320 gross, ~275 less the doubles' own; the
   engine alone 53-60, the pool's own ~58, the token client over the in-process
