@@ -189,6 +189,7 @@ async def shard_stack(spec: ShardSpec) -> AsyncIterator[ShardStack]:
             "cpu_s": time.process_time() - cpu0,
             "own_s": (fleet.own_ns - own0) / 1e9,
             "max_stall_ms": monitor.max_ms(),
+            "max_stall_cpu_ms": monitor.max_cpu_ms(),
             "gc_longest_ms": collector.longest,
         }
         Path(bench.out, f"shard{spec.shard}.json").write_text(json.dumps(figures))
@@ -212,7 +213,10 @@ async def sharded_run(trajectories: int, servers: int, shards: int, gc_mode: str
         tg.cancel_scope.cancel()
     turns = sum(t.num_turns for g in groups for t in g.trajectories)
     assert turns == trajectories // SAMPLES * SAMPLES * TURNS, turns
-    return {"turns": turns, "wall_s": wall, "cpu_s": cpu, "max_stall_ms": monitor.max_ms(), "start_s": start_s}
+    return {
+        "turns": turns, "wall_s": wall, "cpu_s": cpu, "max_stall_ms": monitor.max_ms(), "max_stall_cpu_ms": monitor.max_cpu_ms(),
+        "start_s": start_s,
+    }  # fmt: skip
 
 
 # -- 2. the admission pass as the queue grows ---------------------------------------------

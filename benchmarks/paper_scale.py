@@ -54,8 +54,9 @@ doubles, behind one in-process httpx transport (no sockets).
    trajectories over 8 of them at 8 workers, its own engine, pool and dispatcher:
    each the one view of its servers); this process routes the problems and gathers
    every trajectory over the workers' pipes.  Per worker: CPU per turn and stall
-   (median, and the worst); ``sharded_parent_*``: the router's CPU per turn, loop
-   busy and stall; ``sharded_total_cpu_us_per_turn``: every process's CPU less the
+   (median, and the worst; ``sharded_max_stall_cpu_ms`` as ``max_stall_cpu_ms``, the
+   worst worker's); ``sharded_parent_*``: the router's CPU per turn, loop busy and
+   stall; ``sharded_total_cpu_us_per_turn``: every process's CPU less the
    doubles', per turn; the whole's turns per second over the run.  Each process's
    figure includes its stall monitor's own timer.
 
@@ -294,12 +295,15 @@ def _sharded(trajectories: int, servers: int, shards: int, gc_mode: str) -> dict
         "sharded_doubles_cpu_us_per_turn": round(statistics.median(r["own_s"] / r["turns"] * 1e6 for r in runs), 2),
         "sharded_max_stall_ms": round(max(r["max_stall_ms"] for r in runs), 2),
         "sharded_max_stall_ms_median": round(statistics.median(r["max_stall_ms"] for r in runs), 2),
+        # The most CPU one worker ran inside a stall: its loop's own longest hold (the rest was the OS).
+        "sharded_max_stall_cpu_ms": round(max(r["max_stall_cpu_ms"] for r in runs), 2),
         "sharded_loop_busy": round(statistics.median((r["cpu_s"] - r["own_s"]) / span for r in runs), 2),
         "sharded_gc_longest_ms": round(max(r["gc_longest_ms"] for r in runs), 2),
         # The router's share: routing, the pipes, decoding every trajectory, the groups.
         "sharded_parent_cpu_us_per_turn": round(run["cpu_s"] / run["turns"] * 1e6, 2),
         "sharded_parent_loop_busy": round(run["cpu_s"] / span, 2),
         "sharded_parent_max_stall_ms": round(run["max_stall_ms"], 2),
+        "sharded_parent_max_stall_cpu_ms": round(run["max_stall_cpu_ms"], 2),
         # Every process's CPU per turn less the doubles' (compare with cpu_us_per_turn).
         "sharded_total_cpu_us_per_turn": round((run["cpu_s"] + sum(r["cpu_s"] - r["own_s"] for r in runs)) / run["turns"] * 1e6, 2),
         "sharded_start_s": round(run["start_s"], 2),
