@@ -214,9 +214,13 @@ async def sharded_run(trajectories: int, servers: int, shards: int, gc_mode: str
     turns = sum(t.num_turns for g in groups for t in g.trajectories)
     assert turns == trajectories // SAMPLES * SAMPLES * TURNS, turns
     return {
-        "turns": turns, "wall_s": wall, "cpu_s": cpu, "max_stall_ms": monitor.max_ms(), "max_stall_cpu_ms": monitor.max_cpu_ms(),
+        "turns": turns,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "max_stall_ms": monitor.max_ms(),
+        "max_stall_cpu_ms": monitor.max_cpu_ms(),
         "start_s": start_s,
-    }  # fmt: skip
+    }
 
 
 # -- 2. the admission pass as the queue grows ---------------------------------------------
