@@ -340,7 +340,8 @@ class ServerPool(PoolAdmission):
                 self._set_down(server.index)
             else:
                 self._dispatcher.observe(server.index, load)
-                if not self._dispatcher.is_up(server.index) or first:
+                # Not while a sync holds the pool: it would come back on the version being replaced.
+                if first or (not self._dispatcher.is_up(server.index) and not self._held):
                     await self._bring_back(server, first)
                 self._notify()
             if first:

@@ -126,6 +126,9 @@ class WeightSync:
         self.on_version = on_version
         self._version: int | None = None
         self._source: Any = None  # where the current weights are (or will be) on disk
+        # Servers a failed or cancelled load may have left with part of its weights:
+        # none re-enters rotation until the current weights are loaded whole.
+        self._partial: set[int] = set()
         pool.on_server_back = self.on_server_back
 
     async def sync(self, weights: Any, version: int) -> SyncReport:
@@ -162,13 +165,15 @@ class WeightSync:
                 try:
                     failures = await self.transport.load(live, weights, version)
                 except BaseException:
-                    removed.update(s.index for s in live)  # may hold partial weights
+                    removed.update(s.index for s in live)
+                    self._partial.update(s.index for s in live)
                     raise
                 for server in live:
                     if server.index in failures:
                         retried.add(server.index)
                         if not await self._retry(lambda s: self.transport.load_one(s, weights), server):
                             removed.add(server.index)
+                            self._partial.add(server.index)
                 times["load"] = time.monotonic() - start
                 start = time.monotonic()
                 await self._each([s for s in servers if s.index not in removed],
@@ -267,21 +272,28 @@ class WeightSync:
         """Before a server re-enters rotation: make sure it serves the current
         version, loading the current weights from disk if it does not.
 
+        A server a failed load may have left with part of its weights is loaded
+        whatever version it reports; before any sync has completed there is no
+        directory to load it from, so it stays out until one has.
+
         Raises:
-            WeightSyncError: it is on another version and no directory holds the
-                current weights (it stays out of rotation).
+            WeightSyncError: it is on another version, or may hold partial weights,
+                and no directory holds the current weights (it stays out of rotation).
             BackendError: the server failed while being loaded.
         """
-        if self._version is None:
+        partial = server.index in self._partial
+        if self._version is None and not partial:
             return
-        if await server.admin.weight_version() == str(self._version):
+        if not partial and await server.admin.weight_version() == str(self._version):
             return
-        directory = await weights_directory(self._source)
+        directory = None if self._version is None else await weights_directory(self._source)
         if directory is None:
-            raise WeightSyncError(f"server {server.index} is not on version {self._version} and no weights dir is known")
+            state = "may hold partial weights" if partial else f"is not on version {self._version}"
+            raise WeightSyncError(f"server {server.index} {state} and no weights dir is known")
         await self.transport.load_one(server, directory)
         await server.admin.reset_prefix_cache()
         await server.admin.set_weight_version(str(self._version))
+        self._partial.discard(server.index)
         server.client.weight_version = self._version
 
 
