@@ -3,7 +3,8 @@
 Functions of a :class:`backends._dispatch.Dispatcher`'s state (its servers' free
 budgets and holds, its sessions' affinity, its counters), kept apart from the
 bookkeeping of reservations, holds and reports that feeds them (described in
-:mod:`backends._dispatch`).
+:mod:`backends._dispatch`).  They read that state through :class:`DispatchState`, so
+this module does not import the dispatcher that calls it.
 
 The budget policy (``"budget"``):
 
@@ -33,17 +34,34 @@ as in most RL frameworks).  It never blocks.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 
-if TYPE_CHECKING:
-    from ._dispatch import Dispatcher
+from ._dispatch_types import ServerState
 
-__all__ = ["choose_budget", "choose_static"]
+__all__ = ["DispatchState", "choose_budget", "choose_static"]
 
 
-def choose_static(d: Dispatcher, up: list[int], previous: int | None) -> int:
+class DispatchState(Protocol):
+    """The part of a dispatcher's state the choices read, and the counters they move."""
+
+    headroom: float
+    hold_headroom: float
+    affinity_slack: float
+    affinity_queue_slack: int | None
+    _servers: list[ServerState]
+    _up: list[int]
+    _frees: list[int]
+    _busy: list[int]
+    _order: list[int]
+    _rotation: int
+    _blocked: int
+    _floor: float
+    _floor_cap: int
+
+
+def choose_static(d: DispatchState, up: list[int], previous: int | None) -> int:
     """The round-robin baseline: a session keeps its server; a new one takes the next in rotation."""
     if previous is not None and previous in up:
         return previous
@@ -57,7 +75,7 @@ def choose_static(d: Dispatcher, up: list[int], previous: int | None) -> int:
 
 
 def choose_budget(
-    d: Dispatcher, up: list[int], previous: int | None, tokens: int, held: int | None, session: Hashable
+    d: DispatchState, up: list[int], previous: int | None, tokens: int, held: int | None, session: Hashable
 ) -> int:
     """The budget policy's server for a request of ``tokens`` (see :mod:`backends._dispatch`).
 

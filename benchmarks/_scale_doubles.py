@@ -19,9 +19,9 @@ import msgspec
 from backends import Completion, SamplingParams
 from rstar2_async.config import RolloutConfig
 from rstar2_async.rollout import Toolbox, problem_messages
+from rstar2_async.testing import IM_END, FakeByteTokenizer
 from rstar2_async.types import Problem
 from sandbox import ExecResult
-from tests.fakes.model import IM_END, FakeByteTokenizer
 
 TURNS: Final = 11
 TOOL_S: Final = 0.3

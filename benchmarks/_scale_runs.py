@@ -43,8 +43,8 @@ from rstar2_async.rollout import (
     Toolbox,
     load_tools,
 )
+from rstar2_async.testing import FakeByteTokenizer
 from rstar2_async.types import Problem
-from tests.fakes.model import FakeByteTokenizer
 
 SAMPLES: Final = 32
 

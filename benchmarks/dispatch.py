@@ -138,8 +138,8 @@ and hides them under weight reads) and idle servers 7 s.  So the speedup target
 looks reachable here only with some knowledge of lengths (over 8 seeds ours is
 1.299x), and the ratio target not at all; the bound itself stays a true bound.
 
-The model (calibration, workload, servers, lower bound) is in ``_fleet_model.py``,
-the simulation in ``_dispatch_sim.py``.
+The model (calibration, workload, servers, lower bound) is in ``fleetsim._model``,
+the simulation in ``fleetsim._dispatch``.
 
 Usage: ``python benchmarks/dispatch.py [--repeats 3] [--capacity 270000] [--hold-reports 2] [--reserve N] [--order budget|fifo|oracle]``
 """
@@ -155,11 +155,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # backends
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fleetsim, backends
 
-from _dispatch_sim import Sim  # noqa: E402
-from _fleet_model import Params, lower_bound, workload  # noqa: E402
+from fleetsim import Params, Sim, lower_bound, workload  # noqa: E402
 
 
 def main() -> None:

@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from backends import Completion, SamplingParams, TokenClient  # noqa: E402
 from rstar2_async.config import RolloutConfig  # noqa: E402
 from rstar2_async.rollout import RUN_OPTIONS, RolloutEngine, Toolbox, load_tools, problem_messages, tune_gc  # noqa: E402
+from rstar2_async.testing import IM_END, FakeByteTokenizer  # noqa: E402
 from rstar2_async.types import Problem  # noqa: E402
 from sandbox import ExecResult  # noqa: E402
-from tests.fakes.model import IM_END, FakeByteTokenizer  # noqa: E402
 
 GEN_S, TOOL_S, TURNS = 0.2, 0.05, 4
 LOOPS = {"uvloop": ("asyncio", RUN_OPTIONS), "asyncio": ("asyncio", {}), "trio": ("trio", {})}
@@ -118,7 +118,7 @@ async def engine_run(n: int, backend: str) -> dict:
 SERVER = """
 import anyio, sys
 sys.path.insert(0, {root!r})
-from tests.fakes.http import serve_http
+from rstar2_async.testing import serve_http
 BODY = {body!r}
 async def handler(method, path, body):
     return 200, BODY

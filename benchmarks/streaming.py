@@ -117,10 +117,10 @@ Rolling syncs would not help in this model: each server still pauses for its loa
 and recomputes its contexts, and the learner does not wait for the fleet (idle 79%).
 Target: utilization 0.9 of the bound: not met (0.811; 0.852 with ``keep``).
 
-The model is in the modules beside this script: ``_stream_setup.py`` (the setup, the
-policies, the problem stream), ``_stream_fleet.py`` and ``_stream_waiting.py`` (the
-fleet), ``_stream_trainer.py`` (the trainer, the learner, the figures), on
-dispatch.py's ``_fleet_model.py`` and ``_dispatch_sim.py``.
+The model is the shipped package ``fleetsim``: ``_setup.py`` (the setup, the
+policies, the problem stream), ``_stream_fleet.py`` and ``_waiting.py`` (the
+fleet), ``_trainer.py`` (the trainer, the learner, the figures), on
+dispatch.py's ``_model.py`` and ``_dispatch.py``.
 
 Usage: ``python benchmarks/streaming.py [--repeats 8] [--steps 20] [--jobs 2]`` (the
 simulation is deterministic: load changes its wall time, never its figures).
@@ -138,11 +138,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # backends
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fleetsim, backends
 
-from _stream_setup import DIAGNOSTICS, PAUSE_S, POLICIES, Setup
-from _stream_trainer import Trainer
+from fleetsim import DIAGNOSTICS, PAUSE_S, POLICIES, Setup, Trainer  # noqa: E402
 
 
 def simulate(task: tuple[Setup, str, int]) -> tuple[str, int, dict]:

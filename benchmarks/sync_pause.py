@@ -48,7 +48,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from backends import (  # noqa: E402
-    DiskTransport, SamplingParams, ServerPool, VLLMServerConfig, WeightSync, default_vllm_python, launch_vllm,
+    DiskTransport,
+    SamplingParams,
+    ServerPool,
+    VLLMServerConfig,
+    WeightSync,
+    default_vllm_python,
+    launch_vllm,
 )  # fmt: skip
 
 MODES = ("abort", "keep")
@@ -59,7 +65,7 @@ def prepare(root: Path, turns: int) -> tuple[Path, Path, list[list[int]]]:
     from transformers import AutoTokenizer
 
     from rstar2_async.demo import build_tiny_model
-    from tests.integration.conftest import perturbed_weights
+    from rstar2_async.testing import perturbed_weights
 
     first = build_tiny_model(root / "first", seed=0)
     second = perturbed_weights(first, root / "second")

@@ -64,6 +64,13 @@ EXPORTS: dict[str, list[str]] = {
         "make_problems", "tool_call_text", "write_problems", "write_sft_transcripts",
     ],
     "rstar2_async.cli": ["main"],
+    "rstar2_async.testing": [
+        "CHATML_TEMPLATE", "DropConnection", "FakeByteTokenizer", "FakeExactReward", "FakeModelServer",
+        "FakeRawServer", "FakeSGLang", "FakeSandbox", "FakeVLLM", "IM_END", "IM_START", "Recorded", "STALLS",
+        "arithmetic_policy", "hung_server", "last_user_message", "perturbed_weights", "pool_chaos", "raw_head",
+        "sandbox_soak", "serve_http", "write_byte_tokenizer",
+    ],
+    "fleetsim": ["DIAGNOSTICS", "PAUSE_S", "POLICIES", "Params", "Setup", "Sim", "Trainer", "lower_bound", "workload"],
 }
 
 

@@ -25,6 +25,8 @@ ALLOWED: dict[str, set[str]] = {
     "recipe": {"config", "reward", "rollout", "selection", "learn", "demo"},
     "view": {"config", "reward", "rollout", "selection", "recipe"},
     "cli": {"config", "reward", "rollout", "selection", "learn", "demo", "recipe", "view"},
+    # Doubles and chaos runs for tests and benchmarks: nothing in the core imports them.
+    "testing": set(),
 }
 LEAVES = {"types", "errors", "_plugins", "_paths"}
 # Service package -> the top-level packages it must not import (the core may import
@@ -33,36 +35,48 @@ SERVICES_FORBIDDEN: dict[str, set[str]] = {
     "backends": {"rstar2_async", "sandbox"},
     "sandbox": {"rstar2_async", "backends"},
     "httpgate": {"rstar2_async", "backends", "sandbox"},
+    "fleetsim": {"rstar2_async", "sandbox"},
 }
 # openai: its SDK takes 0.5-1 s to import, and only chat-mode evaluation needs it.
 HEAVY = ("torch", "deepspeed", "transformers", "openai")
 # Where else the heavy libraries may be imported (inside the functions that need them).
-HEAVY_ALLOWED = {"rstar2_async/demo/_tinymodel.py", "rstar2_async/recipe/_metrics.py"}
+HEAVY_ALLOWED = {"rstar2_async/demo/_tinymodel.py", "rstar2_async/recipe/_metrics.py", "rstar2_async/testing/_weights.py"}
+# Every tree whose modules import each other, for the cycle check.
+TREES = ("rstar2_async", "backends", "sandbox", "httpgate", "fleetsim", "benchmarks", "tests")
 
 
 def modules(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def imports(path: Path) -> list[str]:
-    """Absolute names of every module ``path`` imports, at any depth."""
+def import_statements(path: Path) -> list[tuple[str, list[str]]]:
+    """Every import of ``path``, at any depth: the absolute module name and the names
+    taken from it (none for a plain ``import``)."""
     package = ".".join(
         path.relative_to(ROOT).with_suffix("").parts[:-1]
         if path.name != "__init__.py"
         else path.relative_to(ROOT).parts[:-1]
     )
-    found = []
+    found: list[tuple[str, list[str]]] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found += [a.name for a in node.names]
+            found += [(a.name, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
                 parent = parts[: len(parts) - node.level + 1]
                 base = ".".join(parent + ([base] if base else []))
-            found.append(base)
-            found += [f"{base}.{a.name}" for a in node.names]  # `from pkg import _module`
+            found.append((base, [a.name for a in node.names]))
+    return found
+
+
+def imports(path: Path) -> list[str]:
+    """Absolute names of every module ``path`` imports, at any depth."""
+    found = []
+    for base, names in import_statements(path):
+        found.append(base)
+        found += [f"{base}.{name}" for name in names]  # `from pkg import _module`
     return found
 
 
@@ -113,6 +127,79 @@ def test_the_allowed_graph_has_no_cycle() -> None:
         visit(node, ())
 
 
+def resolve(name: str, importer: Path) -> Path | None:
+    """The module file of the tree that ``name`` (as :func:`imports` gives it) names, if any.
+    A benchmark script's bare ``_module`` names the module beside it."""
+    parts = name.split(".")
+    bases = [ROOT, importer.parent] if importer.parent.name == "benchmarks" else [ROOT]
+    for base in bases:
+        for candidate in (base.joinpath(*parts).with_suffix(".py"), base.joinpath(*parts, "__init__.py")):
+            if candidate.is_file() and candidate.resolve() != importer:
+                return candidate
+    return None
+
+
+def import_graph() -> dict[Path, set[Path]]:
+    """Module -> the modules of the tree it imports, at any depth (``TYPE_CHECKING``
+    blocks included: a circle there is a circle in the design)."""
+    graph: dict[Path, set[Path]] = {}
+    for tree in TREES:
+        for path in modules(ROOT / tree):
+            targets = set()
+            for base, names in import_statements(path):
+                # `from pkg import _module` imports the module; `from pkg import name`, the package.
+                found = [resolve(f"{base}.{name}", path) or resolve(base, path) for name in names] or [resolve(base, path)]
+                targets |= {t for t in found if t is not None}
+            graph[path] = targets
+    return graph
+
+
+def test_no_import_circle_anywhere_in_the_tree() -> None:
+    """Tarjan's strongly connected components over every module of every tree."""
+    graph = import_graph()
+    index: dict[Path, int] = {}
+    low: dict[Path, int] = {}
+    stack: list[Path] = []
+    circles: list[list[str]] = []
+
+    def connect(node: Path) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(str(member.relative_to(ROOT)))
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for node in graph:
+        if node not in index:
+            connect(node)
+    assert circles == []
+
+
+def test_tests_and_benchmarks_do_not_import_each_other() -> None:
+    """What both use lives in a shipped package (``rstar2_async.testing``, ``fleetsim``)."""
+    graph = import_graph()
+    bad = [
+        f"{a.relative_to(ROOT)} -> {b.relative_to(ROOT)}"
+        for a, targets in graph.items()
+        for b in targets
+        if {a.relative_to(ROOT).parts[0], b.relative_to(ROOT).parts[0]} == {"tests", "benchmarks"}
+    ]
+    assert bad == []
+
+
 def test_only_exported_names_cross_package_lines() -> None:
     """No module imports another package's private module: the core, the CLI and the
     benchmarks use what ``backends``, ``sandbox`` and each sub-package export."""
@@ -123,6 +210,7 @@ def test_only_exported_names_cross_package_lines() -> None:
         + modules(ROOT / "backends")
         + modules(ROOT / "sandbox")
         + modules(ROOT / "httpgate")
+        + modules(ROOT / "fleetsim")
     ):
         here = ".".join(path.relative_to(ROOT).parts[:2])
         for name in imports(path):
@@ -162,7 +250,7 @@ def test_importing_the_core_imports_no_heavy_library(packages: str) -> None:
 
 
 def test_no_module_of_the_core_or_its_services_is_over_400_lines() -> None:
-    packages = [CORE] + [ROOT / name for name in ("backends", "sandbox", "httpgate")]
+    packages = [CORE] + [ROOT / name for name in ("backends", "sandbox", "httpgate", "fleetsim")]
     long = {
         str(p.relative_to(ROOT)): n
         for root in packages

@@ -1,22 +1,48 @@
-"""Where the RL loop's rollouts come from: on-policy, or one step ahead of the learner.
+"""Where the RL loop's rollouts come from: a :class:`RolloutSource`, on-policy or one
+step ahead of the learner here, or a stream (``_streaming``).
 
 ``run.max_staleness = 0`` (rStar2's): the rollout of step k+1 starts after the sync of
 step k.  ``> 0``: as soon as step k's rollout is taken, step k+1's starts in the
 background and overlaps step k's update and sync; its trajectories may come from
 weights up to ``max_staleness`` versions old (each keeps its version, and the trainer
-drops groups older than the bound).  The trainer's loop reads the same either way.
+drops groups older than the bound).  The trainer's loop reads the same in every mode::
+
+    done = await source.take(step)          # steps 1-5
+    ... update, export, sync, record        # steps 6-8, with source.step_metrics()
+    source.trained(done)                    # the sync is done
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Protocol
 
 import anyio
 
 from ._state import RolloutResult
 
-__all__ = ["Rollouts", "rollouts"]
+__all__ = ["RolloutSource", "Rollouts", "rollouts"]
+
+
+class RolloutSource(Protocol):
+    """What the trainer's RL loop takes each step's groups from."""
+
+    async def take(self, step: int) -> RolloutResult:
+        """Step ``step``'s finished groups (and RoC's decisions on them)."""
+        ...
+
+    def trained(self, done: RolloutResult) -> None:
+        """``done``'s update and sync are over (a stream gives back the room they held)."""
+        ...
+
+    def step_metrics(self) -> dict[str, float]:
+        """The source's own figures for the step just trained, read once its sync is done."""
+        ...
+
+    def checkpoint_files(self) -> dict[str, bytes] | None:
+        """What a checkpoint must keep besides the trainer's state (files by name)."""
+        ...
 
 
 class _Pending:
@@ -53,6 +79,15 @@ class Rollouts:
             self._pending = _Pending(step + 1)
             self._tg.start_soon(self._pending.run, self._rollout)
         return result
+
+    def trained(self, done: RolloutResult) -> None:
+        """Nothing to give back: the next rollout is already running, or starts at ``take``."""
+
+    def step_metrics(self) -> dict[str, float]:
+        return {}
+
+    def checkpoint_files(self) -> None:
+        """None: a rollout running ahead is not kept (the resumed run rolls it out again)."""
 
 
 @asynccontextmanager

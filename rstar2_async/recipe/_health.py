@@ -33,8 +33,7 @@ from typing import Any, Final, NamedTuple
 
 from ..types import Group
 from ._metrics import rollout_metrics
-from ._state import RolloutResult
-from ._streaming import oldest_version
+from ._state import RolloutResult, oldest_version
 
 __all__ = ["JUMP_FACTOR", "WATCHED", "HealthWatch", "Watch", "jump_warnings", "update_metrics"]
 

@@ -15,7 +15,7 @@ from ..errors import TrainError
 from ..selection import RocDecision, roc_downsample
 from ..types import Group
 
-__all__ = ["RolloutResult", "StreamState", "TrainState", "TrainSummary", "downsample", "prepare_model"]
+__all__ = ["RolloutResult", "StreamState", "TrainState", "TrainSummary", "downsample", "oldest_version", "prepare_model"]
 
 
 class StreamState(msgspec.Struct, kw_only=True):
@@ -122,3 +122,9 @@ def prepare_model(model: ModelConfig, run_dir: Path) -> Path:
         t = model.tiny
         build_tiny_model(out, hidden_size=t.hidden_size, num_layers=t.num_layers, vocab_size=t.vocab_size, seed=t.seed)
     return out
+
+
+def oldest_version(group: Group, default: int) -> int:
+    """The oldest weight version among a group's generated tokens (a trajectory
+    that never generated, e.g. its server failed for good, has none)."""
+    return min((t.weight_version for t in group.trajectories if t.turns), default=default)

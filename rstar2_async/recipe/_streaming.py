@@ -4,9 +4,11 @@ One stage is three tasks around the run's one engine:
 
     admit    feeds problems to ``engine.stream`` while the staleness rule allows
     collect  takes each finished group, downsamples it (GRPO-RoC), resolves its position
-    train    the trainer's loop: the next ``batch_problems`` finished groups in stream
-             order (the ones RoC kept) -> GRPO update -> export -> weight sync (abort:
-             the turns in flight stop and resume from their tokens on the new weights)
+    train    the trainer's loop, the same as on-policy: its :class:`RolloutSource`
+             (:func:`streaming_rollouts`) hands it the next ``batch_problems`` finished
+             groups in stream order (the ones RoC kept) -> GRPO update -> export ->
+             weight sync (abort: the turns in flight stop and resume from their tokens
+             on the new weights) -> ``trained`` gives the room back to ``admit``
 
 A step's batch is what it is on-policy: the stage's next ``batch_problems`` problems
 (stream position p is problem p % B of step p // B's batch, drawn as on-policy draws
@@ -46,9 +48,9 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
-from functools import partial
-from typing import TYPE_CHECKING, Final
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Final
 
 import anyio
 import anyio.abc
@@ -56,7 +58,7 @@ import msgspec
 from anyio.abc import ObjectSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from ..config import StageConfig
+from ..config import RunConfig, StageConfig
 from ..errors import TrainError
 from ..selection import RocDecision
 from ..types import Group, Problem
@@ -64,11 +66,7 @@ from ._data import batch_for_step
 from ._stack import RolloutStack, turns_interrupted
 from ._state import RolloutResult, StreamState, downsample
 
-if TYPE_CHECKING:
-    from ._metrics import MetricsWriter
-    from ._trainer import Trainer
-
-__all__ = ["QUEUE_FILE", "oldest_version", "read_queue", "run_streaming_stage"]
+__all__ = ["QUEUE_FILE", "StreamingRollouts", "read_queue", "streaming_rollouts"]
 
 QUEUE_FILE: Final = "stream-queue.msgpack"
 """Where a checkpoint keeps the finished, kept, untrained groups of a streaming stage."""
@@ -84,9 +82,9 @@ def read_queue(data: bytes) -> dict[int, Group]:
 class _Stream:
     """The bookkeeping of one stage's stream: positions, the rule, the order."""
 
-    def __init__(self, trainer: Trainer, index: int, stage: StageConfig, problems: list[Problem], state: StreamState) -> None:
-        self.trainer, self.index, self.stage, self.problems, self.state = trainer, index, stage, problems, state
-        self.limit = (trainer.config.run.max_staleness + 1) * stage.batch_problems
+    def __init__(self, run: RunConfig, index: int, stage: StageConfig, problems: list[Problem], state: StreamState) -> None:
+        self.seed, self.index, self.stage, self.problems, self.state = run.seed, index, stage, problems, state
+        self.limit = (run.max_staleness + 1) * stage.batch_problems
         self.kept: dict[int, Group] = {}  # finished and kept, position >= head
         self.dropped: set[int] = {p for p in state.dropped if p >= state.head}  # finished, RoC-dropped
         self.resolved: dict[int, tuple[Group, RocDecision]] = {}  # this step's, for its metrics
@@ -137,15 +135,14 @@ class _Stream:
         b = self.stage.batch_problems
         step = position // b
         if step not in self._batches:
-            cfg = self.trainer.config.run
-            self._batches = {step: batch_for_step(self.problems, b, seed=cfg.seed, stage=self.index, step=step)}
+            self._batches = {step: batch_for_step(self.problems, b, seed=self.seed, stage=self.index, step=step)}
         return msgspec.structs.replace(self._batches[step][position % b])
 
-    def step_metrics(self, interrupted: Callable[[], int]) -> dict[str, float]:
+    def step_metrics(self, interrupted: int) -> dict[str, float]:
         """A step's ``async/`` figures of the stream, read once its sync is done (the
         trained groups' staleness is every mode's: ``_health.update_metrics``)."""
         return {
-            "async/turns_interrupted": interrupted(),  # by this step's sync, mostly
+            "async/turns_interrupted": interrupted,  # by this step's sync, mostly
             "async/groups_in_flight": len(self.in_flight),
             "async/groups_queued": len(self.kept),
         }
@@ -167,7 +164,7 @@ class _Stream:
                 await send.send(problem)  # taken when the engine has started the previous group
 
     async def collect(self, groups: MemoryObjectReceiveStream[Group]) -> None:
-        seed, name = self.trainer.config.run.seed, self.stage.name
+        seed, name = self.seed, self.stage.name
         async for group in groups:
             position = self.in_flight.pop(id(group.problem))
             decision = downsample(group, self.stage, random.Random(f"{seed}/roc/{name}/{position}"))
@@ -213,52 +210,63 @@ class _Stream:
         self.notify()
 
 
-async def run_streaming_stage(
-    trainer: Trainer,
+class StreamingRollouts:
+    """A streaming stage's :class:`~._ahead.RolloutSource`: each step's batch is the
+    stream's next ``batch_problems`` positions (see the module docstring)."""
+
+    def __init__(self, stream: _Stream, stack: RolloutStack) -> None:
+        self._stream, self._stack = stream, stack
+        self._interrupted = turns_interrupted(stack)
+
+    async def take(self, step: int) -> RolloutResult:
+        """The next batch of the stream, once all its groups are finished (``step`` is
+        the trainer's; the stream keeps its own position)."""
+        engine = self._stack.engine
+        t0, grading0 = time.monotonic(), engine.statistics().grading_ms
+        done = await self._stream.next_batch()
+        done.seconds, done.reward_seconds = time.monotonic() - t0, (engine.statistics().grading_ms - grading0) / 1000
+        return done
+
+    def trained(self, done: RolloutResult) -> None:
+        self._stream.trained(done)  # the sync is done: its room goes back to admission
+
+    def step_metrics(self) -> dict[str, float]:
+        """The stream's figures, with the turns interrupted since the last step's record
+        (none falls between two steps)."""
+        before, self._interrupted = self._interrupted, turns_interrupted(self._stack)
+        return self._stream.step_metrics(self._interrupted - before)
+
+    def checkpoint_files(self) -> dict[str, bytes]:
+        return self._stream.snapshot()
+
+
+@asynccontextmanager
+async def streaming_rollouts(
     stack: RolloutStack,
     index: int,
     stage: StageConfig,
     problems: list[Problem],
-    metrics: MetricsWriter,
     *,
+    run: RunConfig,
+    state: StreamState,
     queued: dict[int, Group],
-) -> None:
-    """Steps ``trainer.state.step_in_stage..stage.steps`` of a streaming RL stage.
+) -> AsyncIterator[StreamingRollouts]:
+    """The stream of stage ``index`` from where ``state`` stands, running while the block
+    runs; leaving the block cancels what is still in flight (not needed: a checkpoint
+    restarts it).
 
-    ``queued``: the groups a resumed checkpoint kept (empty for a fresh stage)."""
-    state = trainer.state.stream = trainer.state.stream or StreamState()
-    stream = _Stream(trainer, index, stage, problems, state)
+    ``queued``: the groups a resumed checkpoint kept (empty for a fresh stage).
+
+    Raises:
+        TrainError: ``queued`` lacks groups the state says are queued.
+    """
+    stream = _Stream(run, index, stage, problems, state)
     stream.restore(queued)
-    engine, so_far = stack.engine, turns_interrupted(stack)
-
-    def interrupted() -> int:
-        """Turns interrupted since the last step's record (none falls between two steps)."""
-        nonlocal so_far
-        before, so_far = so_far, turns_interrupted(stack)
-        return so_far - before
-
     feed_send, feed = anyio.create_memory_object_stream[Problem](0)
-    # Left set if the stage is stopped: the stop's checkpoint keeps the stream too.
-    trainer.checkpoint_files = stream.snapshot
-    async with anyio.create_task_group() as tg, engine.stream(
+    async with anyio.create_task_group() as tg, stack.engine.stream(
         feed, stage.n_oversample, max_turns=stage.max_turns, max_response_tokens=stage.max_response_tokens
     ) as groups:
         tg.start_soon(stream.admit, feed_send)
         tg.start_soon(stream.collect, groups)
-        for step in range(trainer.state.step_in_stage, stage.steps):
-            t0, grading0 = time.monotonic(), engine.statistics().grading_ms
-            done = await stream.next_batch()
-            done.seconds, done.reward_seconds = time.monotonic() - t0, (engine.statistics().grading_ms - grading0) / 1000
-            extra = partial(stream.step_metrics, interrupted)
-            await trainer.learn_step(stack, stage, step, done, metrics, extra=extra)
-            stream.trained(done)  # the sync is done: its room goes back to admission
-            await trainer.after_step(stack, stage, step, metrics)
-        tg.cancel_scope.cancel()  # what is still in flight is not needed
-    trainer.checkpoint_files = None
-    trainer.state.stream = None
-
-
-def oldest_version(group: Group, default: int) -> int:
-    """The oldest weight version among a group's generated tokens (a trajectory
-    that never generated, e.g. its server failed for good, has none)."""
-    return min((t.weight_version for t in group.trajectories if t.turns), default=default)
+        yield StreamingRollouts(stream, stack)
+        tg.cancel_scope.cancel()

@@ -12,8 +12,8 @@
 
 On-policy like rStar2: the rollout of step k+1 starts after the sync of step k
 (``run.max_staleness > 0`` runs it one step ahead: ``_ahead``).  ``run.mode =
-"streaming"`` never stops rolling out (``_streaming``): the same steps 6-8
-(``learn_step``, ``after_step``) on the next groups of a stream.  The learner runs in
+"streaming"`` never stops rolling out (``_streaming``): the same loop takes each
+step's groups from the stream instead (both are a ``RolloutSource``).  The learner runs in
 a worker thread (torch releases the GIL), so the event loop keeps serving progress,
 health polls and a rollout running ahead while the update runs.
 
@@ -30,6 +30,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
@@ -44,7 +45,7 @@ from ..config import InferenceConfig, StageConfig, TrainConfig, to_toml
 from ..errors import TrainError
 from ..rollout import collect_frozen_garbage
 from ..types import Group, Problem
-from ._ahead import rollouts
+from ._ahead import RolloutSource, rollouts
 from ._data import batch_for_step, load_problems
 from ._evaluate import evaluate_run
 from ._health import HealthWatch, update_metrics
@@ -52,8 +53,8 @@ from ._metrics import MetricsWriter, plot_metrics, read_metrics, write_samples
 from ._progress import StepBar, show_progress
 from ._publish import Publisher, load_servers
 from ._stack import RolloutStack, rollout_stack
-from ._state import RolloutResult, TrainState, TrainSummary, downsample, prepare_model
-from ._streaming import QUEUE_FILE, oldest_version, read_queue, run_streaming_stage
+from ._state import RolloutResult, StreamState, TrainState, TrainSummary, downsample, oldest_version, prepare_model
+from ._streaming import QUEUE_FILE, read_queue, streaming_rollouts
 from ._trajectories import record_step
 from ._weights import publish_weights
 
@@ -86,8 +87,9 @@ class Trainer:
         self._work: anyio.CancelScope | None = None
         self._learner_lock = anyio.CapacityLimiter(1)
         self.health = HealthWatch()  # a resumed run's history is read when the run starts
-        self.checkpoint_files: Callable[[], dict[str, bytes]] | None = None
-        """More state for each checkpoint (a streaming stage's queued groups)."""
+        self.checkpoint_files: Callable[[], dict[str, bytes] | None] | None = None
+        """More state for each checkpoint: the current RL stage's source's (a streaming
+        stage's queued groups)."""
 
     def stop(self) -> None:
         """Stop at the next safe point: running rollouts and evaluations are cancelled,
@@ -222,21 +224,31 @@ class Trainer:
         if stage.hard_filter_samples:
             problems = await self._hard_problems(stack, stage, problems)
 
+        async with self._source(stack, index, stage, problems) as source:
+            # Left set if the stage is stopped: the stop's checkpoint keeps the source's state too.
+            self.checkpoint_files = source.checkpoint_files
+            for step in range(self.state.step_in_stage, stage.steps):
+                done = await source.take(step)  # steps 1-5
+                await self.learn_step(stack, stage, step, done, metrics, extra=source.step_metrics)  # steps 6-8
+                source.trained(done)
+                await self.after_step(stack, stage, step, metrics)
+        self.checkpoint_files, self.state.stream = None, None
+
+    def _source(
+        self, stack: RolloutStack, index: int, stage: StageConfig, problems: list[Problem]
+    ) -> AbstractAsyncContextManager[RolloutSource]:
+        """Where the stage's steps take their groups from: a stream (``run.mode =
+        "streaming"``), or a rollout per step, one step ahead when staleness allows."""
         if self.config.run.mode == "streaming":
             queued, self.queued = self.queued, {}
-            await run_streaming_stage(self, stack, index, stage, problems, metrics, queued=queued)
-            return
+            state = self.state.stream = self.state.stream or StreamState()
+            return streaming_rollouts(stack, index, stage, problems, run=self.config.run, state=state, queued=queued)
 
         async def rollout(step: int) -> RolloutResult:  # steps 1-5
             batch = batch_for_step(problems, stage.batch_problems, seed=self.config.run.seed, stage=index, step=step)
             return await self._rollout(stack, stage, batch, step)
 
-        ahead = self.config.run.max_staleness > 0
-        async with rollouts(rollout, end=stage.steps, ahead=ahead) as source:
-            for step in range(self.state.step_in_stage, stage.steps):
-                done = await source.take(step)
-                await self.learn_step(stack, stage, step, done, metrics)  # steps 6-8
-                await self.after_step(stack, stage, step, metrics)
+        return rollouts(rollout, end=stage.steps, ahead=self.config.run.max_staleness > 0)
 
     async def learn_step(
         self,
@@ -246,7 +258,7 @@ class Trainer:
         done: RolloutResult,
         metrics: MetricsWriter,
         *,
-        extra: Callable[[], dict[str, float]] | None = None,
+        extra: Callable[[], dict[str, float]] = dict,
     ) -> None:
         """Steps 6-8 on a rollout's groups: update, export, sync, and the step's record
         (shielded: an update, its sync and its record go together)."""
@@ -255,7 +267,7 @@ class Trainer:
             values = await self._update(stack, stage, done)
             self.state.rl_step += 1
             self.state.step_in_stage = step + 1
-            values.update(extra() if extra else {})
+            values.update(extra())
             values["runtime/gc_collected"], values["runtime/gc_full_s"] = collect_frozen_garbage()
             self.health.check(self.state.rl_step, values)  # warns when the mismatch or the ratio jumps
             metrics.write(self.state.rl_step, {"stage": stage.name, **values})

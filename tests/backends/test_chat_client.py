@@ -11,7 +11,7 @@ import pytest
 
 from backends import ChatClient, SamplingParams, ServerUnavailable
 from httpgate import Http11Transport
-from tests.fakes.http import STALLS, hung_server
+from rstar2_async.testing import STALLS, hung_server
 
 pytestmark = pytest.mark.anyio
 

@@ -13,9 +13,8 @@ import pytest
 from backends import ChatClient, SamplingParams, TokenClient
 from rstar2_async.config import RolloutConfig
 from rstar2_async.rollout import RolloutEngine, Toolbox, load_tools, problem_messages
+from rstar2_async.testing import FakeByteTokenizer, FakeModelServer, FakeSandbox, serve_http
 from rstar2_async.types import Problem
-from tests.fakes.http import serve_http
-from tests.fakes.model import FakeByteTokenizer, FakeModelServer, FakeSandbox
 
 pytestmark = pytest.mark.anyio
 

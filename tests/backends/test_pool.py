@@ -14,10 +14,8 @@ from backends import SamplingParams, ServerUnavailable
 from backends._pool import ServerPool
 from rstar2_async.config import RolloutConfig
 from rstar2_async.rollout import RolloutEngine
+from rstar2_async.testing import FakeByteTokenizer, FakeModelServer, FakeSandbox, FakeVLLM, serve_http
 from rstar2_async.types import Problem
-from tests.fakes.fleet import FakeVLLM
-from tests.fakes.http import serve_http
-from tests.fakes.model import FakeByteTokenizer, FakeModelServer, FakeSandbox
 
 pytestmark = pytest.mark.anyio
 GREEDY = SamplingParams(temperature=0.0)

@@ -11,15 +11,14 @@ import pytest
 from anyio.abc import SocketStream
 
 from backends import RetryPolicy, SamplingParams, ServerPool
-from benchmarks.pool_chaos import run
-from tests.fakes.http import FakeRawServer, raw_head
+from rstar2_async.testing import FakeRawServer, pool_chaos, raw_head
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.mark.slow
 async def test_short_chaos_run_finishes_every_trajectory_once() -> None:
-    out = await run(1000, chaos=True, concurrency=128, time_budget_s=120.0, seed=2)
+    out = await pool_chaos(1000, chaos=True, concurrency=128, time_budget_s=120.0, seed=2)
     assert (out["lost"], out["duplicated"], out["failed"]) == (0, 0, 0), out["first_failure"]
     assert out["finished"] == 1000
     assert sum(out["faults"].values()) >= 3 and out["failovers"] >= 1 and out["servers_back"] >= 1

@@ -14,7 +14,7 @@ from anyio.abc import SocketStream, TaskGroup
 
 from backends import serve_proxy
 from backends._proxy import _Relay
-from tests.fakes.http import FakeRawServer
+from rstar2_async.testing import FakeRawServer
 
 pytestmark = pytest.mark.anyio
 

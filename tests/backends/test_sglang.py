@@ -1,5 +1,5 @@
 """The SGLang adapters against a recording double of SGLang's native API
-(``tests.fakes.fleet.FakeSGLang``; SGLang has no CPU build): request shapes, the
+(``rstar2_async.testing.FakeSGLang``; SGLang has no CPU build): request shapes, the
 load report, versions, and the pause modes the adapter can and cannot drive."""
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from backends import (
     TokenIds,
 )
 from backends._errors import BadResponse
-from tests.fakes.fleet import FakeSGLang
-from tests.fakes.http import serve_http
+from rstar2_async.testing import FakeSGLang, serve_http
 
 pytestmark = pytest.mark.anyio
 

@@ -11,8 +11,7 @@ import pytest
 
 from backends._errors import BadResponse
 from backends._vllm import VLLMAdmin, parse_vllm_weight_version, vllm_weight_version
-from tests.fakes.fleet import FakeVLLM
-from tests.fakes.http import serve_http
+from rstar2_async.testing import FakeVLLM, serve_http
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +61,7 @@ def test_weight_version_conversions() -> None:
 async def test_completion_weight_version_as_int_or_vllm_string(served: object, expected: int) -> None:
     # A server that stamps completions with a string version must not read as broken.
     from backends import RetryPolicy, SamplingParams, TokenClient
-    from tests.fakes.model import FakeByteTokenizer, FakeModelServer
+    from rstar2_async.testing import FakeByteTokenizer, FakeModelServer
 
     prompt = FakeByteTokenizer().encode_prompt([{"role": "user", "content": "What is 2*3?"}])
     server = FakeModelServer(weight_version=served)  # type: ignore[arg-type]

@@ -17,14 +17,18 @@ import httpx
 import pytest
 
 from backends import (
-    BroadcastTransport, Completion, DiskTransport, PendingWeights, SamplingParams, WeightSync, follow_versions,
+    BroadcastTransport,
+    Completion,
+    DiskTransport,
+    PendingWeights,
+    SamplingParams,
+    WeightSync,
+    follow_versions,
 )  # fmt: skip
 from backends._errors import WeightSyncError
 from backends._launcher import free_port
 from backends._pool import ServerPool
-from tests.fakes.fleet import FakeVLLM
-from tests.fakes.http import serve_http
-from tests.fakes.model import FakeByteTokenizer, FakeModelServer
+from rstar2_async.testing import FakeByteTokenizer, FakeModelServer, FakeVLLM, serve_http
 
 pytestmark = pytest.mark.anyio
 

@@ -10,8 +10,7 @@ import anyio.from_thread
 import pytest
 
 from rstar2_async.cli.main import main
-from tests.fakes.http import serve_http
-from tests.fakes.model import FakeModelServer
+from rstar2_async.testing import FakeModelServer, serve_http
 
 
 @pytest.fixture

@@ -21,8 +21,7 @@ import pytest
 from rstar2_async.config import ConfigError, EvalConfig, TrainConfig, convert
 from rstar2_async.demo import cached_tiny_model
 from rstar2_async.recipe import rollout_stack
-from tests.fakes.http import serve_http
-from tests.fakes.model import FakeModelServer
+from rstar2_async.testing import FakeModelServer, serve_http
 
 ROOT = Path(__file__).resolve().parents[2]
 

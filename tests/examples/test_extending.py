@@ -13,9 +13,9 @@ from rstar2_async.config import RolloutConfig
 from rstar2_async.demo import cached_tiny_model
 from rstar2_async.reward import Grader
 from rstar2_async.rollout import RolloutEngine, ToolContext, load_tools
+from rstar2_async.testing import FakeSandbox
 from rstar2_async.types import Problem
 from sandbox import SandboxConfig, SandboxPool
-from tests.fakes.model import FakeSandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "extending.md"

@@ -17,7 +17,7 @@ from anyio.abc import SocketStream
 
 from httpgate import Http11Transport
 from httpgate._client import _host_header
-from tests.fakes.http import FakeRawServer, raw_head
+from rstar2_async.testing import FakeRawServer, raw_head
 
 pytestmark = pytest.mark.anyio
 

@@ -65,21 +65,6 @@ def vllm_server(vllm_config: VLLMServerConfig) -> Iterator[VLLMServer]:
             yield server
 
 
-def perturbed_weights(model_dir: Path, out_dir: Path, seed: int = 1) -> Path:
-    """New weights, as a learner would export them: ``model_dir``'s model with
-    Gaussian noise (std 0.05) on every parameter, saved to ``out_dir``."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=generator) * 0.05)
-    model.save_pretrained(out_dir)
-    return out_dir
-
-
 def restore_weights(server: VLLMServer, weights_dir: Path, version: str) -> None:
     """Reload ``weights_dir`` into ``server`` and set ``version`` (the sync choreography, blocking)."""
     with httpx.Client(base_url=server.base_url, timeout=120) as http:

@@ -29,10 +29,9 @@ import httpx
 import msgspec
 import pytest
 
-from backends import SamplingParams
+from backends import DiskTransport, SamplingParams, WeightSync
 from backends._fleet import Fleet, FleetConfig
 from backends._pool import ServerPool
-from backends import DiskTransport, WeightSync
 from tests.integration.conftest import TINY_MAX_MODEL_LEN, perturbed_weights
 
 pytestmark = [pytest.mark.vllm, pytest.mark.anyio]
@@ -163,8 +162,8 @@ async def test_weight_sync_then_greedy_outputs_match_transformers_on_new_weights
 async def test_sigkill_during_rollout_loses_no_trajectory_and_server_comes_back(fleet: Fleet, tiny_model_dir: Path) -> None:
     from rstar2_async.config import RolloutConfig
     from rstar2_async.rollout import HFChatTokenizer, RolloutEngine
+    from rstar2_async.testing import FakeSandbox
     from rstar2_async.types import Problem
-    from tests.fakes.model import FakeSandbox
 
     problems = [Problem(id=f"p{i}", problem=f"What is {i} times {i + 3}? " * 4, answer=str(i * (i + 3))) for i in range(6)]
     config = RolloutConfig(max_turns=2, max_response_tokens=96, max_in_flight=12)

@@ -14,8 +14,7 @@ import httpx
 import pytest
 
 from backends._vllm import VLLMAdmin
-from tests.fakes.fleet import FakeVLLM
-from tests.fakes.http import serve_http
+from rstar2_async.testing import FakeVLLM, serve_http
 
 CHECK = """
 import json, sys

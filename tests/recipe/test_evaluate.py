@@ -17,9 +17,8 @@ from rstar2_async.errors import DatasetError
 from rstar2_async.recipe import evaluate, load_finished, load_problems, majority_correct, summarize
 from rstar2_async.reward import Grader
 from rstar2_async.rollout import RolloutEngine
+from rstar2_async.testing import FakeByteTokenizer, FakeModelServer, FakeSandbox, arithmetic_policy, serve_http
 from rstar2_async.types import Group, Problem, Trajectory
-from tests.fakes.http import serve_http
-from tests.fakes.model import FakeByteTokenizer, FakeModelServer, FakeSandbox, arithmetic_policy
 
 
 def wrong_on_odd_problems(conversation: str) -> str:

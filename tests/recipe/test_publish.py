@@ -13,8 +13,8 @@ import pytest
 
 from backends import BroadcastTransport, DiskTransport, WeightSync
 from rstar2_async.recipe import Publisher
+from rstar2_async.testing import FakeVLLM
 from tests.backends.test_weight_sync import FakeRecordingSender, fleet
-from tests.fakes.fleet import FakeVLLM
 
 pytestmark = pytest.mark.anyio
 

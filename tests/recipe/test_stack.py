@@ -17,8 +17,8 @@ from backends import ServerUnavailable
 from backends._launcher import free_port
 from rstar2_async.config import ConfigError, InferenceConfig, TrainConfig, convert
 from rstar2_async.recipe import check_reachable, rollout_stack
+from rstar2_async.testing import FakeRawServer, raw_head
 from tests.backends.test_weight_sync import assert_holds, weight_receivers
-from tests.fakes.http import FakeRawServer, raw_head
 
 STAGES = [{"name": "rl", "kind": "rl", "data": "x"}]
 BROADCAST = {"transport": "broadcast", "master_port": 29600}

@@ -8,17 +8,17 @@ streaming stage through the real stack and kills it.)"""
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
 
 import anyio
 import anyio.lowlevel
 import msgspec
 import pytest
 
-from rstar2_async.config import StageConfig
+from rstar2_async.config import RunConfig, StageConfig
 from rstar2_async.errors import TrainError
 from rstar2_async.recipe import StreamState
-from rstar2_async.recipe._streaming import QUEUE_FILE, _Stream, oldest_version, read_queue
+from rstar2_async.recipe._state import oldest_version
+from rstar2_async.recipe._streaming import QUEUE_FILE, _Stream, read_queue
 from rstar2_async.types import Group, Problem, Trajectory, Turn
 
 pytestmark = pytest.mark.anyio
@@ -91,16 +91,16 @@ async def run_steps(stream: _Stream, steps: range, rng: random.Random, version: 
 @pytest.mark.parametrize("seed", range(3))
 async def test_batches_keep_the_bound_and_resume_loses_and_repeats_nothing(staleness: int, seed: int) -> None:
     rng, version, trained = random.Random(seed), [1], []
-    trainer = SimpleNamespace(config=SimpleNamespace(run=SimpleNamespace(max_staleness=staleness, seed=seed)))
+    run = RunConfig(max_staleness=staleness, seed=seed)
     steps = stage(8)
-    first = _Stream(trainer, 1, steps, PROBLEMS, StreamState())
+    first = _Stream(run, 1, steps, PROBLEMS, StreamState())
     await run_steps(first, range(4), rng, version, trained)  # then the run is killed
     files = first.snapshot()
     assert files.keys() == {QUEUE_FILE}
     saved = msgspec.json.decode(msgspec.json.encode(first.state), type=StreamState)  # as the checkpoint has it
     assert set(saved.queued) == set(first.kept) and set(saved.in_flight) == set(first.in_flight.values())
 
-    resumed = _Stream(trainer, 1, steps, PROBLEMS, saved)
+    resumed = _Stream(run, 1, steps, PROBLEMS, saved)
     resumed.restore(read_queue(files[QUEUE_FILE]))
     await run_steps(resumed, range(4, 8), rng, version, trained)
 
@@ -117,19 +117,19 @@ async def test_batches_keep_the_bound_and_resume_loses_and_repeats_nothing(stale
 
 async def test_a_checkpoint_without_the_queued_groups_is_refused() -> None:
     rng, version, trained = random.Random(0), [1], []
-    trainer = SimpleNamespace(config=SimpleNamespace(run=SimpleNamespace(max_staleness=1, seed=0)))
-    first = _Stream(trainer, 1, stage(6), PROBLEMS, StreamState())
+    run = RunConfig(max_staleness=1, seed=0)
+    first = _Stream(run, 1, stage(6), PROBLEMS, StreamState())
     await run_steps(first, range(2), rng, version, trained)
     first.snapshot()
     assert first.state.queued  # the rule let the fleet run ahead: finished groups wait
-    resumed = _Stream(trainer, 1, stage(6), PROBLEMS, first.state)
+    resumed = _Stream(run, 1, stage(6), PROBLEMS, first.state)
     with pytest.raises(TrainError, match="lacks queued stream positions"):
         resumed.restore({})  # as if the checkpoint had left them out: they would be lost
 
 
 async def test_at_most_s_plus_one_batches_are_started_ahead() -> None:
-    trainer = SimpleNamespace(config=SimpleNamespace(run=SimpleNamespace(max_staleness=1, seed=0)))
-    stream = _Stream(trainer, 1, stage(10), PROBLEMS, StreamState())
+    run = RunConfig(max_staleness=1, seed=0)
+    stream = _Stream(run, 1, stage(10), PROBLEMS, StreamState())
     feed_send, feed = anyio.create_memory_object_stream[Problem](0)
     taken: list[Problem] = []
 
@@ -149,8 +149,8 @@ async def test_at_most_s_plus_one_batches_are_started_ahead() -> None:
 async def test_groups_roc_dropped_hold_their_room_until_their_step_is_taken() -> None:
     """A dropped group still belongs to its step's batch: admission counts it until the
     learner passes it, so the fleet never runs more than S + 1 batches ahead."""
-    trainer = SimpleNamespace(config=SimpleNamespace(run=SimpleNamespace(max_staleness=1, seed=0)))
-    stream = _Stream(trainer, 1, stage(10), PROBLEMS, StreamState())
+    run = RunConfig(max_staleness=1, seed=0)
+    stream = _Stream(run, 1, stage(10), PROBLEMS, StreamState())
     feed_send, feed = anyio.create_memory_object_stream[Problem](0)
     groups_send, groups = anyio.create_memory_object_stream[Group](100)
 

@@ -20,10 +20,8 @@ import pytest
 
 from rstar2_async.config import ConfigError, TrainConfig, convert
 from rstar2_async.recipe import Trainer, batch_for_step, load_problems
+from rstar2_async.testing import FakeModelServer, FakeVLLM, arithmetic_policy, serve_http, write_byte_tokenizer
 from rstar2_async.types import Group
-from tests.fakes.fleet import FakeVLLM
-from tests.fakes.http import serve_http
-from tests.fakes.model import FakeModelServer, arithmetic_policy, write_byte_tokenizer
 
 pytestmark = pytest.mark.anyio
 

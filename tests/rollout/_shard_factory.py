@@ -26,9 +26,7 @@ import msgspec
 from backends import ServerPool, follow_versions
 from rstar2_async.config import RolloutConfig
 from rstar2_async.rollout import RolloutEngine, ShardSpec, ShardStack
-from tests.fakes.fleet import FakeVLLM
-from tests.fakes.http import serve_http
-from tests.fakes.model import FakeByteTokenizer, FakeExactReward, FakeModelServer, FakeSandbox
+from rstar2_async.testing import FakeByteTokenizer, FakeExactReward, FakeModelServer, FakeSandbox, FakeVLLM, serve_http
 
 
 class FactoryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -82,7 +82,7 @@ def test_rollout_path_does_not_import_torch(model_dir: Path) -> None:
 
 def test_the_byte_tokenizer_directory_tokenises_as_the_fake_byte_tokenizer(tmp_path: Path) -> None:
     # What lets a shard worker, which loads its tokenizer by path, talk to the fake model.
-    from tests.fakes.model import FakeByteTokenizer, write_byte_tokenizer
+    from rstar2_async.testing import FakeByteTokenizer, write_byte_tokenizer
 
     real, fake = HFChatTokenizer.from_pretrained(write_byte_tokenizer(tmp_path)), FakeByteTokenizer()
     messages = [{"role": "system", "content": "Tools: é ü\n"}, {"role": "user", "content": "What is 2*3? <x>"}]

@@ -13,10 +13,17 @@ import pytest
 from backends import Completion, RetryPolicy, SamplingParams, TokenClient
 from rstar2_async.config import RolloutConfig, SamplingConfig
 from rstar2_async.rollout import RolloutEngine
+from rstar2_async.testing import (
+    IM_END,
+    FakeByteTokenizer,
+    FakeExactReward,
+    FakeModelServer,
+    FakeSandbox,
+    last_user_message,
+    serve_http,
+)
 from rstar2_async.types import Problem
 from sandbox import ExecResult
-from tests.fakes.http import serve_http
-from tests.fakes.model import IM_END, FakeByteTokenizer, FakeExactReward, FakeModelServer, FakeSandbox, last_user_message
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ import pytest
 from backends import Completion, TokenIds
 from rstar2_async.rollout import GC_GEN0_THRESHOLD, collect_frozen_garbage, tune_gc
 from rstar2_async.rollout._conversation import TokenConversation
-from tests.fakes.model import FakeByteTokenizer
+from rstar2_async.testing import FakeByteTokenizer
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import pytest
 from rstar2_async.errors import PluginError
 from rstar2_async.rollout import CallError, JupyterTool, Tool, Toolbox, ToolContext, ToolOutput, load_tools
 from rstar2_async.rollout.tools import jupyter, python
+from rstar2_async.testing import FakeSandbox
 from rstar2_async.types import ToolCall
 from sandbox import SandboxConfig, SandboxPool
-from tests.fakes.model import FakeSandbox
 
 
 class EchoTool:

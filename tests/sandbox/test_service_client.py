@@ -12,8 +12,8 @@ import msgspec
 import pytest
 
 from httpgate import Http11Transport
+from rstar2_async.testing import STALLS, hung_server
 from sandbox import ExecResult, SandboxClient, SandboxClosed, SandboxPool, SandboxService
-from tests.fakes.http import STALLS, hung_server
 
 from ._helpers import config, wait_until
 

@@ -10,7 +10,7 @@ import signal
 import anyio
 import pytest
 
-from benchmarks.sandbox_soak import run
+from rstar2_async.testing import sandbox_soak
 from sandbox import SandboxBroken, SandboxPool, worker_pids
 
 from ._helpers import config, wait_until
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.anyio
 
 @pytest.mark.slow
 async def test_short_soak_under_chaos_loses_and_leaks_nothing() -> None:
-    out = await run(300, workers=2, chaos=True, time_budget_s=120.0, seed=1)
+    out = await sandbox_soak(300, workers=2, chaos=True, time_budget_s=120.0, seed=1)
     assert out["sent"] == 300 and out["answered"] == out["answered_once"] == 300 and out["cut_by_budget"] == 0
     assert (out["lost"], out["duplicated"], out["leaked_fds"], out["leaked_procs"], out["alive"]) == (0, 0, 0, 0, True)
     assert out["signals"].get("SIGKILL", 0) >= 1 and out["workers_replaced"] >= 1

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from rstar2_async.cli.main import main
+from rstar2_async.testing import FakeModelServer
 from rstar2_async.view import Query, RunReader
 from tests.cli.test_eval_cli import endpoint  # noqa: F401 - the scripted endpoint fixture
-from tests.fakes.model import FakeModelServer
 
 
 def test_an_eval_directory_lists_its_samples_with_their_tool_calls(

@@ -1,4 +1,4 @@
-"""benchmarks/streaming.py's simulated fleet, on a small setup: what its sync modes
+"""fleetsim's streaming trainer (benchmarks/streaming.py runs it at scale), on a small setup: what its sync modes
 do to the turns in flight and the caches, and that its account of the fleet's time
 adds up (the full benchmark runs rStar2's stage 1 on 16 servers for ~45 min)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.streaming import DIAGNOSTICS, POLICIES, Setup, Trainer
+from fleetsim import DIAGNOSTICS, POLICIES, Setup, Trainer
 
 SMALL = Setup(steps=3, servers=2, batch=4, samples=4, keep=2, max_in_flight=64)
 

@@ -10,11 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from _dispatch_sim import Sim
-from _fleet_model import Params, Seq, Server, Traj
-from _stream_waiting import Waiting
 
 from backends import ServerLoad
+
+from ._dispatch import Sim
+from ._model import Params, Seq, Server, Traj
+from ._waiting import Waiting
 
 
 @dataclass

@@ -20,7 +20,7 @@ import msgspec
 from rstar2_async.types import Problem
 from sandbox import ExecResult
 
-from .http import DropConnection
+from ._http import DropConnection
 
 IM_START, IM_END = 256, 257
 _SPECIAL = {IM_START: "<|im_start|>", IM_END: "<|im_end|>"}

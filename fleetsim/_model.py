@@ -1,7 +1,7 @@
 """The fleet model of benchmarks/dispatch.py (the figures' sources are in its docstring):
 Qwen3-14B on H100s, rStar2's stage-1 workload (:func:`workload`), a vLLM server's state
 (:class:`Server`), and the lower bound of a step's makespan (:func:`lower_bound`).
-The simulation that runs it is ``_dispatch_sim.py``; benchmarks/streaming.py runs it
+The simulation that runs it is ``fleetsim._dispatch``; benchmarks/streaming.py runs it
 for many steps."""
 
 from __future__ import annotations

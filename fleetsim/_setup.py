@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from _fleet_model import PARAMS, Params, Traj, workload
+from ._model import PARAMS, Params, Traj, workload
 
 # The sync's pause: benchmarks/weight_sync.py's disk load of 1000 MiB (median of three
 # runs here, see streaming.py's docstring) scaled by bytes to 29.6 GB of bf16 weights, plus its

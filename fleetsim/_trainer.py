@@ -10,9 +10,9 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from _fleet_model import PARAMS, Traj, lower_bound
-from _stream_fleet import Fleet
-from _stream_setup import Group, Policy, Setup, problem_chunk
+from ._model import PARAMS, Traj, lower_bound
+from ._setup import Group, Policy, Setup, problem_chunk
+from ._stream_fleet import Fleet
 
 # The learner: 32 H100s of its own at 40% MFU (assumed), 8 x 14.8e9 FLOPs per trained
 # token: 6N for the forward and backward pass, 2N for the old-logprob forward.

@@ -1,5 +1,5 @@
 """The discrete-event simulation of benchmarks/dispatch.py: a rollout step of the fleet
-model (``_fleet_model.py``), its turns sent round-robin (``static``) or by our
+model (``fleetsim._model``), its turns sent round-robin (``static``) or by our
 dispatcher (``ours``), each server vLLM's scheduler with its prefix cache and
 preemption (see dispatch.py's docstring)."""
 
@@ -9,9 +9,10 @@ import heapq
 import math
 
 import anyio
-from _fleet_model import Params, Seq, Server, Traj
 
 from backends import Dispatcher, ServerLoad
+
+from ._model import Params, Seq, Server, Traj
 
 
 class Sim:

@@ -1,18 +1,28 @@
 """The streaming fleet's waiting turns (:class:`Waiting`), kept in the pool's retry order
 with numpy columns so that a retry pass asks the dispatcher only about the turns that
-can fit (``_stream_fleet.Fleet.admit``)."""
+can fit (``_stream_fleet.Fleet.admit``).  It reads the fleet through :class:`FleetView`
+(what ``Fleet`` offers it), so the two modules do not import each other."""
 
 from __future__ import annotations
 
 import bisect
 import itertools
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
-from _fleet_model import Seq
 
-if TYPE_CHECKING:
-    from _stream_fleet import Fleet
+from ._model import Params, Seq
+
+
+class FleetView(Protocol):
+    """What the waiting turns read of their fleet."""
+
+    p: Params
+    holds: dict[int, tuple[int, int, int]]
+    """A session's hold: (the poll it ends at, its server, its tokens), by trajectory id."""
+    hold_slack: int
+
+    def remaining(self, seq: Seq) -> int: ...
 
 
 class Waiting:
@@ -21,7 +31,7 @@ class Waiting:
     session's hold: the poll it ends at, its server, its tokens) so that a retry
     pass finds in C the few turns that can fit."""
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: FleetView) -> None:
         self.fleet = fleet
         self.seqs: list[Seq] = []
         self.keys: list[tuple[int, int]] = []

@@ -2,7 +2,7 @@
 sync: each records every request (method, path, query, JSON body) and answers
 with the shapes the real engines use (measured for vLLM, documented for SGLang).
 
-``FakeVLLM`` generates with a :class:`tests.fakes.model.FakeModelServer`; knobs:
+``FakeVLLM`` generates with a :class:`FakeModelServer`; knobs:
 ``dead`` (drop every connection), ``hang`` (never answer completions),
 ``fail_paths`` (paths answered 500), ``capacity_tokens`` / ``used_tokens``
 (reported in ``/metrics``).  While paused, completions wait for ``/resume``; a
@@ -23,8 +23,8 @@ from urllib.parse import parse_qsl, urlsplit
 import anyio
 import msgspec
 
-from .http import DropConnection
-from .model import FakeModelServer
+from ._http import DropConnection
+from ._model import FakeModelServer
 
 
 @dataclass

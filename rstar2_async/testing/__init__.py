@@ -1,0 +1,58 @@
+"""Test doubles and chaos runs the project ships, for its own tests and benchmarks and for
+users who test their tools, rewards and engines against the same edges.
+
+- Doubles (each has a real counterpart tested in ``tests/integration``): a byte-level
+  ChatML tokenizer (:class:`FakeByteTokenizer`), a scripted model served over real HTTP
+  as an OpenAI completions endpoint (:class:`FakeModelServer`), an in-process sandbox
+  (:class:`FakeSandbox`), recording vLLM and SGLang servers (:class:`FakeVLLM`,
+  :class:`FakeSGLang`), and raw HTTP servers to script misbehaving ones
+  (:func:`serve_http`, :class:`FakeRawServer`, :func:`hung_server`).
+- Chaos runs, whose invariants the test suite checks on a short run and
+  ``benchmarks/`` measures on a long one: :func:`sandbox_soak` (the jailed pool behind
+  its HTTP service while workers are killed) and :func:`pool_chaos` (the inference
+  pool over doubles that die, hang and answer garbage).
+- :func:`perturbed_weights`: a model's weights moved by noise, as a learner's export.
+"""
+
+from ._fleet import FakeSGLang, FakeVLLM, Recorded
+from ._http import STALLS, DropConnection, FakeRawServer, hung_server, raw_head, serve_http
+from ._model import (
+    CHATML_TEMPLATE,
+    IM_END,
+    IM_START,
+    FakeByteTokenizer,
+    FakeExactReward,
+    FakeModelServer,
+    FakeSandbox,
+    arithmetic_policy,
+    last_user_message,
+    write_byte_tokenizer,
+)
+from ._pool_chaos import pool_chaos
+from ._sandbox_soak import sandbox_soak
+from ._weights import perturbed_weights
+
+__all__ = [
+    "CHATML_TEMPLATE",
+    "DropConnection",
+    "FakeByteTokenizer",
+    "FakeExactReward",
+    "FakeModelServer",
+    "FakeRawServer",
+    "FakeSGLang",
+    "FakeSandbox",
+    "FakeVLLM",
+    "IM_END",
+    "IM_START",
+    "Recorded",
+    "STALLS",
+    "arithmetic_policy",
+    "hung_server",
+    "last_user_message",
+    "perturbed_weights",
+    "pool_chaos",
+    "raw_head",
+    "sandbox_soak",
+    "serve_http",
+    "write_byte_tokenizer",
+]
