@@ -43,6 +43,12 @@ class RunConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     """Write a resumable checkpoint every this many steps (the last step always)."""
     samples_per_step: Annotated[int, msgspec.Meta(ge=0)] = 4
     """Trajectories written to ``samples.jsonl`` per step, for reading what the model does."""
+    max_infra_failed_rate: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.2
+    """Circuit breaker: stop the run with an error naming the failing part when more
+    than this share of rollout attempts (each rolled-again attempt counting) met an
+    infrastructure failure (the sandbox or the servers failed, not the model) over the
+    last 5 RL steps (``recipe._infra``).  None of them is trained on either way
+    (GRPO-RoC drops their groups); 1.0 never stops."""
     mode: Literal["on_policy", "streaming"] = "on_policy"
     """``on_policy`` (rStar2's): each step rolls out its batch, then updates and syncs.
     ``streaming``: rollouts never stop; each step trains the next ``batch_problems``

@@ -48,6 +48,7 @@ from ._ahead import rollouts
 from ._data import batch_for_step, load_problems
 from ._evaluate import evaluate_run
 from ._health import HealthWatch, update_metrics
+from ._infra import InfraBreaker
 from ._metrics import MetricsWriter, plot_metrics, read_metrics, write_samples
 from ._progress import StepBar, show_progress
 from ._publish import Publisher, load_servers
@@ -86,6 +87,7 @@ class Trainer:
         self._work: anyio.CancelScope | None = None
         self._learner_lock = anyio.CapacityLimiter(1)
         self.health = HealthWatch()  # a resumed run's history is read when the run starts
+        self.infra = InfraBreaker(config.run.max_infra_failed_rate)
         self.checkpoint_files: Callable[[], dict[str, bytes]] | None = None
         """More state for each checkpoint (a streaming stage's queued groups)."""
 
@@ -261,6 +263,7 @@ class Trainer:
             metrics.write(self.state.rl_step, {"stage": stage.name, **values})
             record = partial(record_step, self.run_dir / "trajectories", self.state.rl_step, stage.name, done.decisions)
             await anyio.to_thread.run_sync(record, stack.engine.tokenizer)  # every trajectory, for `rstar2 view`
+            self.infra.observe(self.state.rl_step, done.groups)  # stops a run whose infrastructure keeps failing
 
     async def after_step(self, stack: RolloutStack, stage: StageConfig, step: int, metrics: MetricsWriter) -> None:
         """The evaluation and the checkpoint a step may be due."""
