@@ -47,6 +47,7 @@ from ..types import Group, Problem
 from ._ahead import rollouts
 from ._data import batch_for_step, load_problems
 from ._evaluate import evaluate_run
+from ._hard_filter import solved_every_time
 from ._health import HealthWatch, update_metrics
 from ._infra import InfraBreaker
 from ._metrics import MetricsWriter, plot_metrics, read_metrics, write_samples
@@ -55,7 +56,7 @@ from ._publish import Publisher, load_servers
 from ._stack import RolloutStack, rollout_stack
 from ._state import RolloutResult, TrainState, TrainSummary, downsample, prepare_model
 from ._streaming import QUEUE_FILE, oldest_version, read_queue, run_streaming_stage
-from ._trajectories import record_step
+from ._trajectories import record_options, record_step
 from ._weights import publish_weights
 
 if TYPE_CHECKING:
@@ -260,9 +261,10 @@ class Trainer:
             values.update(extra() if extra else {})
             values["runtime/gc_collected"], values["runtime/gc_full_s"] = collect_frozen_garbage()
             self.health.check(self.state.rl_step, values)  # warns when the mismatch or the ratio jumps
+            record = partial(record_step, self.run_dir / "trajectories", self.state.rl_step, stage.name, done.decisions,
+                             stack.engine.tokenizer, **record_options(self.config.run))  # fmt: skip
+            values["record/written"], values["record/skipped"] = await anyio.to_thread.run_sync(record)  # for `rstar2 view`
             metrics.write(self.state.rl_step, {"stage": stage.name, **values})
-            record = partial(record_step, self.run_dir / "trajectories", self.state.rl_step, stage.name, done.decisions)
-            await anyio.to_thread.run_sync(record, stack.engine.tokenizer)  # every trajectory, for `rstar2 view`
             self.infra.observe(self.state.rl_step, done.groups)  # stops a run whose infrastructure keeps failing
 
     async def after_step(self, stack: RolloutStack, stage: StageConfig, step: int, metrics: MetricsWriter) -> None:
@@ -295,8 +297,10 @@ class Trainer:
     async def _update(self, stack: RolloutStack, stage: StageConfig, done: RolloutResult) -> dict[str, Any]:
         """GRPO on the kept groups, then export and sync; returns the step's metrics."""
         if self.config.run.samples_per_step:
-            write_samples(self.run_dir / "samples.jsonl", done.groups, self.config.run.samples_per_step,
-                          rl_step=self.state.rl_step + 1, stage=stage.name)  # fmt: skip
+            await anyio.to_thread.run_sync(partial(
+                write_samples, self.run_dir / "samples.jsonl", done.groups, self.config.run.samples_per_step,
+                rl_step=self.state.rl_step + 1, stage=stage.name,
+            ))  # fmt: skip
         oldest = self.state.weight_version - self.config.run.max_staleness
         fresh = done.trained = [g for g in done.kept if oldest_version(g, oldest) >= oldest]
         values = update_metrics(done, fresh, self.state.weight_version)
@@ -317,10 +321,7 @@ class Trainer:
     async def _hard_problems(self, stack: RolloutStack, stage: StageConfig, problems: list[Problem]) -> list[Problem]:
         """rStar2 stage 3: keep problems the current policy does not solve every time."""
         if stage.name not in self.state.hard_problems:
-            groups = await stack.engine.run(
-                problems, stage.hard_filter_samples, max_turns=stage.max_turns, max_response_tokens=stage.max_response_tokens
-            )
-            solved_all = {g.problem.id for g in groups if min(g.rewards) > 0.5}
+            solved_all = await solved_every_time(stack.engine, problems, stage)
             self.state.hard_problems[stage.name] = [p.id for p in problems if p.id not in solved_all]
         keep = set(self.state.hard_problems[stage.name])
         hard = [p for p in problems if p.id in keep]
