@@ -21,12 +21,19 @@ FinishReason = Literal["answer", "turn_limit", "token_budget", "timeout", "error
 - ``turn_limit``: ``rollout.max_turns`` assistant turns were used up.
 - ``token_budget``: the response (model + tool tokens) reached ``rollout.max_response_tokens``.
 - ``timeout``: the trajectory's wall-clock budget ran out.
-- ``error``: the inference backend failed for good (after retries); kept for accounting.
+- ``error``: the inference backend failed for good (after retries), or a tool call met an
+  infrastructure failure (``Trajectory.infra_failure`` says which); kept for accounting.
 """
 
 ToolStatus = Literal["ok", "error", "timeout", "killed", "output_limit", "internal", "invalid_call"]
 """Outcome of one tool call: the sandbox's statuses plus ``invalid_call`` for calls
-that could not be decoded (bad JSON, unknown tool, missing arguments, ...)."""
+that could not be decoded (bad JSON, unknown tool, missing arguments, ...).
+
+Every status but one is the model's doing (its code failed, timed out, was killed or
+printed too much; its call was malformed) and comes back to it as the tool's answer.
+``internal`` is the infrastructure's (the sandbox queue was full, a worker died twice,
+no sandbox service answered, the tool raised): the model never reads it; the
+trajectory stops there and is marked (``Trajectory.infra_failure``)."""
 
 
 class Problem(msgspec.Struct, frozen=True):
@@ -89,6 +96,15 @@ class Trajectory(msgspec.Struct, frozen=True):
     chat-template tokens that were appended; ``logprobs[i]`` is the sampling logprob
     of a generated token and 0.0 where the mask is 0; ``weight_version`` is the oldest
     version among the turns (each turn records its own).
+
+    ``infra_failure`` is empty unless the trajectory stopped at an infrastructure
+    failure: then it is ``"<part>: <what happened>"``, the part being ``inference``
+    (generation failed over too often, or kept being aborted) or ``tool <name>`` (the
+    call's status was ``internal``: the sandbox, or the tool itself, failed).  Such a
+    trajectory is never graded nor trained on (GRPO-RoC drops its group).
+    ``infra_retries`` holds the same text for each earlier attempt of this sample that
+    failed so and was rolled again from the start (``rollout.infra_rerolls``; their
+    tokens are gone).
     """
 
     problem_id: str
@@ -103,6 +119,20 @@ class Trajectory(msgspec.Struct, frozen=True):
     response_text: str = ""
     reward: float | None = None
     error: str = ""
+    infra_failure: str = ""
+    infra_retries: list[str] = []
+
+    @property
+    def infra_failed(self) -> bool:
+        """Whether the trajectory stopped at an infrastructure failure (not the model's doing)."""
+        return bool(self.infra_failure)
+
+    @property
+    def infra_attempts(self) -> tuple[int, int]:
+        """``(attempts that met an infrastructure failure, attempts)`` of this sample,
+        the rolled-again ones included."""
+        failed = len(self.infra_retries)
+        return failed + self.infra_failed, failed + 1
 
     @property
     def num_turns(self) -> int:

@@ -2,7 +2,8 @@
 
 The rollout core depends only on :class:`Sandbox` (the protocol) and
 :class:`ExecResult`; :class:`SandboxPool` runs code in-process, and
-:class:`SandboxClient` runs it on remote ``rstar2 sandbox serve`` services.
+:class:`SandboxClient` runs it on remote ``rstar2 sandbox serve`` services;
+:func:`open_sandbox` opens the one a :class:`SandboxConfig` asks for.
 
 Covered (each call, with the default configuration on a machine that has all layers):
 
@@ -60,6 +61,7 @@ from ._errors import (
     ServiceUnavailable,
 )
 from ._jail import HostSupport, check_host
+from ._open import SECRET_ENV, open_sandbox
 from ._pool import PoolState, PoolStatistics, SandboxPool
 from ._procs import pool_processes, worker_pids
 from ._protocol import Sandbox
@@ -73,6 +75,7 @@ __all__ = [
     "HostSupport",
     "PoolState",
     "PoolStatistics",
+    "SECRET_ENV",
     "Sandbox",
     "SandboxBroken",
     "SandboxClient",
@@ -87,6 +90,7 @@ __all__ = [
     "Status",
     "benchmark",
     "check_host",
+    "open_sandbox",
     "pool_processes",
     "worker_pids",
 ]

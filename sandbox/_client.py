@@ -47,6 +47,10 @@ MAX_CONNECTIONS = 100
 client had before it had its own transport; a batch beyond it waits for one."""
 
 
+HEALTH_TIMEOUT_S = 10.0
+"""How long :meth:`SandboxClient.check` waits for one service's health answer."""
+
+
 class ClientState(enum.Enum):
     """UNOPENED -> OPEN -> CLOSED."""
 
@@ -199,6 +203,37 @@ class SandboxClient:
         assert call.result is not None
         return call.result
 
+    async def check(self) -> list[str]:
+        """Ask every address's ``GET /health`` (with the secret) and return the ones
+        that did not answer ok; those are skipped for ``cooldown_s`` like any failed one.
+
+        Raises:
+            RuntimeError: the client is not open.
+            ServiceError: a service refused the secret (401/403: the same secret is
+                wrong for all of them).
+            ServiceUnavailable: no address answered ok.
+        """
+        if self._state is not ClientState.OPEN:
+            raise RuntimeError(f"SandboxClient.check: the client is {self._state.value}, not open")
+        timeout = httpx.Timeout(self._http.timeout.connect, read=HEALTH_TIMEOUT_S, write=HEALTH_TIMEOUT_S, pool=None)
+        down: dict[str, str] = {}
+        for address in self.addresses:
+            try:
+                response = await self._http.get(f"{address}/health", timeout=timeout)
+            except httpx.TransportError as e:
+                down[address] = f"{type(e).__name__}: {e or 'no answer'}"
+                continue
+            if response.status_code in (401, 403):
+                raise ServiceError(f"sandbox service {address} refused the secret ({response.status_code}): give it the "
+                                   "one the services were started with")  # fmt: skip
+            if response.status_code != 200 or not _healthy(response.content):
+                down[address] = f"answered {response.status_code} {response.text[:200]}"
+        for address in down:
+            self._down_until[address] = time.monotonic() + self.cooldown_s
+        if len(down) == len(self.addresses):
+            raise ServiceUnavailable("no sandbox service answers: " + "; ".join(f"{a}: {why}" for a, why in down.items()))
+        return list(down)
+
     def statistics(self) -> ClientStatistics:
         now = time.monotonic()
         return ClientStatistics(
@@ -295,6 +330,14 @@ class SandboxClient:
             call.result = result
             self._by_status[result.status] += 1
             call.done.set()
+
+
+def _healthy(body: bytes) -> bool:
+    try:
+        health = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return False
+    return isinstance(health, dict) and health.get("status") == "ok"
 
 
 def _internal(message: str) -> ExecResult:

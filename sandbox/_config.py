@@ -22,7 +22,21 @@ sympy.Rational(1, 3) + sympy.sqrt(2)
 
 @final
 class SandboxConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """How the sandbox pool runs code.  Travels: TOML -> core -> pool (and service)."""
+    """How the sandbox runs code: a local pool, or remote services (``urls``).
+    Travels: TOML -> core -> pool (and service) or client."""
+
+    urls: list[str] = []
+    """Remote sandbox services (``rstar2 sandbox serve``) to run the code on instead of
+    a local pool, e.g. ``["http://cpu-node-1:8089", "http://cpu-node-2:8089"]``: calls
+    are batched and the batches go to the services in turn, skipping one that failed
+    for a few seconds and retrying a failed batch on the others
+    (:class:`sandbox.SandboxClient`).  The pool's own fields below then apply to the
+    services' command line, not here.  Empty: a local pool."""
+
+    api_key_file: str | None = None
+    """With ``urls``: a file holding the services' shared secret (the one they were
+    started with); unset: ``$RSTAR2_SANDBOX_SECRET``, else no secret.  A missing or
+    empty file is an error, never a run without the secret."""
 
     workers: int | None = None
     """Warm workers (one call at a time each).  None: two per usable CPU core (a worker
@@ -110,6 +124,9 @@ class SandboxConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
                 raise ValueError(f"sandbox.{name}: expected {kind.rstrip('>')} {op}, got {value!r}")
         if self.hang_grace_s > 3600:
             raise ValueError(f"sandbox.hang_grace_s: expected float <= 3600, got {self.hang_grace_s!r}")
+        for i, url in enumerate(self.urls):
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"sandbox.urls[{i}]: expected an http:// or https:// address, got {url!r}")
         for name in self.preload + self.packages:
             if not name.replace("_", "a").replace(".", "a").isalnum():
                 raise ValueError(f"sandbox.preload/packages: not a module name: {name!r}")

@@ -49,7 +49,7 @@ EXPORTS: dict[str, list[str]] = {
         "shard_by_tokens",
     ],
     "rstar2_async.recipe": [
-        "EvalSummary", "IndexRow", "MetricsWriter", "PLOTS", "Publisher", "RolloutStack", "StepBar", "StreamState",
+        "EvalSummary", "IndexRow", "MetricsWriter", "PLOTS", "Publisher", "Recorded", "RolloutStack", "StepBar", "StreamState",
         "ToolRecord", "TrainState", "TrainSummary", "Trainer", "TrajectoryRecord", "TurnRecord",
         "batch_for_step", "check_reachable", "data_dir", "evaluate", "index_row", "load_finished", "load_problems",
         "majority_correct", "plot_metrics", "prepare_model", "read_metrics", "record_step", "resolve", "rollout_metrics",

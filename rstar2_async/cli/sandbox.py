@@ -22,7 +22,6 @@ import sys
 import tomllib
 
 HELP = "serve the jailed Python sandbox over HTTP, or benchmark it"
-SECRET_ENV = "RSTAR2_SANDBOX_SECRET"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve = sub.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     serve.add_argument("--port", type=int, default=8089)
-    serve.add_argument("--secret-file", help=f"file holding the shared secret (else ${SECRET_ENV})")
+    serve.add_argument("--secret-file", help="file holding the shared secret (else $RSTAR2_SANDBOX_SECRET)")
     _common(serve)
     bench = sub.add_parser("bench", help="latency/throughput vs a process per call; JSON on the last line")
     _common(bench)
@@ -67,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     import msgspec
 
     from httpgate import resolve_secret
-    from sandbox import SandboxError
+    from sandbox import SECRET_ENV, SandboxError
 
     try:
         config = _config(args)
@@ -99,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _announce(secret: str) -> None:
+    from sandbox import SECRET_ENV
+
     print(
         f"rstar2 sandbox: no secret given; generated one (shown once; give it to the clients, "
         f"e.g. as ${SECRET_ENV} on the next start): {secret}",

@@ -55,6 +55,13 @@ class RolloutConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     ``rstar2 eval`` honours it too; exported weights record 0 (not a setting of theirs)."""
     trajectory_timeout_s: PositiveFloat = 1800.0
     """Wall-clock budget of one trajectory; past it the trajectory ends as ``timeout``."""
+    infra_rerolls: Annotated[int, msgspec.Meta(ge=0)] = 2
+    """How many times a sample whose trajectory stopped at an infrastructure failure
+    (``Trajectory.infra_failure``: generation failovers exhausted, a tool call the
+    sandbox failed) is rolled again from the start, in its slot of the group.  If the
+    last try fails too, the sample stays marked and GRPO-RoC drops its group.  Each
+    try costs what the trajectory generated before the failure; the run's circuit
+    breaker (``run.max_infra_failed_rate``) stops a run whose failures persist."""
     tool_timeout_s: PositiveFloat = 4.0
     """Wall-clock limit of one tool call in the sandbox (rStar2: 4 s)."""
     max_tool_calls_per_turn: PositiveInt = 4

@@ -42,7 +42,25 @@ class RunConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     checkpoint_every: PositiveInt = 1
     """Write a resumable checkpoint every this many steps (the last step always)."""
     samples_per_step: Annotated[int, msgspec.Meta(ge=0)] = 4
-    """Trajectories written to ``samples.jsonl`` per step, for reading what the model does."""
+    """Trajectories written to ``samples.jsonl`` per step, for reading what the model
+    does; with ``record_trajectories = "sample"``, also how many are recorded."""
+    record_trajectories: Literal["all", "kept", "sample", "none"] = "all"
+    """Which of a step's trajectories go to ``trajectories/`` (what ``rstar2 view`` and
+    ``rstar2 report`` show): ``all`` (kept and dropped by RoC alike), ``kept`` (those
+    RoC kept: what was trained, unless too stale), ``sample`` (``samples_per_step``
+    drawn at random, seeded by the run's seed and the step), or ``none``.  At rStar2's
+    sizes ``all`` writes 100-200 MB a step (4,096 trajectories of up to 12K tokens)."""
+    record_max_mb_per_step: Annotated[float, msgspec.Meta(gt=0)] = 64.0
+    """Cap on what one step adds to ``trajectories/`` (MiB of records).  Past it the
+    rest of the step's trajectories are not recorded: which ones is drawn at random
+    (seeded), so the cut does not favour the groups that finished first; the step's
+    ``record/skipped`` says how many.  64 MiB x 510 steps is 32 GiB at most."""
+    max_infra_failed_rate: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.2
+    """Circuit breaker: stop the run with an error naming the failing part when more
+    than this share of rollout attempts (each rolled-again attempt counting) met an
+    infrastructure failure (the sandbox or the servers failed, not the model) over the
+    last 5 RL steps (``recipe._infra``).  None of them is trained on either way
+    (GRPO-RoC drops their groups); 1.0 never stops."""
     mode: Literal["on_policy", "streaming"] = "on_policy"
     """``on_policy`` (rStar2's): each step rolls out its batch, then updates and syncs.
     ``streaming``: rollouts never stop; each step trains the next ``batch_problems``

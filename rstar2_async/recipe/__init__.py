@@ -25,7 +25,16 @@ from ._publish import Publisher
 from ._stack import RolloutStack, check_reachable, rollout_stack
 from ._state import StreamState, TrainState, TrainSummary, prepare_model
 from ._trainer import Trainer
-from ._trajectories import IndexRow, ToolRecord, TrajectoryRecord, TurnRecord, index_row, record_step, to_record
+from ._trajectories import (
+    IndexRow,
+    Recorded,
+    ToolRecord,
+    TrajectoryRecord,
+    TurnRecord,
+    index_row,
+    record_step,
+    to_record,
+)
 
 __all__ = [
     "EvalSummary",
@@ -33,6 +42,7 @@ __all__ = [
     "MetricsWriter",
     "PLOTS",
     "Publisher",
+    "Recorded",
     "RolloutStack",
     "StepBar",
     "StreamState",

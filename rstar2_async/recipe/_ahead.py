@@ -14,15 +14,21 @@ drops groups older than the bound).  The trainer's loop reads the same in every 
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Protocol
 
 import anyio
 
-from ._state import RolloutResult
+from ..config import StageConfig
+from ..rollout import RolloutEngine, ShardedEngine
+from ..types import Problem
+from ._progress import show_progress
+from ._state import RolloutResult, downsample
 
-__all__ = ["RolloutSource", "Rollouts", "rollouts"]
+__all__ = ["RolloutSource", "Rollouts", "rollout_batch", "rollouts"]
 
 
 class RolloutSource(Protocol):
@@ -97,3 +103,23 @@ async def rollouts(rollout: Callable[[int], Awaitable[RolloutResult]], *, end: i
     async with anyio.create_task_group() as tg:
         yield Rollouts(rollout, end, ahead, tg)
         tg.cancel_scope.cancel()
+
+
+async def rollout_batch(
+    engine: RolloutEngine | ShardedEngine, stage: StageConfig, batch: list[Problem], step: int, *, seed: int
+) -> RolloutResult:
+    """Roll out one step's batch; GRPO-RoC downsamples each group as it completes."""
+    rng = random.Random(f"{seed}/roc/{stage.name}/{step}")
+    done = RolloutResult()
+    t0, grading0 = time.monotonic(), engine.statistics().grading_ms
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(show_progress, engine, len(batch) * stage.n_oversample, f"{stage.name} step {step + 1}")
+        async with engine.stream(
+            batch, stage.n_oversample, max_turns=stage.max_turns, max_response_tokens=stage.max_response_tokens
+        ) as stream:
+            async for group in stream:
+                done.add(group, downsample(group, stage, rng))
+        tg.cancel_scope.cancel()
+    done.seconds = time.monotonic() - t0
+    done.reward_seconds = (engine.statistics().grading_ms - grading0) / 1000
+    return done

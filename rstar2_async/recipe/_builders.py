@@ -22,7 +22,7 @@ from backends import (
     VLLMNcclSender,
 )
 from httpgate import read_secret
-from sandbox import SandboxConfig, SandboxPool
+from sandbox import SandboxConfig, open_sandbox
 
 from ..config import ConfigError, InferenceConfig, LocalServerConfig, PoolConfig, RewardConfig, RolloutConfig, WeightSyncConfig
 from ..reward import Grader
@@ -43,15 +43,21 @@ async def rollout_engine(
     sandbox: SandboxConfig,
     reward: RewardConfig,
 ) -> tuple[RolloutEngine, Grader]:
-    """An engine over ``backend`` with its own sandbox workers and grader, both
-    entered into ``stack`` (closed with it).
+    """An engine over ``backend`` with its own sandbox (workers, or a client of the
+    services of ``sandbox.urls``) and grader, both entered into ``stack`` (closed with it).
 
     Raises:
+        ConfigError: ``sandbox.api_key_file`` cannot be read or is empty.
         PluginError: a tool or the reward function does not load.
         sandbox.SandboxBroken: sandbox workers could not start (e.g. no bubblewrap).
+        sandbox.ServiceError: no service of ``sandbox.urls`` answers, or one refuses the secret.
         GraderBrokenError: grading workers could not start.
     """
-    pool_sandbox = await stack.enter_async_context(SandboxPool(sandbox))
+    try:
+        opened = open_sandbox(sandbox)
+    except ValueError as e:  # the secret file
+        raise ConfigError(f"{e}; write the secret there or leave the field out") from e
+    pool_sandbox = await stack.enter_async_context(opened)
     grader = await stack.enter_async_context(
         Grader(workers=reward.workers, timeout=reward.timeout_s, function=reward.function, mode=reward.grading or "strict")
     )

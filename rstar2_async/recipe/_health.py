@@ -161,8 +161,8 @@ def update_metrics(done: RolloutResult, trained: Sequence[Group], version: int) 
     values: dict[str, Any] = rollout_metrics(done.groups)
     values.update({f"roc/dropped_{k}": v for k, v in done.dropped.items()})
     values["roc/groups_kept"] = len(trained)
-    # Only an all-equal group is dropped whole: a kept group always keeps someone.
-    values["roc/all_equal_share"] = (len(done.groups) - len(done.kept)) / max(len(done.groups), 1)
+    all_equal = sum(d.reason == "all_equal_rewards" for _, d in done.decisions)
+    values["roc/all_equal_share"] = all_equal / max(len(done.groups), 1)
     values["async/stale_groups_dropped"] = len(done.kept) - len(trained)
     if trained:
         staleness = [version - oldest_version(g, version) for g in trained]

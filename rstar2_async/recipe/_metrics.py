@@ -31,7 +31,7 @@ PLOTS: dict[str, tuple[str, ...]] = {
     "entropy": ("learner/entropy",),
     "importance": ("learner/tis_weight_mean", "learner/tis_capped_frac"),
     "clipping": ("learner/clip_frac_low", "learner/clip_frac_high", "learner/clip_frac_dual"),
-    "shares": ("roc/all_equal_share", "rollout/finish_token_budget", "rollout/tool_error_rate"),
+    "shares": ("roc/all_equal_share", "rollout/finish_token_budget", "rollout/tool_error_rate", "rollout/infra_failed_rate"),
 }
 """Which metrics share a figure (``plots/<name>.png``)."""
 
@@ -117,10 +117,20 @@ def plot_metrics(metrics_path: Path, out_dir: Path) -> list[Path]:
 
 
 def rollout_metrics(groups: Sequence[Group]) -> dict[str, float]:
-    """One step's rollout figures (``rollout/...``) over every trajectory it sampled."""
-    ts = [t for g in groups for t in g.trajectories]
+    """One step's rollout figures (``rollout/...``) over every trajectory it sampled,
+    but those that stopped at an infrastructure failure (they say nothing of the
+    model); ``rollout/infra_failed_rate`` is the share of attempts (rolled-again ones
+    included) that met one, ``rollout/infra_failed`` their count."""
+    every = [t for g in groups for t in g.trajectories]
+    ts = [t for t in every if not t.infra_failed]
+    failed = attempts = 0
+    for t in every:
+        f, a = t.infra_attempts
+        failed, attempts = failed + f, attempts + a
     n = max(len(ts), 1)
     return {
+        "rollout/infra_failed_rate": failed / max(attempts, 1),
+        "rollout/infra_failed": failed,
         "rollout/reward_mean": sum(t.reward or 0.0 for t in ts) / n,
         "rollout/solve_rate": sum(max(g.rewards) > 0.5 for g in groups) / max(len(groups), 1),
         "rollout/response_tokens_mean": sum(len(t.response_ids) for t in ts) / n,

@@ -100,7 +100,7 @@ class Publisher:
         if not isinstance(self.sync.transport, BroadcastTransport):
             await self.learn(self.driver.export, out)
             report = await self.sync.sync(out, version)
-            self._published(out, rollout)
+            await self._published(out, rollout)
             return report
         pending = await self.learn(self.driver.gather_export)
         weights = PendingWeights(pending.tensors, out)
@@ -119,7 +119,7 @@ class Publisher:
         try:
             # Plain file I/O on copies the learner no longer touches: no learner lock.
             await anyio.to_thread.run_sync(pending.write, out)
-            self._published(out, rollout)
+            await self._published(out, rollout)
         except BaseException as exc:
             error = exc
             raise
@@ -127,14 +127,22 @@ class Publisher:
             weights.written(error)  # wakes the servers that wait to load from disk
             done.set()
 
-    def _published(self, out: Path, rollout: RolloutConfig | None) -> None:
-        if rollout is not None:
-            publish_weights(out, rollout)
+    async def _published(self, out: Path, rollout: RolloutConfig | None) -> None:
+        """``out`` is on disk and the servers hold it: its settings and ``latest`` link,
+        and the export it replaces deleted (gigabytes: in a worker thread, so the
+        rollout running meanwhile keeps its event loop)."""
         if self.stack.fleet is not None:
             self.stack.fleet.set_model(str(out))  # a restarted server comes back with these
         previous, self.current = self.current, out
-        if previous is not None and previous != out and previous.parent == out.parent:
-            shutil.rmtree(previous, ignore_errors=True)  # the servers hold the new ones now
+        stale = previous is not None and previous != out and previous.parent == out.parent
+        await anyio.to_thread.run_sync(_finish_export, out, rollout, previous if stale else None)
+
+
+def _finish_export(out: Path, rollout: RolloutConfig | None, previous: Path | None) -> None:
+    if rollout is not None:
+        publish_weights(out, rollout)
+    if previous is not None:
+        shutil.rmtree(previous, ignore_errors=True)  # the servers hold the new ones now
 
 
 async def load_servers(stack: RolloutStack, weights: Path, version: int) -> None:

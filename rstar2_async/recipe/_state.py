@@ -26,7 +26,8 @@ class StreamState(msgspec.Struct, kw_only=True):
     is in exactly one of: ``in_flight`` (started, unfinished: regenerated on resume),
     ``queued`` (finished, kept by RoC, not yet trained: the groups themselves are in
     the checkpoint's ``stream-queue.msgpack``), ``trained``, ``dropped`` (finished,
-    all rewards equal), or the positions from ``next_seq`` on (not started yet).
+    all rewards equal or a sample the infrastructure failed: RoC dropped it), or the
+    positions from ``next_seq`` on (not started yet).
     Groups are trained in stream order, ``head`` being the first not yet trained or dropped.
     """
 

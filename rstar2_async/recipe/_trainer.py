@@ -25,7 +25,6 @@ step), so a resumed run draws the same next batch.
 
 from __future__ import annotations
 
-import random
 import signal
 import sys
 import time
@@ -45,17 +44,19 @@ from ..config import InferenceConfig, StageConfig, TrainConfig, to_toml
 from ..errors import TrainError
 from ..rollout import collect_frozen_garbage
 from ..types import Group, Problem
-from ._ahead import RolloutSource, rollouts
+from ._ahead import RolloutSource, rollout_batch, rollouts
 from ._data import batch_for_step, load_problems
 from ._evaluate import evaluate_run
+from ._hard_filter import solved_every_time
 from ._health import HealthWatch, update_metrics
+from ._infra import InfraBreaker
 from ._metrics import MetricsWriter, plot_metrics, read_metrics, write_samples
-from ._progress import StepBar, show_progress
+from ._progress import StepBar
 from ._publish import Publisher, load_servers
 from ._stack import RolloutStack, rollout_stack
-from ._state import RolloutResult, StreamState, TrainState, TrainSummary, downsample, oldest_version, prepare_model
+from ._state import RolloutResult, StreamState, TrainState, TrainSummary, oldest_version, prepare_model
 from ._streaming import QUEUE_FILE, read_queue, streaming_rollouts
-from ._trajectories import record_step
+from ._trajectories import record_options, record_step
 from ._weights import publish_weights
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ class Trainer:
         self._work: anyio.CancelScope | None = None
         self._learner_lock = anyio.CapacityLimiter(1)
         self.health = HealthWatch()  # a resumed run's history is read when the run starts
+        self.infra = InfraBreaker(config.run.max_infra_failed_rate)
         self.checkpoint_files: Callable[[], dict[str, bytes] | None] | None = None
         """More state for each checkpoint: the current RL stage's source's (a streaming
         stage's queued groups)."""
@@ -246,7 +248,7 @@ class Trainer:
 
         async def rollout(step: int) -> RolloutResult:  # steps 1-5
             batch = batch_for_step(problems, stage.batch_problems, seed=self.config.run.seed, stage=index, step=step)
-            return await self._rollout(stack, stage, batch, step)
+            return await rollout_batch(stack.engine, stage, batch, step, seed=self.config.run.seed)
 
         return rollouts(rollout, end=stage.steps, ahead=self.config.run.max_staleness > 0)
 
@@ -270,9 +272,11 @@ class Trainer:
             values.update(extra())
             values["runtime/gc_collected"], values["runtime/gc_full_s"] = collect_frozen_garbage()
             self.health.check(self.state.rl_step, values)  # warns when the mismatch or the ratio jumps
+            record = partial(record_step, self.run_dir / "trajectories", self.state.rl_step, stage.name, done.decisions,
+                             stack.engine.tokenizer, **record_options(self.config.run))  # fmt: skip
+            values["record/written"], values["record/skipped"] = await anyio.to_thread.run_sync(record)  # for `rstar2 view`
             metrics.write(self.state.rl_step, {"stage": stage.name, **values})
-            record = partial(record_step, self.run_dir / "trajectories", self.state.rl_step, stage.name, done.decisions)
-            await anyio.to_thread.run_sync(record, stack.engine.tokenizer)  # every trajectory, for `rstar2 view`
+            self.infra.observe(self.state.rl_step, done.groups)  # stops a run whose infrastructure keeps failing
 
     async def after_step(self, stack: RolloutStack, stage: StageConfig, step: int, metrics: MetricsWriter) -> None:
         """The evaluation and the checkpoint a step may be due."""
@@ -283,29 +287,13 @@ class Trainer:
             with anyio.CancelScope(shield=True):
                 await self._checkpoint(step + 1)
 
-    async def _rollout(self, stack: RolloutStack, stage: StageConfig, batch: list[Problem], step: int) -> RolloutResult:
-        """Roll out one batch; GRPO-RoC downsamples each group as it completes."""
-        rng = random.Random(f"{self.config.run.seed}/roc/{stage.name}/{step}")
-        done = RolloutResult()
-        engine = stack.engine
-        t0, grading0 = time.monotonic(), engine.statistics().grading_ms
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(show_progress, engine, len(batch) * stage.n_oversample, f"{stage.name} step {step + 1}")
-            async with engine.stream(
-                batch, stage.n_oversample, max_turns=stage.max_turns, max_response_tokens=stage.max_response_tokens
-            ) as stream:
-                async for group in stream:
-                    done.add(group, downsample(group, stage, rng))
-            tg.cancel_scope.cancel()
-        done.seconds = time.monotonic() - t0
-        done.reward_seconds = (engine.statistics().grading_ms - grading0) / 1000
-        return done
-
     async def _update(self, stack: RolloutStack, stage: StageConfig, done: RolloutResult) -> dict[str, Any]:
         """GRPO on the kept groups, then export and sync; returns the step's metrics."""
         if self.config.run.samples_per_step:
-            write_samples(self.run_dir / "samples.jsonl", done.groups, self.config.run.samples_per_step,
-                          rl_step=self.state.rl_step + 1, stage=stage.name)  # fmt: skip
+            await anyio.to_thread.run_sync(partial(
+                write_samples, self.run_dir / "samples.jsonl", done.groups, self.config.run.samples_per_step,
+                rl_step=self.state.rl_step + 1, stage=stage.name,
+            ))  # fmt: skip
         oldest = self.state.weight_version - self.config.run.max_staleness
         fresh = done.trained = [g for g in done.kept if oldest_version(g, oldest) >= oldest]
         values = update_metrics(done, fresh, self.state.weight_version)
@@ -326,10 +314,7 @@ class Trainer:
     async def _hard_problems(self, stack: RolloutStack, stage: StageConfig, problems: list[Problem]) -> list[Problem]:
         """rStar2 stage 3: keep problems the current policy does not solve every time."""
         if stage.name not in self.state.hard_problems:
-            groups = await stack.engine.run(
-                problems, stage.hard_filter_samples, max_turns=stage.max_turns, max_response_tokens=stage.max_response_tokens
-            )
-            solved_all = {g.problem.id for g in groups if min(g.rewards) > 0.5}
+            solved_all = await solved_every_time(stack.engine, problems, stage)
             self.state.hard_problems[stage.name] = [p.id for p in problems if p.id not in solved_all]
         keep = set(self.state.hard_problems[stage.name])
         hard = [p for p in problems if p.id in keep]

@@ -1,6 +1,7 @@
-"""Every trajectory of every RL step, on disk in the shape a person reads it.
+"""The trajectories of every RL step, on disk in the shape a person reads it.
 
-``runs/<name>/trajectories/`` holds two append-only files:
+``runs/<name>/trajectories/`` holds two append-only files (which trajectories, and
+how many bytes a step at most: ``run.record_trajectories``, ``run.record_max_mb_per_step``):
 
     records.jsonl  one :class:`TrajectoryRecord` per line: the problem, the turns split
                    into the model's text and its tool calls with their results, the
@@ -18,18 +19,20 @@ whole line.  An index row is written only once its record is on disk.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, Literal, NamedTuple
 
 import msgspec
 
+from ..config import RunConfig
 from ..reward import extract_answer
 from ..rollout import ChatTokenizer, render_tool_turn
 from ..selection import RocDecision, trajectory_penalty
 from ..types import Group, Problem, ToolResult, Trajectory, Turn
 
-__all__ = ["IndexRow", "ToolRecord", "TrajectoryRecord", "TurnRecord", "index_row", "record_step", "to_record"]
+__all__ = ["IndexRow", "Recorded", "ToolRecord", "TrajectoryRecord", "TurnRecord", "index_row", "record_step", "to_record"]
 
 RECORDS: Final = "records.jsonl"
 INDEX: Final = "index.jsonl"
@@ -63,7 +66,8 @@ class TrajectoryRecord(msgspec.Struct, frozen=True):
     """A trajectory for reading (written to disk, read by ``rstar2 view`` and ``report``).
 
     ``roc`` is ``kept``, the reason GRPO-RoC dropped it (``all_equal_rewards``,
-    ``negative_downsampled``, ``positive_penalty``, ``positive_sampled_out``), or ``""``
+    ``negative_downsampled``, ``positive_penalty``, ``positive_sampled_out``,
+    ``infra_failed``, ``infra_group``), or ``""``
     where no RoC ran (evaluations).  ``penalty`` is RoC's quality penalty
     (``selection.trajectory_penalty``), computed for every trajectory."""
 
@@ -192,16 +196,40 @@ def roc_outcomes(decision: RocDecision) -> dict[int, str]:
 
 _encoder = msgspec.json.Encoder()
 
+_TAIL_CHUNK: Final = 1 << 16
+"""Bytes read at a time from the end of a file while looking for its last newline."""
+
 
 def cut_partial_line(path: Path) -> None:
-    """Drop a partial last line (the writer died mid-line) so appends stay line-aligned."""
+    """Drop a partial last line (the writer died mid-line) so appends stay line-aligned.
+    Reads the file's tail only: the index grows with the run."""
     if not path.exists():
         return
-    data = path.read_bytes()
-    end = data.rfind(b"\n") + 1
-    if end != len(data):
-        with path.open("r+b") as f:
-            f.truncate(end)
+    with path.open("r+b") as f:
+        end = f.seek(0, 2)
+        pos = end
+        while pos > 0:
+            start = max(pos - _TAIL_CHUNK, 0)
+            f.seek(start)
+            newline = f.read(pos - start).rfind(b"\n")
+            if newline >= 0:
+                pos = start + newline + 1
+                break
+            pos = start
+        if pos != end:
+            f.truncate(pos)
+
+
+Which = Literal["all", "kept", "sample", "none"]
+"""Which of a step's trajectories are recorded (``run.record_trajectories``)."""
+
+
+class Recorded(NamedTuple):
+    """What :func:`record_step` did with a step's trajectories."""
+
+    written: int
+    skipped: int
+    """Chosen (by ``which``) but left out by the size cap."""
 
 
 def record_step(
@@ -210,25 +238,68 @@ def record_step(
     stage: str,
     groups: Sequence[tuple[Group, RocDecision]],
     tokenizer: ChatTokenizer | None = None,
-) -> int:
-    """Append every trajectory of one step's groups to ``out_dir`` (records, then their
-    index rows); returns how many were written.  Blocking file I/O: call it in a thread."""
+    *,
+    which: Which = "all",
+    samples: int = 0,
+    max_bytes: int | None = None,
+    seed: int = 0,
+) -> Recorded:
+    """Append one step's trajectories to ``out_dir`` (records, then their index rows),
+    in the order of ``groups``.  Blocking file I/O: call it in a thread.
+
+    Args:
+        which: ``all``; ``kept`` (by RoC); ``sample``: ``samples`` drawn at random;
+            ``none`` (nothing is written, not even the directory).
+        max_bytes: cap on the records' bytes; past it, the chosen trajectories are
+            taken in a random order until the next would not fit (so the cut favours
+            no group), the rest skipped.  Memory: at most this much is held.
+        seed: with ``step``, seeds the draws (a rerun of the step draws the same).
+    """
+    if which == "none":
+        return Recorded(0, 0)
+    rng = random.Random(f"{seed}/record/{step}")
+    chosen: list[tuple[Trajectory, Problem, str]] = []
+    for group, decision in groups:
+        outcomes = roc_outcomes(decision)
+        for t in group.trajectories:
+            roc = outcomes.get(t.sample_index, "")
+            if which != "kept" or roc == "kept":
+                chosen.append((t, group.problem, roc))
+    if which == "sample":
+        chosen = [chosen[k] for k in sorted(rng.sample(range(len(chosen)), min(samples, len(chosen))))]
+    order = list(range(len(chosen)))
+    if max_bytes is not None:
+        rng.shuffle(order)
+    decode = tokenizer.decode if tokenizer is not None else None
+    lines: dict[int, tuple[TrajectoryRecord, bytes]] = {}
+    size = 0
+    for k in order:
+        t, problem, roc = chosen[k]
+        r = to_record(t, problem, step=step, stage=stage, roc=roc, decode=decode)
+        line = _encoder.encode(r)
+        if max_bytes is not None and size + len(line) + 1 > max_bytes:
+            break
+        lines[k] = r, line
+        size += len(line) + 1
     out_dir.mkdir(parents=True, exist_ok=True)
     cut_partial_line(out_dir / INDEX)
-    decode = tokenizer.decode if tokenizer is not None else None
-    rows, n = [], 0
+    rows = []
     with (out_dir / RECORDS).open("ab") as f:
         offset = f.tell()
-        for group, decision in groups:
-            outcomes = roc_outcomes(decision)
-            for t in group.trajectories:
-                r = to_record(t, group.problem, step=step, stage=stage, roc=outcomes.get(t.sample_index, ""), decode=decode)
-                line = _encoder.encode(r)
-                f.write(line + b"\n")
-                rows.append(_encoder.encode(index_row(r, offset, len(line))) + b"\n")
-                offset += len(line) + 1
-                n += 1
+        for k in sorted(lines):
+            r, line = lines[k]
+            f.write(line + b"\n")
+            rows.append(_encoder.encode(index_row(r, offset, len(line))) + b"\n")
+            offset += len(line) + 1
         f.flush()
     with (out_dir / INDEX).open("ab") as f:
         f.write(b"".join(rows))
-    return n
+    return Recorded(len(lines), len(chosen) - len(lines))
+
+
+def record_options(run: RunConfig) -> dict[str, Any]:
+    """:func:`record_step`'s keyword arguments from ``[run]``."""
+    return {
+        "which": run.record_trajectories, "samples": run.samples_per_step,
+        "max_bytes": int(run.record_max_mb_per_step * 2**20), "seed": run.seed,
+    }  # fmt: skip

@@ -10,9 +10,14 @@ Budgets, owned here as cancel scopes and counters:
 - each tool call's time (``rollout.tool_timeout_s``), which each tool keeps (the
   sandbox enforces it for code).
 
-Server failures that outlast the client's retries end the trajectory as ``error``;
-they never raise out of :func:`run_trajectory`, so one bad request cannot take down
-a batch.  Cancellation from outside propagates.
+Infrastructure failures end the trajectory as ``error`` with ``infra_failure`` set
+(``Trajectory``): a generation that outlasts the pool's failovers (or keeps being
+aborted), and a tool call answered ``internal`` (the sandbox queue full, a worker
+dead twice, no sandbox service reachable, the tool raising).  The model is never
+shown such a tool result: the turn is recorded with its calls, nothing is appended,
+and the trajectory stops (the engine may roll the sample again).  They never raise
+out of :func:`run_trajectory`, so one bad request cannot take down a batch.
+Cancellation from outside propagates.
 """
 
 from __future__ import annotations
@@ -101,7 +106,7 @@ async def run_trajectory(
     turns: list[Turn] = []
     model_text: list[str] = []
     finish: FinishReason = "turn_limit"
-    error = ""
+    error = infra = ""
     in_tools: tuple[int, Generated, float] | None = None
     history: list[ToolCall] = []  # every decoded call so far: what a stateful tool rebuilds from
     with anyio.move_on_after(config.trajectory_timeout_s) as budget:
@@ -118,6 +123,7 @@ async def run_trajectory(
                 raise
             except BackendError as exc:
                 finish, error = "error", f"{type(exc).__name__}: {exc}"
+                infra = f"inference: {error}"
                 break
             model_text.append(gen.text)
             calls = parse_tool_calls(gen.text, toolbox.tools)
@@ -127,6 +133,7 @@ async def run_trajectory(
                     finish = "token_budget"
                 elif gen.finish == "abort":
                     finish, error = "error", "the server aborted the generation repeatedly"
+                    infra = f"inference: {error}"
                 elif not calls:
                     finish = "answer"
                 # else: a call on the last allowed turn could never be answered
@@ -142,6 +149,12 @@ async def run_trajectory(
                 max_calls=config.max_tool_calls_per_turn,
             )
             in_tools = None
+            failed = next((r for r in results if r.status == "internal"), None)
+            if failed is not None:  # the infrastructure's doing: the model must not read it
+                turns.append(_turn(start, gen, time.monotonic() - t0, results))
+                finish = "error"
+                error = infra = f"tool {failed.call.name if failed.call else '?'}: {failed.output}"
+                break
             size, payload = conv.tool_turn_size(render_tool_turn([r.output for r in results]))
             fits = conv.length + size < config.max_response_tokens
             if fits:
@@ -170,5 +183,6 @@ async def run_trajectory(
         weight_version=min((t.weight_version for t in turns), default=0),
         response_text=conv.transcript(),
         error=error,
+        infra_failure=infra,
     )
     return trajectory, "\n".join(model_text)

@@ -12,6 +12,11 @@ the learner, an evaluation) goes through the same limiter, so at most
 ``rollout.max_in_flight`` trajectories run at once however many calls overlap.  What
 differs per call (sampling, turns, response tokens) goes with the call.
 
+A trajectory that stops at an infrastructure failure (``Trajectory.infra_failure``)
+is rolled again in its slot, up to ``rollout.infra_rerolls`` times, keeping its
+admission; the earlier attempts' reasons travel in ``infra_retries``.  One that
+still fails is not graded (its reward stays None) and GRPO-RoC drops its group.
+
 Resource handling: leaving :meth:`RolloutEngine.stream`'s block, normally, by an
 exception, or by cancellation, cancels every trajectory still running; their HTTP
 requests and tool calls are cancelled with them.  The engine owns neither the
@@ -67,6 +72,8 @@ class RolloutStatistics(msgspec.Struct, frozen=True):
     tool_errors: int
     generated_tokens: int
     elapsed_s: float
+    infra_failed: int = 0
+    """Attempts that stopped at an infrastructure failure (rolled again or not)."""
     grading_ms: int = 0
     """Wall milliseconds during which at least one grading ran (gradings overlap the
     rollout and each other: summing their durations would count them twice).  An
@@ -152,7 +159,7 @@ class RolloutEngine:
         self.toolbox = Toolbox(load_tools(config.tools) if tools is None else tools, sandbox)
         self._limiter = anyio.CapacityLimiter(config.max_in_flight)
         self._started = self._finished = self._groups = 0
-        self._turns = self._tool_calls = self._tool_errors = self._tokens = 0
+        self._turns = self._tool_calls = self._tool_errors = self._tokens = self._infra_failed = 0
         self._t0 = time.monotonic()
         self._grading, self._grading_s, self._grading_since = 0, 0.0, 0.0
 
@@ -168,6 +175,7 @@ class RolloutEngine:
             tool_calls=self._tool_calls,
             tool_errors=self._tool_errors,
             generated_tokens=self._tokens,
+            infra_failed=self._infra_failed,
             elapsed_s=time.monotonic() - self._t0,
             grading_ms=int(1000 * (self._grading_s + (time.monotonic() - self._grading_since if self._grading else 0.0))),
         )
@@ -292,18 +300,28 @@ class RolloutEngine:
     async def _one(
         self, pending: _PendingGroup, i: int, params: SamplingParams, borrower: object, send: ObjectSendStream[Group]
     ) -> None:
+        retries: list[str] = []
         try:
-            trajectory, model_text = await run_trajectory(
-                pending.problem,
-                i,
-                backend=self.backend,
-                toolbox=self.toolbox,
-                config=pending.config,
-                tokenizer=self.tokenizer,
-                sampling=params,
-                prompt_ids=pending.prompt_ids,
-            )
-            if self.reward is not None:
+            while True:
+                trajectory, model_text = await run_trajectory(
+                    pending.problem,
+                    i,
+                    backend=self.backend,
+                    toolbox=self.toolbox,
+                    config=pending.config,
+                    tokenizer=self.tokenizer,
+                    sampling=params,
+                    prompt_ids=pending.prompt_ids,
+                )
+                if not trajectory.infra_failed:
+                    break
+                self._infra_failed += 1
+                if len(retries) == pending.config.infra_rerolls:
+                    break
+                retries.append(trajectory.infra_failure)
+            if retries:
+                trajectory = msgspec.structs.replace(trajectory, infra_retries=retries)
+            if self.reward is not None and not trajectory.infra_failed:
                 trajectory = msgspec.structs.replace(trajectory, reward=await self._grade(model_text, pending.problem))
         finally:
             self._limiter.release_on_behalf_of(borrower)

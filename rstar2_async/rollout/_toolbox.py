@@ -107,8 +107,10 @@ class Toolbox:
         Each call sees ``history`` plus the decoded calls before it in this turn;
         ``history`` is extended with this turn's decoded calls (the agent loop keeps it
         for the trajectory).  Calls past ``max_calls`` and calls that could not be
-        decoded are answered with an error without running.  Never raises for
-        anything a call or its tool does; cancellation propagates.
+        decoded are answered with an error without running.  A tool that raises is
+        answered ``internal`` with the exception as the text (an infrastructure
+        failure: the agent loop stops the trajectory rather than show it).  Never
+        raises for anything a call or its tool does; cancellation propagates.
         """
         contexts: list[ToolContext | None] = []
         for i, call in enumerate(calls):
@@ -138,7 +140,7 @@ class Toolbox:
         try:
             out = await self.tools[call.name].call(call.arguments, context)
             status, text = out.status, out.text
-        except Exception as exc:  # a tool's bug must not end the trajectory: the model reads it
+        except Exception as exc:  # the tool's failure, not the model's: the trajectory stops, marked
             _log.warning("tool %s failed: %s: %s", call.name, type(exc).__name__, exc, exc_info=True)
-            status, text = "internal", f"Error: the tool {call.name} failed ({type(exc).__name__}: {exc})"
+            status, text = "internal", f"the tool raised {type(exc).__name__}: {exc}"
         return ToolResult(status=status, output=truncate_middle(text, max_chars), duration_s=time.monotonic() - start, call=call)

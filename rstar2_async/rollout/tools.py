@@ -21,9 +21,15 @@ Shipped (rStar2-Agent's two tools):
 
 Guarantees the agent loop adds around every tool: arguments were checked against
 ``parameters`` (required keys present, no unknown keys, strings where the schema says
-``string``) before ``call``; the output is truncated in the middle; an exception out
-of ``call`` becomes a tool error the model reads (status ``internal``), never a
-failed trajectory; cancellation of the trajectory propagates into ``call``.
+``string``) before ``call``; the output is truncated in the middle; cancellation of
+the trajectory propagates into ``call``.
+
+What the model did wrong, a tool answers with a status the model reads (``error``,
+``timeout``, ...).  What failed underneath it, a tool answers with status
+``internal`` or raises: that is an infrastructure failure, never shown to the model
+(it would learn from the cluster's weather); the trajectory stops there, marked
+(``Trajectory.infra_failure``, with the text as the reason), and is rolled again or
+left out of training.
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ __all__ = ["JupyterTool", "PythonTool", "Tool", "ToolContext", "ToolOutput", "ju
 class ToolOutput(msgspec.Struct, frozen=True):
     """What a tool returns: the text the model reads and how the call ended
     (``ok``; or ``error``, ``timeout``, ``killed``, ... which count as tool errors for
-    GRPO-RoC's penalty)."""
+    GRPO-RoC's penalty).  ``internal``: the infrastructure failed, not the model; the
+    text is then the reason, for the run's records (the model never reads it)."""
 
     text: str
     status: ToolStatus = "ok"
@@ -84,7 +91,10 @@ class Tool(Protocol):
 
 def render_exec_result(result: ExecResult) -> str:
     """What the model reads for one sandbox result: stdout, then stderr, then why it
-    stopped if it did not finish normally."""
+    stopped if it did not finish normally.  For ``internal`` (the sandbox failed, which
+    the model never reads): the sandbox's reason alone."""
+    if result.status == "internal":
+        return result.stderr.strip() or "[sandbox] failed without a reason"
     parts = [result.stdout] if result.stdout else []
     if result.stderr:
         parts.append(result.stderr)
@@ -94,8 +104,6 @@ def render_exec_result(result: ExecResult) -> str:
         parts.append("Error: the process was killed (resource limit)")
     elif result.status == "output_limit":
         parts.append("Error: output limit exceeded")
-    elif result.status == "internal":
-        parts.append("Error: the sandbox failed; try again")
     elif not parts:
         parts.append("(no output)" if result.ok else f"Error: exit code {result.exit_code}")
     return "\n".join(p.rstrip("\n") for p in parts)

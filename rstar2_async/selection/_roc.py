@@ -3,6 +3,17 @@
 Rollouts are oversampled (``n_oversample`` per problem, rStar2: 32) and each finished
 group is downsampled to ``n`` (rStar2: 16) before the GRPO update:
 
+0. A group holding a trajectory that stopped at an infrastructure failure
+   (``Trajectory.infra_failed``: the sandbox or the servers failed, not the model) is
+   dropped whole (this project's rule; rStar2 has none).  Why dropped and not re-rolled
+   here: the rollout engine has already rolled such a sample again
+   (``rollout.infra_rerolls`` times, in its slot), so what reaches RoC failed every
+   try, and waiting for more tries would hold the step through an outage (the run's
+   circuit breaker, ``run.max_infra_failed_rate``, is what answers an outage).  Why the
+   whole group: its baseline (the group's mean reward) must not count a reward the
+   model never earned or lost, and the group without the sample is no longer the
+   ``n_oversample`` draws the other rules assume; a re-rolled sample is (the
+   infrastructure's failures hang on timing, not on what the sample wrote).
 1. A group whose rewards are all equal carries no advantage signal: dropped whole.
 2. Each class keeps its share of the oversampled group, rounded (rStar2's released
    code: Python's ``round``, half to even), and a class that would fall below
@@ -99,8 +110,9 @@ def trajectory_penalty(traj: Trajectory, check: FormatCheck = default_format_che
 
 @final
 class Dropped(msgspec.Struct, frozen=True):
-    """One trajectory left out, and why (``all_equal_rewards``, ``negative_downsampled``,
-    ``positive_penalty`` or ``positive_sampled_out``)."""
+    """One trajectory left out, and why (``infra_failed``: it stopped at an infrastructure
+    failure; ``infra_group``: another of its group did; ``all_equal_rewards``,
+    ``negative_downsampled``, ``positive_penalty`` or ``positive_sampled_out``)."""
 
     sample_index: int
     reason: str
@@ -198,13 +210,18 @@ def roc_downsample(
         check: answer-format checker used by the penalty.
 
     Returns:
-        A :class:`RocDecision` listing what was kept and what was dropped, and why.
+        A :class:`RocDecision` listing what was kept and what was dropped, and why
+        (``reason``: ``infra_failed`` or ``all_equal_rewards`` for a group dropped whole).
     """
     assert n >= 1, f"roc_downsample: n must be >= 1, got {n}"
     trajs = group.trajectories
     rewards = group.rewards
     pos = [i for i, r in enumerate(rewards) if r > positive_threshold]
     neg = [i for i, r in enumerate(rewards) if r <= positive_threshold]
+    if any(t.infra_failed for t in trajs):
+        why = ["infra_failed" if t.infra_failed else "infra_group" for t in trajs]
+        dropped = [Dropped(t.sample_index, w, r) for t, w, r in zip(trajs, why, rewards)]
+        return RocDecision(None, [], dropped, len(pos), len(neg), "infra_failed")
     if len(set(rewards)) <= 1:
         dropped = [Dropped(t.sample_index, "all_equal_rewards", r) for t, r in zip(trajs, rewards)]
         return RocDecision(None, [], dropped, len(pos), len(neg), "all_equal_rewards")

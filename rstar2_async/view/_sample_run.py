@@ -76,7 +76,7 @@ def write_sample_run(
             batch = [Problem(f"p{step:03d}-{j:03d}", f"What is the sum of the two numbers in case {j}?", str(rng.randint(10, 198))) for j in range(problems)]
             groups = [Group(p, [_trajectory(p, i, rng, step - 1, filler) for i in range(samples)]) for p in batch]
             decided = [(g, roc_downsample(g, keep, random.Random(f"{seed}/{step}/{g.problem.id}"))) for g in groups]
-            total += record_step(run_dir / "trajectories", step, "rl-8k", decided)
+            total += record_step(run_dir / "trajectories", step, "rl-8k", decided).written
             values = {"stage": "rl-8k", **rollout_metrics(groups), "learner/loss": rng.gauss(0, 0.05) / step}
             values.update({"time/rollout_s": 20 + rng.random() * 5, "time/reward_s": 1.0, "time/update_s": 8.0, "time/sync_s": 2.0})
             metrics.write(encoder.encode({"step": step, **values, "wall_time": t0 + 60 * step}) + b"\n")

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import tracemalloc
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from rstar2_async.config import TrainConfig, convert
@@ -17,19 +20,26 @@ pytestmark = pytest.mark.anyio
 
 
 class FakeEngine:
-    """Test double of the rollout engine: each problem's rewards are given."""
+    """Test double of the rollout engine: each problem's rewards are given; each
+    trajectory carries ``tokens`` response tokens, made as its group is sent."""
 
-    def __init__(self, rewards: dict[str, list[float]]) -> None:
-        self.rewards = rewards
+    def __init__(self, rewards: dict[str, list[float]], tokens: int = 0) -> None:
+        self.rewards, self.tokens = rewards, tokens
         self.engine = self  # stands for the rollout stack too
         self.calls: list[tuple[list[str], int, int | None]] = []
 
-    async def run(self, problems: Sequence[Problem], n: int, *, max_turns: int | None, max_response_tokens: int | None) -> list[Group]:
+    @asynccontextmanager
+    async def stream(
+        self, problems: Sequence[Problem], n: int, *, max_turns: int | None, max_response_tokens: int | None
+    ) -> AsyncIterator[AsyncIterator[Group]]:
         self.calls.append(([p.id for p in problems], n, max_response_tokens))
-        return [
-            Group(p, [Trajectory(p.id, i, [], [], [], [], [], "answer", 0, reward=r) for i, r in enumerate(self.rewards[p.id][:n])])
-            for p in problems
-        ]
+
+        async def groups() -> AsyncIterator[Group]:
+            for p in problems:
+                ids = [7] * self.tokens
+                yield Group(p, [Trajectory(p.id, i, [], ids[:], [], [], [], "answer", 0, reward=r) for i, r in enumerate(self.rewards[p.id][:n])])
+
+        yield groups()
 
 
 def trainer(tmp_path: Path) -> Trainer:
@@ -57,3 +67,20 @@ async def test_a_stage_with_nothing_hard_is_a_clear_error(tmp_path: Path) -> Non
     engine = FakeEngine({"p0": [1.0, 1.0]})
     with pytest.raises(TrainError, match="solves every problem"):
         await t._hard_problems(engine, t.config.stages[0], [Problem(id="p0", problem="q", answer="1")])  # type: ignore[arg-type]
+
+
+async def test_the_filter_keeps_verdicts_not_trajectories(tmp_path: Path) -> None:
+    """60 problems x 4 samples x 50,000 tokens is ~100 MB of token lists: the filter
+    drops each group once judged, so it never holds more than a few."""
+    t = trainer(tmp_path)
+    problems = [Problem(id=f"p{i}", problem="q", answer="1") for i in range(60)]
+    engine = FakeEngine({p.id: [1.0, 1.0, 1.0, float(i % 2)] for i, p in enumerate(problems)}, tokens=50_000)
+    stage = msgspec.structs.replace(t.config.stages[0], hard_filter_samples=4)
+    tracemalloc.start()
+    try:
+        hard = await t._hard_problems(engine, stage, problems)  # type: ignore[arg-type]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [p.id for p in hard] == [f"p{i}" for i in range(0, 60, 2)]
+    assert peak < 10 * 2**20, peak  # one group's lists are 1.6 MB; all of them, 96 MB

@@ -112,3 +112,26 @@ async def test_disk_publish_writes_then_syncs(tmp_path: Path) -> None:
         async with publisher:
             report = await publisher.publish(out, 1)
     assert driver.exported == [out] and report.transport == "disk" and pool.weight_version == 1
+
+
+async def test_the_export_a_publish_replaces_is_deleted_in_a_worker_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deleting an export (gigabytes) must not hold the event loop the rollout runs on."""
+    import shutil
+
+    from rstar2_async.recipe import _publish
+
+    threads: list[threading.Thread] = []
+    real = shutil.rmtree
+
+    def rmtree(path: Path, ignore_errors: bool = False) -> None:  # the real one, and where it ran
+        threads.append(threading.current_thread())
+        real(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(_publish.shutil, "rmtree", rmtree)
+    base = tmp_path / "weights" / "v000000"
+    base.mkdir(parents=True)
+    async with fleet(FakeVLLM()) as pool:
+        async with Publisher(FakeStack(WeightSync(pool, DiskTransport())), learn, FakeDriver(), current=base) as publisher:  # type: ignore[arg-type]
+            await publisher.publish(tmp_path / "weights" / "v000001", 1)
+    assert not base.exists() and (tmp_path / "weights" / "v000001").is_dir()
+    assert len(threads) == 1 and threads[0] is not threading.main_thread()

@@ -130,13 +130,17 @@ async def test_failing_and_dropping_server_is_retried() -> None:
     assert len(server.requests) == 2 + 2  # two failed attempts, then two good turns
 
 
-async def test_garbage_responses_are_retried_then_reported() -> None:
+async def test_garbage_responses_are_retried_then_reported_as_an_infrastructure_failure() -> None:
+    """The server's failure, not the model's: each sample is rolled again once
+    (``infra_rerolls = 1``), then left marked and ungraded."""
     server = FakeModelServer(garbage_first=100)
-    async with running(server) as (engine, _):
+    async with running(server, config=RolloutConfig(infra_rerolls=1)) as (engine, _):
         [group] = await engine.run(problems(1), n=2)
     for t in group.trajectories:
-        assert t.finish_reason == "error" and "BadResponse" in t.error and t.reward == 0.0
-    assert len(server.requests) == 2 * (FAST_RETRY.max_retries + 1)
+        assert t.finish_reason == "error" and "BadResponse" in t.error and t.reward is None
+        assert t.infra_failure == f"inference: {t.error}" and t.infra_retries == [t.infra_failure]
+    assert len(server.requests) == 2 * 2 * (FAST_RETRY.max_retries + 1)
+    assert engine.statistics().infra_failed == 4
 
 
 async def test_aborted_generations_resume_from_their_tokens() -> None:

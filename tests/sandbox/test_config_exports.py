@@ -49,7 +49,7 @@ def test_exports() -> None:
         "ClientState", "ClientStatistics", "ExecResult", "HostSupport", "PoolState", "PoolStatistics",
         "Sandbox", "SandboxBroken", "SandboxClient", "SandboxClosed", "SandboxConfig", "SandboxError",
         "SandboxPool", "SandboxService", "SandboxUnavailable", "ServiceError", "ServiceUnavailable",
-        "Status", "benchmark", "check_host", "pool_processes", "worker_pids",
+        "Status", "SECRET_ENV", "benchmark", "check_host", "open_sandbox", "pool_processes", "worker_pids",
     ])
     for name in sandbox.__all__:
         assert getattr(sandbox, name) is not None

@@ -4,7 +4,6 @@ read timeout or with the client, never hangs)."""
 
 from __future__ import annotations
 
-import socket
 
 import anyio
 import httpx
@@ -15,17 +14,9 @@ from httpgate import Http11Transport
 from rstar2_async.testing import STALLS, hung_server
 from sandbox import ExecResult, SandboxClient, SandboxClosed, SandboxPool, SandboxService
 
-from ._helpers import config, wait_until
+from ._helpers import config, dead_address, wait_until
 
 pytestmark = pytest.mark.anyio
-
-
-def _dead_address() -> str:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now: connections are refused
-    return f"http://127.0.0.1:{port}"
 
 
 async def test_service_end_to_end_with_failover() -> None:
@@ -33,7 +24,7 @@ async def test_service_end_to_end_with_failover() -> None:
         service = SandboxService(pool, port=0)
         port = await tg.start(service.serve)
         live = f"http://127.0.0.1:{port}"
-        async with SandboxClient([_dead_address(), live], batch_size=8, retries=2) as client:
+        async with SandboxClient([dead_address(), live], batch_size=8, retries=2) as client:
             results: dict[int, ExecResult] = {}
 
             async def call(i: int) -> None:

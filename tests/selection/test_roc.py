@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -268,3 +269,18 @@ def test_inverse_penalty_prefers_clean_positives() -> None:
             counts[i] += 1
     assert counts[0] == 1000
     assert all(50 < c < 160 for c in counts[10:])
+
+
+def test_a_group_with_a_sample_the_infrastructure_failed_is_dropped_whole() -> None:
+    """Rule 0: neither trained nor in a baseline, the failed sample nor its group."""
+    clean = [traj(i, float(i % 2)) for i in range(4)]
+    failed = list(clean)
+    failed[1] = msgspec.structs.replace(clean[1], finish_reason="error", infra_failure="tool python: [sandbox] gone", reward=None)
+    decision = roc_downsample(Group(PROBLEM, failed), 2, random.Random(0))
+    assert decision.group is None and decision.reason == "infra_failed" and decision.kept == []
+    assert [(d.sample_index, d.reason) for d in decision.dropped] == [
+        (0, "infra_group"), (1, "infra_failed"), (2, "infra_group"), (3, "infra_group"),
+    ]  # fmt: skip
+    # Rolled again and clean in the end: an ordinary group (the failed tries leave only their reasons).
+    failed[1] = msgspec.structs.replace(clean[1], infra_retries=["tool python: [sandbox] gone"])
+    assert roc_downsample(Group(PROBLEM, failed), 2, random.Random(0)).group is not None

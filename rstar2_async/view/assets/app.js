@@ -74,7 +74,7 @@ async function drawTable(main, params) {
     <select name="step">${opt(steps, p.step)}</select>
     reward <input name="reward_min" size="4" placeholder="min" value="${esc(p.reward_min)}"> – <input name="reward_max" size="4" placeholder="max" value="${esc(p.reward_max)}">
     <select name="finish">${opt([["", "any finish"], ["answer", "answer"], ["turn_limit", "turn limit"], ["token_budget", "token budget"], ["timeout", "timeout"], ["error", "error"]], p.finish)}</select>
-    <select name="roc">${opt([["", "kept or dropped"], ["kept", "kept"], ["dropped", "dropped"], ["all_equal_rewards", "dropped: all equal"], ["negative_downsampled", "dropped: negative"], ["positive_penalty", "dropped: penalty"], ["positive_sampled_out", "dropped: sampled out"]], p.roc)}</select>
+    <select name="roc">${opt([["", "kept or dropped"], ["kept", "kept"], ["dropped", "dropped"], ["all_equal_rewards", "dropped: all equal"], ["negative_downsampled", "dropped: negative"], ["positive_penalty", "dropped: penalty"], ["positive_sampled_out", "dropped: sampled out"], ["infra_failed", "dropped: infrastructure failed"], ["infra_group", "dropped: its group's infrastructure failed"]], p.roc)}</select>
     <input name="problem" placeholder="problem id" size="10" value="${esc(p.problem)}">
     <input name="q" placeholder="search text" size="16" value="${esc(p.q)}">
     <button type="submit">filter</button></form>
