@@ -180,8 +180,7 @@ class ServerPool(PoolAdmission):
         self.request_timeout_s = request_timeout_s
         self.max_failovers = max_failovers
         self.on_server_back: Callable[[PoolServer], Awaitable[None]] | None = None
-        """Run before a server that was down re-enters rotation; if it raises, the
-        server stays down and the next poll tries again."""
+        """Run before a down server re-enters rotation (never while a sync holds the pool); raising keeps it down."""
         retry = retry or RetryPolicy(max_retries=1, initial_s=0.2, max_s=1.0)
         timeout = timeout or httpx.Timeout(3600.0, connect=5.0, pool=60.0)
         auth = {"api_key": api_key, "retry": retry, "timeout": timeout, "max_connections": max_connections}

@@ -24,10 +24,8 @@ from rstar2_async.config import TrainConfig, convert
 from rstar2_async.errors import TrainError
 from rstar2_async.recipe import Trainer
 from rstar2_async.recipe._infra import InfraBreaker
+from rstar2_async.testing import FakeByteTokenizer, FakeModelServer, FakeVLLM, serve_http, write_byte_tokenizer
 from rstar2_async.types import Group, Problem, Trajectory
-from tests.fakes.fleet import FakeVLLM
-from tests.fakes.http import serve_http
-from tests.fakes.model import FakeByteTokenizer, FakeModelServer, write_byte_tokenizer
 from tests.recipe.test_train_fleet import FakeLearnerDriver, first_answer_wrong
 from tests.sandbox._helpers import live_service, wait_until
 

@@ -18,10 +18,9 @@ import pytest
 from backends import RetryPolicy, TokenClient
 from rstar2_async.config import RolloutConfig
 from rstar2_async.rollout import RolloutEngine
+from rstar2_async.testing import FakeByteTokenizer, FakeExactReward, FakeModelServer, arithmetic_policy, serve_http
 from rstar2_async.types import Problem
 from sandbox import Sandbox, SandboxClient, SandboxPool
-from tests.fakes.http import serve_http
-from tests.fakes.model import FakeByteTokenizer, FakeExactReward, FakeModelServer, arithmetic_policy
 from tests.sandbox._helpers import config, dead_address, wait_until
 
 pytestmark = pytest.mark.anyio
