@@ -257,7 +257,7 @@ class Grader:
         self._check_open()
         if self._function is not None:
             raise RuntimeError(f"this Grader grades with {self._function}: call reward(response_text, problem)")
-        verdict, answer = quick_verdict(response_text, gold, self._mode)
+        verdict, answer, gold = quick_verdict(response_text, gold, self._mode)
         if verdict is not None:
             self._by_normaliser += verdict == 1.0
             self._without_worker += 1

@@ -24,7 +24,8 @@ math-verify tends to miss or that need no symbolic algebra at all:
 - relations: ``\\neq``/``\\ne``/``≠`` are ``!=``, ``\\leq``/``≤`` ``<=``, ``\\geq``/``≥`` ``>=``;
 - layout noise: ``\\left``/``\\right``, spacing commands (``\\!``, ``\\,``, ``\\;``),
   spaces, ``$``, ``\\displaystyle``, a leading ``x =``, ``f(x) =`` or ``x \\in``, a
-  leading ``Answer:`` (``\\text{Final answer: }``, ``**Answer:**``), a final period.
+  leading ``Answer:`` (``\\text{Final answer: }``, ``**Answer:**``), a final period
+  and a final lone backslash (``185\\``).
 
 Guarantees: pure functions, no I/O, no sympy, nothing evaluated (``9^{9^9}`` stays a
 string), so every call is fast and bounded; inputs longer than `MAX_ANSWER_CHARS`
@@ -55,7 +56,7 @@ _UNICODE = str.maketrans(
 )  # fmt: skip
 # "Answer:", "The final answer is", `\text{Answer: }`, `**Answer:**` before the answer itself.
 _ANSWER_PREFIX = re.compile(
-    r"^(?:\*\*|(?P<text>\\text(?:bf)?\s*\{))?\s*(?:the\s+)?(?:final\s+)?answer(?:\s+is\b\s*:?|\s*:)\s*"
+    r"^(?:\*\*|(?P<text>\\text(?:bf)?\s*\{))?\s*(?:the\s+)?(?:final\s+)?answer(?:\s+is\b\s*:?|\s*:|\s+(?=[-$\\\d(]))\s*"
     r"(?(text)\}|(?:\*\*)?)\s*",
     re.IGNORECASE,
 )
@@ -90,7 +91,8 @@ _PERCENT = re.compile(r"\\%|%")
 _DOLLAR = re.compile(r"\\\$")
 # `10,\!080` and `1{,}000` are explicit thousands separators wherever they appear.
 _EXPLICIT_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!\s*)(?=\d{3}(?!\d))")
-_THOUSANDS_NUMBER = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_THOUSANDS_NUMBER = re.compile(r"[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")  # `0,111` is a decimal comma
+_TRAILING_BACKSLASH = re.compile(r"(?<!\\)\\$")
 _FRAC_ALIASES = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 # A number followed by a unit: the head must hold a digit and no letters but those of
 # a few numeric commands, so `\text{A} \text{ and } \text{B}` or `2x \text{ cm}`
@@ -121,7 +123,7 @@ def normalize_answer(text: str) -> str:
     whitespace, no layout commands and no units; it is meant for comparison, not
     for display.  Pure and fast: no evaluation of any kind.
     """
-    s = text.translate(_UNICODE).strip()
+    s = _TRAILING_BACKSLASH.sub("", text.translate(_UNICODE).strip()).strip()  # `185\`
     s = _unwrap_boxed(s)
     s = _ANSWER_PREFIX.sub("", s, count=1)
     for pattern, canonical in (*_RELATIONS, *_SET_WORDS):
