@@ -31,7 +31,7 @@ import re
 
 from ._normalise import TEXT_CMD
 
-__all__ = ["EQUALS", "TAIL_CHARS", "free_text_answer", "has_prose"]
+__all__ = ["EQUALS", "TAIL_CHARS", "free_text_answer", "has_prose", "statement_value"]
 
 TAIL_CHARS = 8000
 """Free text is read in the response's last this many characters: the final answer
@@ -65,8 +65,6 @@ _NUMBER = re.compile(
 )
 _NOT = re.compile(r"\s*(?:not|n't)\b", re.IGNORECASE)
 _NEGATED = re.compile(r"(?:\bnot|n't|\\neq?|≠)\s*\$?\s*$", re.IGNORECASE)
-# Prose inside `$...$`: a word of three letters or more that is no LaTeX command.
-_PROSE = re.compile(r"(?<![\\a-zA-Z{])[a-zA-Z]{3,}(?![a-zA-Z]*\})")
 _ONE_WORD = re.compile(r"[a-zA-Z]+")
 # Where the answer after an anchor ends: a line break, a full stop (not a decimal
 # point), a semicolon, a comma before a word, or a word that starts an explanation.
@@ -98,9 +96,10 @@ _LEADING_VAR = re.compile(r"^\s*[a-zA-Z](?:_\{?\w+\}?)?\s*=(?!=)\s*")
 
 
 def has_prose(text: str) -> bool:
-    """Whether `text` holds words of prose (three letters or more, no LaTeX command,
-    ``\\text{}`` aside): ``\\boxed{The answer is 8}``, not ``\\boxed{\\text{odd}}``."""
-    return bool(_PROSE.search(_TEXT.sub("", text)))
+    """Whether `text` holds prose: a word of three letters or more in any script, or
+    a CJK character, LaTeX commands and ``\\text{}`` aside (``\\boxed{The answer is
+    8}``, ``\\boxed{比例为13/28}``, not ``\\boxed{\\text{odd}}``)."""
+    return any(len(w) >= 3 or w >= "\u3040" for w in _words(_TEXT.sub(" ", text)))
 
 
 def _words(text: str) -> list[str]:
@@ -140,7 +139,7 @@ def _bare_answer(text: str) -> str | None:
         return None
     if len(_words(text)) > 1:
         return None
-    return _statement_value(text)
+    return statement_value(text)
 
 
 def _after_anchor(text: str, at: int) -> str | None:
@@ -197,10 +196,10 @@ def _span_answer(m: re.Match[str]) -> str | None:
     content = next(g for g in m.groups() if g is not None).strip()
     if m["i"] is not None and has_prose(content) and not _ONE_WORD.fullmatch(content):
         return None
-    return _statement_value(content) or None
+    return statement_value(content) or None
 
 
-def _statement_value(content: str) -> str:
+def statement_value(content: str) -> str:
     """A chain ``a = b = c`` reads ``c`` (math-verify's last equation), and so does a
     statement of a value, whose left side computes (``3 + 4 = 7``, ``e^{i\\pi} = -1``,
     ``\\lim_{x \\to 0} ... = 1``, a determinant); an equation in an unknown such as

@@ -24,9 +24,9 @@ from typing import Literal
 
 from ._answer import answer_region, boxed_answers, extract_answer
 from ._compare import list_items
-from ._free_text import free_text_answer, has_prose
+from ._free_text import free_text_answer, has_prose, statement_value
 
-__all__ = ["GradingMode", "final_answer", "strip_end_tokens"]
+__all__ = ["GradingMode", "final_answer", "gold_answer", "strip_end_tokens"]
 
 GradingMode = Literal["strict", "lenient"]
 """``"strict"``: rStar2's format (training).  ``"lenient"``: a box if there is one,
@@ -38,10 +38,12 @@ _END_TOKENS = re.compile(r"<\|[A-Za-z0-9_.\-]{1,40}\|>|<｜[^｜<>\n]{1,40}｜>|
 # Between two boxes of one multi-part answer: punctuation, "and", labels such as
 # "(b)" or `\text{ for part (a) and }`, never a digit or another sentence.
 _BOX_GAP = re.compile(
-    r"(?:[\s$,;.&]|\\[,;! ]|\\quad|\\text\{[a-zA-Z\s(),]*\}|\band\b|\bor\b|\(\s*[a-z]\s*\)"
+    r"(?:[\s$,;.&]|\\[,;! ]|\\quad|\\text\{[a-zA-Z\s(),]*\}|\b(?:and|or|for|part|in)\b|\(\s*[a-z]\s*\)"
     r"|\b[a-zA-Z](?:_\{?\w+\}?)?\s*=|\*\*)*"
 )
 _DIGIT = re.compile(r"\d")
+_LETTER = re.compile(r"[^\W\d_]")
+_GOLD_GAP_WORDS = re.compile(r"\\text\s*\{\s*(?:and|or)?\s*\}|\b(?:and|or)\b|\\[a-zA-Z]+")
 _MAX_BOX_GAP = 40
 """Longest text (characters) between two boxes read as parts of one answer."""
 
@@ -77,12 +79,29 @@ def final_answer(text: str, gold: str | None = None, *, mode: GradingMode = "str
 
 
 def _inside_box(content: str) -> str | None:
-    """The answer a box holds: its contents, or, when they are prose, their answer
-    as free text; a number in prose that free text does not take (``\\boxed{The
-    answer is not 5.}``) is no answer."""
+    """The answer a box holds: its contents (the value a statement states, as in
+    free text: ``\\boxed{\\lim_{x \\to 0} f(x) = 1}`` holds 1), or, when they are
+    prose, their answer as free text; a number in prose that free text does not take
+    (``\\boxed{The answer is not 5.}``) is no answer."""
     if not has_prose(content):
-        return content
+        return statement_value(content.strip().strip("$").strip())
     return free_text_answer(content) or (None if _DIGIT.search(content) else content)
+
+
+def gold_answer(gold: str) -> str:
+    """The gold answer itself.  A gold written with boxes (``\\boxed{24}``, a worked
+    solution) is its last box, or all its boxes as one list when nothing but
+    punctuation, "and" and "or" stands between them (``\\(\\boxed{1}\\) and
+    \\(\\boxed{-2}\\)``)."""
+    if "\\boxed" not in gold and "\\fbox" not in gold:
+        return gold
+    boxes = boxed_answers(gold)
+    if not boxes:
+        return gold
+    gaps = (_GOLD_GAP_WORDS.sub(" ", gold[end:start]) for (_, _, end), (_, start, _) in itertools.pairwise(boxes))
+    if len(boxes) > 1 and not any(_LETTER.search(gap) for gap in gaps):
+        return ", ".join(content for content, _, _ in boxes)
+    return boxes[-1][0]
 
 
 def _several_boxes(text: str, boxes: list[tuple[str, int, int]], gold: str | None) -> str | None:

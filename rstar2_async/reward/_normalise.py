@@ -19,8 +19,9 @@ math-verify tends to miss or that need no symbolic algebra at all:
   (``\\lbrace``) and bare comma lists (unordered, a set equals a list), unions
   ``\\cup`` (unordered), ``\\emptyset``/``\\varnothing``/``\\{\\}``; an inequality in one
   variable against an interval (``x > 2`` is ``(2,\\infty)``, see ``_compare``);
-- matrices: ``pmatrix``, ``bmatrix``, ``matrix`` and ``array`` (in any brackets) are
-  one form, compared cell by cell;
+- matrices: ``pmatrix``, ``bmatrix``, ``matrix``, ``array`` (in any brackets) and a
+  list of rows ``[[1, 2], [3, 4]]`` are one form, compared cell by cell;
+- a time with zero seconds (``20:34:00``) is the minute (``20:34``);
 - relations: ``\\neq``/``\\ne``/``≠`` are ``!=``, ``\\leq``/``≤`` ``<=``, ``\\geq``/``≥`` ``>=``;
 - layout noise: ``\\left``/``\\right``, spacing commands (``\\!``, ``\\,``, ``\\;``),
   spaces, ``$``, ``\\displaystyle``, a leading ``x =``, ``f(x) =`` or ``x \\in``, a
@@ -114,6 +115,8 @@ _FRAC_SHORT = re.compile(rf"\\frac{_FRAC_ARG}{_FRAC_ARG}")
 _SQRT_SHORT = re.compile(r"\\sqrt(\w)")
 _INFINITY = re.compile(r"\+?\\inf(?:ty)?(?![a-zA-Z])")
 _CHOICE = re.compile(r"^\(([A-Za-z])\)$")
+_ROW_LIST = re.compile(r"\[(\[[^\[\]]*\](?:,\[[^\[\]]*\])*)\]")
+_TIME_SECONDS = re.compile(r"(\d{1,2}:\d{2}):00")
 
 
 def normalize_answer(text: str) -> str:
@@ -160,9 +163,22 @@ def normalize_answer(text: str) -> str:
         s = m[1]
     if m := _BRACKETED_MATRIX.fullmatch(s):  # `\left(\begin{array}...\end{array}\right)`
         s = m[1]
+    elif m := _ROW_LIST.fullmatch(s):
+        s = _rows_as_matrix(m[1])
+    if m := _TIME_SECONDS.fullmatch(s):
+        s = m[1]
     if m := _FRENCH_INTERVAL.fullmatch(s):  # `]a,b[` is `(a,b)`, `[a,b[` is `[a,b)`
         s = ("[" if m[1] == "[" else "(") + m[2] + ("]" if m[3] == "]" else ")")
     return s
+
+
+def _rows_as_matrix(rows: str) -> str:
+    """``[1,2],[3,4]`` (the rows of a list of lists) as the canonical ``pmatrix``;
+    unchanged unless every row has as many cells."""
+    cells = [row.split(",") for row in rows[1:-1].split("],[")]
+    if len({len(r) for r in cells}) != 1:
+        return "[" + rows + "]"
+    return "\\begin{pmatrix}" + "\\\\".join("&".join(r) for r in cells) + "\\end{pmatrix}"
 
 
 def _braced(arg: str) -> str:

@@ -12,10 +12,9 @@ import os
 import re
 import threading
 
-from ._answer import extract_answer
 from ._compare import answers_match
 from ._free_text import EQUALS
-from ._lenient import GradingMode, final_answer
+from ._lenient import GradingMode, final_answer, gold_answer
 from ._normalise import MAX_ANSWER_CHARS
 from ._worker import GradeRequest, SyncWorker
 
@@ -39,12 +38,6 @@ def _unsolved(answer: str, gold: str) -> bool:
     side (11) and accept it."""
     sides = EQUALS.split(answer)
     return len(sides) == 2 and "=" not in gold and bool(_UNKNOWN_EXPRESSION.match(_SUBSCRIPT.sub("", sides[0])))
-
-
-def gold_answer(gold: str) -> str:
-    """The gold answer itself: a gold written with boxes (``\\boxed{24}``, a worked
-    solution) is its final box, as a response's would be."""
-    return (extract_answer(gold) or gold) if "\\boxed" in gold or "\\fbox" in gold else gold
 
 
 def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -> tuple[float | None, str, str]:
