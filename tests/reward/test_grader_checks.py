@@ -39,9 +39,10 @@ def test_the_set_comes_from_five_projects_and_splits_by_its_hash() -> None:
 
 
 async def _grade_all() -> dict[str, dict[str, bool]]:
-    """Every graded verdict of every case, two graders of two workers each."""
+    """Every graded verdict of every case, two graders of one worker each (a long
+    timeout: on a loaded machine a slow comparison must not flip its verdict)."""
     got: dict[str, dict[str, bool]] = {c["id"]: {} for c in CASES}
-    async with Grader(workers=2, timeout=10.0) as strict, Grader(workers=2, timeout=10.0, mode="lenient") as lenient:
+    async with Grader(workers=1, timeout=60.0) as strict, Grader(workers=1, timeout=60.0, mode="lenient") as lenient:
 
         async def grade(grader: Grader, key: str, text: str, case: dict) -> None:
             got[case["id"]][key] = await grader.score(text, case["gold"]) == 1.0
@@ -59,6 +60,7 @@ async def _grade_all() -> dict[str, dict[str, bool]]:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # one backend: the graders are tested on both elsewhere
 async def test_every_verdict_is_the_expected_one() -> None:
     got = await _grade_all()
     changed = [
