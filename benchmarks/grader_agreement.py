@@ -1,99 +1,163 @@
-"""Grader agreement: our grader in both modes, and math-verify alone, against the
-labelled pairs of tests/reward/data/grader_pairs.jsonl, in the same run.
+"""Grader agreement: our grader and math-verify, in the same run, on two labelled sets.
 
-Each case is a gold answer, a response and the right verdict for each grading mode it
-applies to (``{"strict": false, "lenient": true}``), labelled by hand or by
-construction (tests/reward/data/build_grader_pairs.py), never by a grader.
+- ``checks``: tests/reward/data/grader_checks.jsonl, (gold, prediction, label) triples
+  taken mechanically from other projects' grader tests (build_grader_checks.py),
+  split once into a ``tuning`` and a ``reporting`` half;
+- ``project``: tests/reward/data/grader_pairs.jsonl, our own labelled responses.
 
-- ours, per mode: ``rstar2_async.reward.score(response, gold, mode=...)``, the
-  normaliser and math-verify in a worker process, as training (strict) and
-  ``rstar2 eval`` (lenient for chat endpoints) grade;
-- the baseline: math-verify on its own, as its README uses it:
-  ``verify(parse("\\boxed{gold}"), parse(response))``, its own extraction of the
-  response's final answer (in this process's main thread, so its alarms work),
-  scored against the lenient labels (it reads free text as the lenient mode does).
+Per set (and per half of ``checks``):
 
-Prints every case a grader gets wrong, then one JSON line: agreement per mode,
-false positives (a wrong answer accepted), of them on adversarial cases, and the
-median grading time per case.
+- ``agreement_lenient_raw``: ``score(prediction, gold, mode="lenient")`` as written;
+- ``agreement_lenient_boxed``: the same with short bare predictions wrapped in
+  ``\\boxed{}`` (the case's ``boxed`` field);
+- ``agreement_math_verify_raw``: the baseline, math-verify alone as its README uses
+  it, ``verify(parse(gold), parse(prediction))`` (in this process's main thread, so
+  its alarms work); the project's bare gold answers are parsed boxed;
+- ``false_positives_strict``: wrong answers ``mode="strict"`` (training's reward)
+  accepts, raw and boxed predictions together (for the project's set, also a right
+  answer outside rStar2's format), but for the cases whose label our policy does not
+  share (GRADER_CHECKS.md), listed apart in ``false_positives_strict_by_policy``;
+- ``cases_math_verify_right_ours_wrong``: each case math-verify judges as labelled
+  and lenient mode does not, with its policy reason (GRADER_CHECKS.md) or null;
+- ``median_ms``, ``p99_ms``, ``worst_ms``: lenient grading time per case (the math-verify
+  worker warm), against ``GRADING_TIMEOUT_S``.
 
-    PYTHONPATH=. python benchmarks/grader_agreement.py
+Prints each disagreement of the tuning half and the project set (never the reporting
+half's cases), then one JSON line.  ``--update-verdicts`` also rewrites the checks'
+expectation file (grader_checks_verdicts.jsonl) that tests/reward/test_grader_checks.py
+holds the grader to.
+
+    PYTHONPATH=. python benchmarks/grader_agreement.py [--update-verdicts]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import statistics
-import sys
 import time
 from pathlib import Path
 
-from rstar2_async.reward import score
+from rstar2_async.reward import GRADING_TIMEOUT_S, score
 
-PAIRS = Path(__file__).resolve().parents[1] / "tests" / "reward" / "data" / "grader_pairs.jsonl"
-MODES = ("strict", "lenient")
+DATA = Path(__file__).resolve().parents[1] / "tests" / "reward" / "data"
+CHECKS = DATA / "grader_checks.jsonl"
+VERDICTS = DATA / "grader_checks_verdicts.jsonl"
+POLICY = DATA / "grader_checks_policy.json"
+PAIRS = DATA / "grader_pairs.jsonl"
 
 
-def load_pairs(path: Path = PAIRS) -> list[dict]:
+def load(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.open()]
 
 
-def math_verify_verdict(response: str, gold: str) -> bool:
+def math_verify_verdict(prediction: str, gold: str) -> bool:
     from math_verify import parse, verify
 
     try:
-        return bool(
-            verify(
-                parse("\\boxed{" + gold + "}", parsing_timeout=5), parse(response, parsing_timeout=5), timeout_seconds=5
-            )
-        )
+        return bool(verify(parse(gold, parsing_timeout=5), parse(prediction, parsing_timeout=5), timeout_seconds=5))
     except Exception:  # math-verify swallows most errors itself; one left is a "no"
         return False
 
 
-def tally(name: str, results: list[tuple[dict, bool, bool]], times: list[float], out: dict) -> None:
-    """Agreement, false positives and the failing cases of one grader (printed)."""
-    wrong = [(case, expected, got) for case, expected, got in results if expected != got]
-    false_pos = [case for case, expected, got in wrong if got]
-    out[f"agreement_{name}"] = round(1 - len(wrong) / len(results), 4)
-    out[f"false_positives_{name}"] = len(false_pos)
-    out[f"adversarial_false_positives_{name}"] = sum(case["adversarial"] for case in false_pos)
-    out[f"median_ms_{name}"] = round(1000 * statistics.median(times), 3)
-    print(f"\n{name}: {len(results) - len(wrong)}/{len(results)} agree, {len(false_pos)} false positives")
-    for case, expected, got in wrong:
-        kind = "FALSE POSITIVE" if got else "false negative"
-        print(f"  {kind}: gold={case['gold']!r} response={case['response'][:90]!r} ({case['note']})")
+def grade(case: dict) -> dict:
+    """Every verdict the report needs for one case, and lenient mode's time."""
+    t0 = time.perf_counter()
+    lenient = score(case["prediction"], case["gold"], mode="lenient") == 1.0
+    elapsed = time.perf_counter() - t0
+    return {
+        "id": case["id"],
+        "lenient_raw": lenient,
+        "lenient_boxed": score(case["boxed"], case["gold"], mode="lenient") == 1.0,
+        "strict_raw": score(case["prediction"], case["gold"], mode="strict") == 1.0,
+        "strict_boxed": score(case["boxed"], case["gold"], mode="strict") == 1.0,
+        "math_verify_raw": math_verify_verdict(case["prediction"], case["gold"]),
+        "_s": elapsed,
+    }
+
+
+def project_cases() -> list[dict]:
+    """The project's pairs that have a lenient label, in the checks' shape."""
+    out = []
+    for i, pair in enumerate(load(PAIRS)):
+        if "lenient" not in pair["expected"]:
+            continue
+        response = pair["response"]
+        out.append(
+            {
+                "id": f"project-{i}",
+                "gold": "\\boxed{" + pair["gold"] + "}",  # a bare answer; math-verify reads it boxed
+                "raw_gold": pair["gold"],
+                "prediction": response,
+                "boxed": response if "\\boxed" in response or len(response) > 40 else "\\boxed{" + response + "}",
+                "label": pair["expected"]["lenient"],
+                "strict_label": pair["expected"].get("strict", pair["expected"]["lenient"]),
+                "note": pair["note"],
+            }
+        )
+    return out
+
+
+def report(cases: list[dict], verdicts: dict[str, dict], policy: dict[str, str], show: bool) -> dict:
+    n = len(cases)
+    v = [verdicts[c["id"]] for c in cases]
+    times = sorted(x["_s"] * 1000 for x in v)
+    # A wrong answer strict mode accepts: raw (for the project, a right answer outside
+    # rStar2's format too) or boxed.
+    fp_strict = [
+        c["id"]
+        for c, x in zip(cases, v)
+        if (x["strict_raw"] and not c.get("strict_label", c["label"])) or (x["strict_boxed"] and not c["label"])
+    ]
+    mv_right_ours_wrong = [
+        {"id": c["id"], "policy": policy.get(c["id"])}
+        for c, x in zip(cases, v)
+        if x["math_verify_raw"] == c["label"] and x["lenient_raw"] != c["label"]
+    ]
+    if show:
+        for c, x in zip(cases, v):
+            for key in ("lenient_raw", "lenient_boxed", "math_verify_raw"):
+                if x[key] != c["label"]:
+                    print(f"  {key} wrong (label {c['label']}): gold={c['gold']!r} pred={c['prediction'][:100]!r} [{c['id']}]")
+    return {
+        "cases": n,
+        "agreement_lenient_raw": round(sum(x["lenient_raw"] == c["label"] for c, x in zip(cases, v)) / n, 4),
+        "agreement_math_verify_raw": round(sum(x["math_verify_raw"] == c["label"] for c, x in zip(cases, v)) / n, 4),
+        "agreement_lenient_boxed": round(sum(x["lenient_boxed"] == c["label"] for c, x in zip(cases, v)) / n, 4),
+        "false_positives_strict": sum(i not in policy for i in fp_strict),
+        "false_positives_strict_by_policy": [{"id": i, "policy": policy[i]} for i in fp_strict if i in policy],
+        "cases_math_verify_right_ours_wrong": mv_right_ours_wrong,
+        "median_ms": round(statistics.median(times), 3),
+        "p99_ms": round(times[min(n - 1, int(0.99 * n))], 3),
+        "worst_ms": round(times[-1], 3),
+    }
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description="grader agreement on the checks and the project's set")
+    parser.add_argument("--update-verdicts", action="store_true", help=f"rewrite {VERDICTS.name}")
+    args = parser.parse_args()
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)
-    pairs = load_pairs()
-    out: dict = {
-        "benchmark": "grader_agreement",
-        "cases": len(pairs),
-        "adversarial_cases": sum(c["adversarial"] for c in pairs),
-    }
+    checks = load(CHECKS)
+    policy = json.loads(POLICY.read_text())
     score("\\boxed{\\pi/2}", "\\frac{\\pi}{2}")  # start the worker outside the timing
-    for mode in MODES:
-        results, times = [], []
-        for case in pairs:
-            if mode not in case["expected"]:
-                continue
-            t0 = time.perf_counter()
-            got = score(case["response"], case["gold"], mode=mode) == 1.0
-            times.append(time.perf_counter() - t0)
-            results.append((case, case["expected"][mode], got))
-        out[f"cases_{mode}"] = len(results)
-        tally(mode, results, times, out)
-    verdicts, times = [], []
-    for case in pairs:
-        t0 = time.perf_counter()
-        verdicts.append(math_verify_verdict(case["response"], case["gold"]))
-        times.append(time.perf_counter() - t0)
-    results = [(c, c["expected"]["lenient"], v) for c, v in zip(pairs, verdicts) if "lenient" in c["expected"]]
-    tally("math_verify", results, times, out)
-    sys.stdout.flush()
+    verdicts = {c["id"]: grade(c) for c in checks}
+    project = project_cases()
+    for c in project:  # graded against the bare gold, as training grades it
+        verdicts[c["id"]] = grade({**c, "gold": c["raw_gold"]}) | {
+            "math_verify_raw": math_verify_verdict(c["prediction"], c["gold"])
+        }
+    out: dict = {"benchmark": "grader_agreement", "grading_timeout_ms": GRADING_TIMEOUT_S * 1000}
+    for half in ("tuning", "reporting"):
+        print(f"\n{half} half of the checks:" if half == "tuning" else "")
+        out[half] = report([c for c in checks if c["half"] == half], verdicts, policy, show=half == "tuning")
+    print("\nproject set:")
+    out["project"] = report(project, verdicts, policy, show=True)
+    if args.update_verdicts:
+        with VERDICTS.open("w") as f:
+            for c in checks:
+                f.write(json.dumps({k: x for k, x in verdicts[c["id"]].items() if not k.startswith("_")}) + "\n")
     print(json.dumps(out))
 
 

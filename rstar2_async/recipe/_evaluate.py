@@ -22,7 +22,7 @@ from pathlib import Path
 import msgspec
 
 from ..config import SamplingConfig, TrainConfig
-from ..reward import GradingMode, final_answer, normalize_answer
+from ..reward import GradingMode, answers_match, final_answer
 from ..rollout import RolloutEngine, ShardedEngine
 from ..types import Group, Problem, Trajectory
 from ._data import load_problems
@@ -45,8 +45,8 @@ class EvalSummary(msgspec.Struct, frozen=True):
     """Share of problems with at least one correct sample, over the problems with
     a sample that ran."""
     maj_at_n: float
-    """Share of problems whose most frequent (normalised) answer is correct, over
-    the same problems."""
+    """Share of problems whose most frequent answer (answers grouped by the grader's
+    equivalence) is correct, over the same problems."""
     mean_response_tokens: float
     mean_turns: float
     mean_tool_calls: float
@@ -85,24 +85,38 @@ def load_finished(path: Path, problems: Sequence[Problem]) -> dict[tuple[str, in
 
 
 def majority_correct(group: Group, *, mode: GradingMode = "strict") -> bool:
-    """Whether the most frequent normalised answer in the group is a correct one.
+    """Whether the largest group of equal answers in the group is a correct one.
 
-    ``mode`` must be the grading mode the rewards came from: a lenient grade of an
-    unboxed answer is a vote only if the answer is read the same lenient way.
+    Answers are grouped by the grader's equivalence, not by their strings: every
+    answer the grader rewarded equals the gold answer, so those are one group (math-
+    verify's equivalences included); the others join the first group whose answer
+    `answers_match` says they equal (``0.5`` and ``\\frac{1}{2}``, ``1,5`` and ``1.5``).
+    A tie goes to the group answered first.  ``mode`` must be the grading mode the rewards
+    came from: a lenient grade of an unboxed answer is a vote only if the answer is
+    read the same lenient way.
     """
-    votes: collections.Counter[str] = collections.Counter()
-    correct: dict[str, bool] = {}
-    for t in group.trajectories:
+    right: list[int] = []  # indices of the rewarded answers: one group
+    others: list[tuple[str, list[int]]] = []  # (first answer, indices)
+    for i, t in enumerate(group.trajectories):
         answer = final_answer(t.response_text, group.problem.answer, mode=mode)
         if answer is None:
             continue
-        key = normalize_answer(answer)
-        votes[key] += 1
-        correct[key] = correct.get(key, False) or (t.reward or 0.0) > 0.5
-    if not votes:
+        if (t.reward or 0.0) > 0.5:
+            right.append(i)
+            continue
+        for first, votes in others:
+            if answers_match(answer, first):
+                votes.append(i)
+                break
+        else:
+            others.append((answer, [i]))
+    groups = [(True, right)] if right else []
+    groups += [(False, votes) for _, votes in others]
+    if not groups:
         return False
-    key, _ = votes.most_common(1)[0]
-    return correct[key]
+    # the largest group; on a tie, the one answered first
+    is_right, _ = max(groups, key=lambda g: (len(g[1]), -g[1][0]))
+    return is_right
 
 
 def _mean(values: Iterable[float]) -> float:

@@ -4,7 +4,8 @@ Numbers are exact rationals; tuples and intervals are ordered, sets and comma li
 unordered (a set equals a list of the same items); unions are unordered; matrices
 compare cell by cell; an inequality in one variable equals the interval it describes
 (``x > 2`` and ``(2,\\infty)``, ``x<2 \\text{ or } x>3`` and a union), but two
-inequalities compare only as written.  Pure, bounded (`_MAX_ITEMS`, `_MAX_DIGITS`),
+inequalities compare only as written.  A decimal comma is read as a point where the
+other side is a decimal written with one (``1,22`` and ``1.22``).  Pure, bounded (`_MAX_ITEMS`, `_MAX_DIGITS`),
 and biased towards "no": what it cannot read is left to math-verify.
 """
 
@@ -32,6 +33,8 @@ _FRAC = re.compile(rf"([-+]?)\\frac\{{({_DEC})\}}\{{({_DEC})\}}")
 _MIXED = re.compile(r"([-+]?)(\d+)\\frac\{(\d+)\}\{(\d+)\}")
 _REPEATING = re.compile(r"([-+]?)(\d*)\.(\d*)\\overline\{(\d{1,50})\}")  # 0.1\overline{6} = 1/6
 _MATRIX = re.compile(r"\\begin\{pmatrix\}(.*)\\end\{pmatrix\}")
+_COMMA_DECIMAL = re.compile(r"([-+]?\d+),(\d+)")
+_POINT_DECIMAL = re.compile(r"[-+]?\d+\.\d+")
 
 
 def _to_number(s: str) -> Fraction | None:
@@ -222,13 +225,19 @@ def answers_match(pred: str, gold: str) -> bool:
     p, g = normalize_answer(pred), normalize_answer(gold)
     if not (p and g):
         return False
-    if _same(p, g):
+    if _same(p, g) or _decimal_comma(p, g) or _decimal_comma(g, p):
         return True
     # One side an inequality, the other not: read the inequality as an interval.
     ip, ig = _as_interval(p), _as_interval(g)
     if (ip is None) != (ig is None):
         return _same(ip or p, ig or g)
     return False
+
+
+def _decimal_comma(a: str, b: str) -> bool:
+    """``1,22`` against ``1.22``: one comma where the other side has a decimal point,
+    with the same digits (no thousands separator: ``1,000`` was read as 1000)."""
+    return bool((m := _COMMA_DECIMAL.fullmatch(a)) and _POINT_DECIMAL.fullmatch(b) and _same(f"{m[1]}.{m[2]}", b))
 
 
 def list_items(answer: str) -> list[str]:

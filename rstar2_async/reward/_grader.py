@@ -28,6 +28,7 @@ and is counted in `GraderStatistics.function_errors`; the first of each kind is 
 
 from __future__ import annotations
 
+import collections
 import enum
 import inspect
 import logging
@@ -56,6 +57,11 @@ __all__ = ["Grader", "GraderStatistics"]
 
 _log = logging.getLogger(__name__)
 
+SETTLED_PAIRS = 4096
+"""(answer, gold) pairs whose math-verify verdict a `Grader` remembers (least recently
+used first out): a GRPO group's samples often give one answer several times, and
+each repeat then costs no worker."""
+
 
 class GraderStatistics(msgspec.Struct, frozen=True):
     """A snapshot of a `Grader`.  Counters cover its whole life."""
@@ -73,7 +79,8 @@ class GraderStatistics(msgspec.Struct, frozen=True):
     by_normaliser: int
     """Of `correct`, those accepted by the normaliser without a worker."""
     without_worker: int
-    """Of `graded`, those settled without math-verify (right or wrong)."""
+    """Of `graded`, those settled without asking math-verify (right or wrong): by the
+    normaliser, or by a verdict it gave before on the same answer and gold."""
     timeouts: int
     """Gradings cut off at the per-call timeout (0.0, worker killed)."""
     worker_crashes: int
@@ -151,6 +158,7 @@ class Grader:
         self._graded = self._correct = self._by_normaliser = self._without_worker = 0
         self._timeouts = self._crashes = self._started = self._function_errors = 0
         self._logged: set[str] = set()
+        self._settled: collections.OrderedDict[tuple[str, str], bool] = collections.OrderedDict()
 
     @property
     def mode(self) -> GradingMode:
@@ -245,7 +253,8 @@ class Grader:
         """Grade one response against the gold answer with the math grader, in this
         grader's mode: 1.0 if right, else 0.0.
 
-        Waits for a free worker when all are busy.  Cancellation-safe: a cancelled
+        Waits for a free worker when all are busy.  A math-verify verdict is
+        remembered per (answer, gold) (`SETTLED_PAIRS`).  Cancellation-safe: a cancelled
         call leaves no request half-answered (its worker is killed and replaced) and
         the pool usable.
 
@@ -257,12 +266,20 @@ class Grader:
         self._check_open()
         if self._function is not None:
             raise RuntimeError(f"this Grader grades with {self._function}: call reward(response_text, problem)")
-        verdict, answer = quick_verdict(response_text, gold, self._mode)
+        verdict, answer, gold = quick_verdict(response_text, gold, self._mode)
         if verdict is not None:
             self._by_normaliser += verdict == 1.0
             self._without_worker += 1
             return self._count(verdict)
+        if (known := self._settled.get((answer, gold))) is not None:
+            self._settled.move_to_end((answer, gold))
+            self._without_worker += 1
+            return self._count(1.0 if known else 0.0)
         reply = await self._ask(GradeRequest(answer=answer, gold=gold, alarm_s=alarm_seconds(self._timeout)))
+        if isinstance(reply, GradeReply):  # a timeout or a crash is not remembered
+            self._settled[answer, gold] = reply.correct
+            if len(self._settled) > SETTLED_PAIRS:
+                self._settled.popitem(last=False)
         return self._count(1.0 if isinstance(reply, GradeReply) and reply.correct else 0.0)
 
     async def _ask(self, request: GradeRequest | RewardRequest) -> object | None:

@@ -19,12 +19,14 @@ math-verify tends to miss or that need no symbolic algebra at all:
   (``\\lbrace``) and bare comma lists (unordered, a set equals a list), unions
   ``\\cup`` (unordered), ``\\emptyset``/``\\varnothing``/``\\{\\}``; an inequality in one
   variable against an interval (``x > 2`` is ``(2,\\infty)``, see ``_compare``);
-- matrices: ``pmatrix``, ``bmatrix``, ``matrix`` and ``array`` (in any brackets) are
-  one form, compared cell by cell;
+- matrices: ``pmatrix``, ``bmatrix``, ``matrix``, ``array`` (in any brackets) and a
+  list of rows ``[[1, 2], [3, 4]]`` are one form, compared cell by cell;
+- a time with zero seconds (``20:34:00``) is the minute (``20:34``);
 - relations: ``\\neq``/``\\ne``/``≠`` are ``!=``, ``\\leq``/``≤`` ``<=``, ``\\geq``/``≥`` ``>=``;
 - layout noise: ``\\left``/``\\right``, spacing commands (``\\!``, ``\\,``, ``\\;``),
   spaces, ``$``, ``\\displaystyle``, a leading ``x =``, ``f(x) =`` or ``x \\in``, a
-  leading ``Answer:`` (``\\text{Final answer: }``, ``**Answer:**``), a final period.
+  leading ``Answer:`` (``\\text{Final answer: }``, ``**Answer:**``), a final period
+  and a final lone backslash (``185\\``).
 
 Guarantees: pure functions, no I/O, no sympy, nothing evaluated (``9^{9^9}`` stays a
 string), so every call is fast and bounded; inputs longer than `MAX_ANSWER_CHARS`
@@ -55,7 +57,7 @@ _UNICODE = str.maketrans(
 )  # fmt: skip
 # "Answer:", "The final answer is", `\text{Answer: }`, `**Answer:**` before the answer itself.
 _ANSWER_PREFIX = re.compile(
-    r"^(?:\*\*|(?P<text>\\text(?:bf)?\s*\{))?\s*(?:the\s+)?(?:final\s+)?answer(?:\s+is\b\s*:?|\s*:)\s*"
+    r"^(?:\*\*|(?P<text>\\text(?:bf)?\s*\{))?\s*(?:the\s+)?(?:final\s+)?answer(?:\s+is\b\s*:?|\s*:|\s+(?=[-$\\\d(]))\s*"
     r"(?(text)\}|(?:\*\*)?)\s*",
     re.IGNORECASE,
 )
@@ -90,7 +92,8 @@ _PERCENT = re.compile(r"\\%|%")
 _DOLLAR = re.compile(r"\\\$")
 # `10,\!080` and `1{,}000` are explicit thousands separators wherever they appear.
 _EXPLICIT_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!\s*)(?=\d{3}(?!\d))")
-_THOUSANDS_NUMBER = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_THOUSANDS_NUMBER = re.compile(r"[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")  # `0,111` is a decimal comma
+_TRAILING_BACKSLASH = re.compile(r"(?<!\\)\\$")
 _FRAC_ALIASES = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 # A number followed by a unit: the head must hold a digit and no letters but those of
 # a few numeric commands, so `\text{A} \text{ and } \text{B}` or `2x \text{ cm}`
@@ -112,6 +115,8 @@ _FRAC_SHORT = re.compile(rf"\\frac{_FRAC_ARG}{_FRAC_ARG}")
 _SQRT_SHORT = re.compile(r"\\sqrt(\w)")
 _INFINITY = re.compile(r"\+?\\inf(?:ty)?(?![a-zA-Z])")
 _CHOICE = re.compile(r"^\(([A-Za-z])\)$")
+_ROW_LIST = re.compile(r"\[(\[[^\[\]]*\](?:,\[[^\[\]]*\])*)\]")
+_TIME_SECONDS = re.compile(r"(\d{1,2}:\d{2}):00")
 
 
 def normalize_answer(text: str) -> str:
@@ -121,7 +126,7 @@ def normalize_answer(text: str) -> str:
     whitespace, no layout commands and no units; it is meant for comparison, not
     for display.  Pure and fast: no evaluation of any kind.
     """
-    s = text.translate(_UNICODE).strip()
+    s = _TRAILING_BACKSLASH.sub("", text.translate(_UNICODE).strip()).strip()  # `185\`
     s = _unwrap_boxed(s)
     s = _ANSWER_PREFIX.sub("", s, count=1)
     for pattern, canonical in (*_RELATIONS, *_SET_WORDS):
@@ -158,9 +163,22 @@ def normalize_answer(text: str) -> str:
         s = m[1]
     if m := _BRACKETED_MATRIX.fullmatch(s):  # `\left(\begin{array}...\end{array}\right)`
         s = m[1]
+    elif m := _ROW_LIST.fullmatch(s):
+        s = _rows_as_matrix(m[1])
+    if m := _TIME_SECONDS.fullmatch(s):
+        s = m[1]
     if m := _FRENCH_INTERVAL.fullmatch(s):  # `]a,b[` is `(a,b)`, `[a,b[` is `[a,b)`
         s = ("[" if m[1] == "[" else "(") + m[2] + ("]" if m[3] == "]" else ")")
     return s
+
+
+def _rows_as_matrix(rows: str) -> str:
+    """``[1,2],[3,4]`` (the rows of a list of lists) as the canonical ``pmatrix``;
+    unchanged unless every row has as many cells."""
+    cells = [row.split(",") for row in rows[1:-1].split("],[")]
+    if len({len(r) for r in cells}) != 1:
+        return "[" + rows + "]"
+    return "\\begin{pmatrix}" + "\\\\".join("&".join(r) for r in cells) + "\\end{pmatrix}"
 
 
 def _braced(arg: str) -> str:

@@ -13,7 +13,8 @@ import re
 import threading
 
 from ._compare import answers_match
-from ._lenient import EQUALS, GradingMode, final_answer
+from ._free_text import EQUALS
+from ._lenient import GradingMode, final_answer, gold_answer
 from ._normalise import MAX_ANSWER_CHARS
 from ._worker import GradeRequest, SyncWorker
 
@@ -39,18 +40,20 @@ def _unsolved(answer: str, gold: str) -> bool:
     return len(sides) == 2 and "=" not in gold and bool(_UNKNOWN_EXPRESSION.match(_SUBSCRIPT.sub("", sides[0])))
 
 
-def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -> tuple[float | None, str]:
-    """(verdict, answer): a verdict reached without math-verify, else (None, answer)."""
+def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -> tuple[float | None, str, str]:
+    """(verdict, answer, gold answer): a verdict reached without math-verify, else
+    (None, answer, gold answer) for math-verify to settle."""
+    gold = gold_answer(gold)
     answer = final_answer(response_text, gold, mode=mode)
     if answer is None or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
-        return 0.0, ""
+        return 0.0, "", gold
     if answers_match(answer, gold):
-        return 1.0, answer
+        return 1.0, answer, gold
     if _unsolved(answer, gold):
-        return 0.0, answer
+        return 0.0, answer, gold
     if _PLAIN_INT.fullmatch(answer) and _PLAIN_INT.fullmatch(gold):
-        return 0.0, answer  # two different integers: math-verify cannot disagree
-    return None, answer
+        return 0.0, answer, gold  # two different integers: math-verify cannot disagree
+    return None, answer, gold
 
 
 def alarm_seconds(timeout: float) -> int:
@@ -93,7 +96,7 @@ def score(response_text: str, gold: str, *, timeout: float = GRADING_TIMEOUT_S, 
     global _sync_worker
     if not timeout > 0:
         raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
-    verdict, answer = quick_verdict(response_text, gold, mode)
+    verdict, answer, gold = quick_verdict(response_text, gold, mode)
     if verdict is not None:
         return verdict
     request = GradeRequest(answer=answer, gold=gold, alarm_s=alarm_seconds(timeout))

@@ -130,3 +130,24 @@ def test_errored_samples_are_redone_on_resume(tmp_path: Path) -> None:
     with path.open("ab") as f:  # as the rerun appends it
         f.write(msgspec.json.encode(t(1, "token_budget")) + b"\n")
     assert load_finished(path, problems())["q0", 1].finish_reason == "token_budget"
+
+
+def test_majority_vote_groups_equal_answers_written_differently() -> None:
+    def t(i: int, text: str, reward: float) -> Trajectory:
+        return Trajectory("p", i, [], [], [], [], [], "answer", 0, response_text=text, reward=reward)
+
+    # three wrong votes for one value in three spellings outvote two right ones
+    votes = [t(0, "\\boxed{0.5}", 0.0), t(1, "\\boxed{\\frac{1}{2}}", 0.0), t(2, "\\boxed{1/2}", 0.0)]
+    votes += [t(3, "\\boxed{0.25}", 1.0), t(4, "\\boxed{\\frac14}", 1.0)]
+    assert not majority_correct(Group(Problem("p", "", "1/4"), votes))
+    # answers the grader rewarded are one group, whatever their spelling
+    votes = [t(0, "\\boxed{\\pi/2}", 1.0), t(1, "\\boxed{\\frac{\\pi}{2}}", 1.0), t(2, "\\boxed{3}", 0.0)]
+    votes += [t(3, "\\boxed{3}", 0.0)]
+    votes[0:0] = [t(9, "\\boxed{1.5707963}", 1.0)]
+    assert majority_correct(Group(Problem("p", "", "\\frac{\\pi}{2}"), votes))
+    # lenient extraction, then equivalence: a decimal comma and a point are one vote
+    votes = [t(0, "The answer is 1,5.", 0.0), t(1, "Answer: 1.5", 0.0), t(2, "The answer is 2.", 1.0)]
+    assert not majority_correct(Group(Problem("p", "", "2"), votes), mode="lenient")
+    # a tie goes to the group answered first
+    votes = [t(0, "\\boxed{3}", 0.0), t(1, "\\boxed{2}", 1.0)]
+    assert not majority_correct(Group(Problem("p", "", "2"), votes))

@@ -297,3 +297,12 @@ def test_grader_rejects_bad_settings() -> None:
         Grader(timeout=0)
     with pytest.raises(ValueError, match="timeout"):
         score("\\boxed{1}", "2", timeout=0)
+
+
+@pytest.mark.anyio
+async def test_a_settled_pair_is_not_asked_again() -> None:
+    async with Grader(workers=1, timeout=10.0) as grader:
+        for _ in range(3):  # math-verify settles \pi/2 against \frac{\pi}{2} once
+            assert await grader.score("<answer>\\boxed{\\pi/2}</answer>", "\\frac{\\pi}{2}") == 1.0
+        stats = grader.statistics()
+        assert (stats.graded, stats.without_worker, stats.workers_started) == (3, 2, 1)

@@ -119,3 +119,48 @@ async def test_grader_grades_in_its_mode() -> None:
             assert await grader.score("The answer is 1,000.", "1000") == expected
             assert await grader.score("The answer is 7, not 5.", "5") == 0.0
         assert (lenient.statistics().graded, lenient.statistics().correct) == (3, 2)
+
+
+@pytest.mark.parametrize(
+    ("end", "text", "gold"),
+    [
+        ("<|im_end|>", "Janet sells 16 - 3 - 4 = 9 eggs.\n#### 540", "540"),
+        ("<|eot_id|>", "So she earns 540 dollars. The answer is: 540", "540"),
+        ("<|end_of_text|>", "Final Answer: The final answer is $540$. I hope it is correct.", "540"),
+        ("</s>", "**Answer:** 540", "540"),
+        ("<｜end▁of▁sentence｜>", "<answer>540</answer>", "540"),
+        ("<|im_end|>", "<answer>\\boxed{540}</answer>", "540"),
+        ("<|im_end|>", "The answer is 541", "540"),
+    ],
+)
+def test_a_stored_sample_regrades_as_the_run_graded_it(end: str, text: str, gold: str) -> None:
+    # The engine grades the model's text; the stored response_text keeps each turn's
+    # end-of-turn token (and a tool turn's template between turns).
+    stored = f"Let me compute.{end}\n<|im_start|>user\n<tool_response>\n9\n</tool_response>{end}\n<|im_start|>assistant\n{text}{end}"
+    graded = f"Let me compute.\n{text}"
+    for mode in ("strict", "lenient"):
+        assert score(stored, gold, mode=mode) == score(graded, gold, mode=mode)  # type: ignore[arg-type]
+    assert score(stored, gold, mode="lenient") == (gold in text and "541" not in text)
+
+
+def test_a_stored_sample_from_the_real_chat_template_regrades_as_graded() -> None:
+    # The transcript as the engine records it (_conversation.TokenConversation), with
+    # the tiny Qwen2's real template: each turn decoded without its EOS, then eos_text.
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from rstar2_async.demo import cached_tiny_model
+    from rstar2_async.rollout import HFChatTokenizer
+
+    model_dir = cached_tiny_model(Path("runs/cache"))
+    tok, hf = HFChatTokenizer.from_pretrained(model_dir), AutoTokenizer.from_pretrained(str(model_dir))
+    turns = ["Let me add. <tool_call>{}</tool_call>", "She sold 540.\n#### 540"]
+    stored = ""
+    for i, turn in enumerate(turns):
+        ids = hf(turn, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        stored += tok.decode(ids[:-1]) + tok.eos_text
+        if i == 0:
+            stored += tok.tool_turn_text("<tool_response>\n540\n</tool_response>")
+    assert tok.eos_text in stored
+    assert score(stored, "540", mode="lenient") == score("\n".join(turns), "540", mode="lenient") == 1.0

@@ -1,0 +1,243 @@
+"""The final answer of a response written without a box (the lenient mode's reading).
+
+In math-verify's order of preference (``math_verify.parse``'s default extraction):
+
+1. the rightmost anchored answer: "final answer is ...", "the answer is ...",
+   "Answer: ...", ``#### ...``, and the same in French, Spanish, Portuguese, Italian,
+   German, Russian, Chinese, Japanese and Korean ("Réponse :", "答案是");
+2. the whole response, when it is one short line of math (``x^2 + 2*x + 1``,
+   ``\\frac{10}{9}``, ``1 000``): a bare final answer;
+3. the rightmost LaTeX span (``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``) or bare
+   number, whichever ends last.  Numbers end at ASCII letters only, so ``300分钟``
+   reads 300.
+
+A span or an answer that states a value (``\\lim_{x \\to 0} \\frac{\\sin x}{x} = 1``,
+``e^{i\\pi} = -1``, ``3 + 4 = 7``) answers with its right side; an equation in an
+unknown (``5x - 7y + 4 = 0``) stays whole.  An anchored sentence in prose ("Final
+Answer: Jane started 3 hours ago") answers with what follows its last "is" (or
+"=", "est", "是"), else its last span or number.
+
+It departs from math-verify's extraction where that would accept a wrong answer:
+the text after an anchor ends at the sentence ("The answer is 7, not 5" reads 7), an
+anchored sentence that is a question ("Is the answer 5?") or starts with "not" is
+skipped, a span or number right after "not" is never taken, and a ``$...$`` span
+holding prose ("$5 and gets $") is currency, not math.  Pure functions whose cost is
+bounded: free text is read in its last `TAIL_CHARS` characters.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ._normalise import TEXT_CMD
+
+__all__ = ["EQUALS", "TAIL_CHARS", "free_text_answer", "has_prose", "statement_value"]
+
+TAIL_CHARS = 8000
+"""Free text is read in the response's last this many characters: the final answer
+is at the end, and it bounds the cost of the span regexes on a runaway response
+full of unclosed ``\\[``."""
+
+# An anchor, then the answer right after it.  `answer` must be followed by a verb or
+# a colon, so "to answer this" anchors nothing.
+_ANCHOR = re.compile(
+    r"(?:\bfinal\s+answer\b(?:\s*\*\*)?\s*(?:is\b|:|=|\n)"
+    r"|\banswer\b(?:\s*\*\*)?\s*(?:is\b|:|=|would\s+be\b|should\s+be\b|will\s+be\b|equals\b)"
+    r"|\b(?:r[ée]ponse|respuesta|resposta|risposta|antwort|ответ)(?:\s+(?:finale?|final))?(?:\s*\*\*)?"
+    r"\s*(?:est\b|es\b|ist\b|é\b|è\b|:|=)"
+    r"|(?:最终答案|答案|答え|정답)(?:\s*\*\*)?\s*(?:是|为|為|は|:|：|=)"
+    r"|^\s*####)"
+    r"[\s:：*=]*",
+    re.IGNORECASE | re.MULTILINE,
+)
+# The math spans math-verify looks for; inline ones stay on one line.
+_SPANS = re.compile(
+    r"\$\$(?P<d>[^$]+?)\$\$"
+    r"|\\\[(?P<b>.+?)\\\]"
+    r"|\\\((?P<p>[^\n]+?)\\\)"
+    r"|(?<![\\\d$])\$(?P<i>(?:\\\$|[^\n$])+?)(?<!\\)\$",
+    re.DOTALL,
+)
+# A number: thousands groups, a decimal comma that cannot be one (`2,74`), a point.
+_NUMBER = re.compile(
+    r"(?<![A-Za-z0-9_.^{\\])[-+]?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+,\d{1,2}(?![\d,])|\d*\.\d+|\d+)"
+    r"(?:\.\d+)?(?:/\d+)?(?:\s*(?:%|\\%))?(?![A-Za-z0-9_^])"
+)
+_NOT = re.compile(r"\s*(?:not|n't)\b", re.IGNORECASE)
+_NEGATED = re.compile(r"(?:\bnot|n't|\\neq?|≠)\s*\$?\s*$", re.IGNORECASE)
+_ONE_WORD = re.compile(r"[a-zA-Z]+")
+# Where the answer after an anchor ends: a line break, a full stop (not a decimal
+# point), a semicolon, a comma before a word, or a word that starts an explanation.
+_ANSWER_END = re.compile(
+    r"\n|\.(?!\d)|;|\?|。|；|？|，|(?<=\S)\s+\(|,\s*(?=[a-zA-Z]{2})"
+    r"|\s(?:because|since|which|as|so|for|when|where|but|if|and\s+(?:so|thus|hence))\b",
+    re.IGNORECASE,
+)
+# In an anchored sentence of prose, the value follows its last copula.
+_COPULA = re.compile(r"(?:\s(?:is|are|equals|est|es|ist|é|è)\s|=|是|为|為)", re.IGNORECASE)
+EQUALS = re.compile(r"(?<![<>!\\])=")
+"""An ``=`` that is not part of ``<=``, ``>=``, ``!=`` or ``\\=``."""
+_TEXT = re.compile(TEXT_CMD + r"\s*\{[^{}]*\}")
+_COMMAND = re.compile(r"\\[a-zA-Z]+")
+_ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[a-zA-Z*]*\}")
+# A left side that computes a value: it starts with an operator that binds its own
+# variable, or has no letter but e and i.
+_BOUND = re.compile(r"\s*(?:\\(?:lim|sum|prod|int|iint|oint|det)(?![a-zA-Z])|\\begin\{vmatrix\})")
+_FREE_LETTER = re.compile(r"[a-df-hj-zA-Z]")
+# Words in any script (two letters or more), and CJK characters, outside LaTeX commands.
+_WORD = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]|(?<![\\a-zA-Z])[^\W\d_]{2,}")
+_MAX_WHOLE = 80
+"""Longest response (characters) read whole as one bare answer."""
+# Between two math spans read as one answer (math-verify's joining).
+_JOIN = re.compile(r"\s*(?:,\s*and|,\s*or|and|or|,)\s*")
+_MAX_JOINED = 5
+"""Most spans read as one answer (math-verify's limit too)."""
+_LEADING_VAR = re.compile(r"^\s*[a-zA-Z](?:_\{?\w+\}?)?\s*=(?!=)\s*")
+
+
+def has_prose(text: str) -> bool:
+    """Whether `text` holds prose: a word of three letters or more in any script, or
+    a CJK character, LaTeX commands and ``\\text{}`` aside (``\\boxed{The answer is
+    8}``, ``\\boxed{比例为13/28}``, not ``\\boxed{\\text{odd}}``)."""
+    return any(len(w) >= 3 or w >= "\u3040" for w in _words(_TEXT.sub(" ", text)))
+
+
+def _words(text: str) -> list[str]:
+    """The words of prose in `text`, LaTeX commands and environment names aside."""
+    return _WORD.findall(_COMMAND.sub(" ", _ENVIRONMENT.sub(" ", text)))
+
+
+def free_text_answer(text: str) -> str | None:
+    """The final answer of a response without a box: the rightmost anchored answer,
+    else the whole response if it is a bare answer, else the rightmost math span or
+    number.  None when there is none of them."""
+    text = text[-TAIL_CHARS:]
+    for anchor in reversed(list(_ANCHOR.finditer(text))):
+        if answer := _after_anchor(text, anchor.end()):
+            return answer
+    if whole := _bare_answer(text):
+        return whole
+    return _last_value(text)
+
+
+def _last_value(text: str) -> str | None:
+    """The rightmost math span or number, whichever ends last."""
+    span = _last_span(text)
+    number = _last_number(text)
+    if span is None and number is None:
+        return None
+    if span is None or (number is not None and number[1] > span[1]):
+        return number[0] if number else None
+    return span[0]
+
+
+def _bare_answer(text: str) -> str | None:
+    """The whole text as the answer, when it is one short line of math with at most
+    one word (``\\mathrm{E}``, ``odd``, ``x^2 + 2*x + 1``)."""
+    text = text.strip().strip("*").strip()  # markdown bold: `**3**`
+    if not text or len(text) > _MAX_WHOLE or "\n" in text or "$" in text or "\\[" in text or "\\(" in text:
+        return None
+    if len(_words(text)) > 1:
+        return None
+    return statement_value(text)
+
+
+def _after_anchor(text: str, at: int) -> str | None:
+    """The answer that starts at `at`: math spans right there (several joined by
+    "and", "or" or commas), or the rest of the sentence.  None after "not", or when
+    the sentence is a question ("Is the answer 5?")."""
+    if m := _SPANS.match(text, at):
+        group = [m]
+        while (
+            len(group) < _MAX_JOINED
+            and (j := _JOIN.match(text, group[-1].end()))
+            and (m := _SPANS.match(text, j.end()))
+        ):
+            group.append(m)
+        if answer := _joined(group):
+            return answer
+    rest = text[at : at + 200]
+    if _NOT.match(rest):  # "the answer is not 5"
+        return None
+    cut = _ANSWER_END.search(rest)
+    if cut and cut[0] in "?？":
+        return None
+    answer = (rest[: cut.start()] if cut else rest).strip().strip("*").strip()
+    if not answer or not _words(_TEXT.sub(" ", answer)):
+        return answer or None
+    return _value_in_prose(answer)
+
+
+def _value_in_prose(sentence: str) -> str:
+    """What an anchored sentence of prose answers: what follows its last copula if
+    that is math, else its last span or number, else the sentence itself."""
+    copulas = list(_COPULA.finditer(sentence))
+    if copulas:
+        after = sentence[copulas[-1].end() :].strip().strip("*").strip()
+        if m := _SPANS.fullmatch(after):
+            return _span_answer(m) or sentence
+        if after and not _words(after):
+            return after
+    return _last_value(sentence) or sentence
+
+
+def _joined(group: list[re.Match[str]]) -> str | None:
+    """One answer from spans joined by "and"/"or"/commas (math-verify reads them as
+    one set): ``$x = -2$ and $x = 1$`` is ``-2, 1``."""
+    answers = [_span_answer(m) for m in group]
+    if len(answers) == 1 or None in answers:
+        return answers[0]
+    return ", ".join(_LEADING_VAR.sub("", a) for a in answers if a)
+
+
+def _span_answer(m: re.Match[str]) -> str | None:
+    """The contents of a math span; None for prose between two dollar signs (one
+    word, ``$odd$``, is an answer)."""
+    content = next(g for g in m.groups() if g is not None).strip()
+    if m["i"] is not None and has_prose(content) and not _ONE_WORD.fullmatch(content):
+        return None
+    return statement_value(content) or None
+
+
+def statement_value(content: str) -> str:
+    """A chain ``a = b = c`` reads ``c`` (math-verify's last equation), and so does a
+    statement of a value, whose left side computes (``3 + 4 = 7``, ``e^{i\\pi} = -1``,
+    ``\\lim_{x \\to 0} ... = 1``, a determinant); an equation in an unknown such as
+    ``5x - 7y + 4 = 0`` stays whole (``x = 5`` loses its ``x =`` in the comparer)."""
+    sides = EQUALS.split(content)
+    if "," not in content and (len(sides) > 2 or (len(sides) == 2 and _computes(sides[0]))):
+        return sides[-1].strip()
+    return content
+
+
+def _computes(left: str) -> bool:
+    if _BOUND.match(left):
+        return True
+    return not _FREE_LETTER.search(_COMMAND.sub("", _ENVIRONMENT.sub("", left)))
+
+
+def _last_span(text: str) -> tuple[str, int] | None:
+    """(answer, end) of the rightmost math span that holds math, with the spans
+    joined to it by "and", "or" or commas."""
+    spans = list(_SPANS.finditer(text))
+    for i in reversed(range(len(spans))):
+        m = spans[i]
+        if _NEGATED.search(text[max(0, m.start() - 12) : m.start()]) or _span_answer(m) is None:
+            continue
+        first = i
+        while (
+            first > 0
+            and i - first + 1 < _MAX_JOINED
+            and _JOIN.fullmatch(text, spans[first - 1].end(), spans[first].start())
+        ):
+            first -= 1
+        return _joined(spans[first : i + 1]), m.end()
+    return None
+
+
+def _last_number(text: str) -> tuple[str, int] | None:
+    """(number, end) of the rightmost number not right after a negation."""
+    for m in reversed(list(_NUMBER.finditer(text))):
+        if not _NEGATED.search(text[max(0, m.start() - 12) : m.start()]):
+            return m[0], m.end()
+    return None
