@@ -4,6 +4,7 @@ only exported names across package lines, torch where it belongs, small modules.
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -139,6 +140,7 @@ def resolve(name: str, importer: Path) -> Path | None:
     return None
 
 
+@functools.cache
 def import_graph() -> dict[Path, set[Path]]:
     """Module -> the modules of the tree it imports, at any depth (``TYPE_CHECKING``
     blocks included: a circle there is a circle in the design)."""
