@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # torch must be the pinned CPU wheel, installed before anything that depends on it.
 TORCH := torch==2.13.0
 
-.PHONY: all venv vllm system browser test demo gpu-check clean
+.PHONY: all venv vllm system browser test test-fast demo gpu-check clean
 
 all: venv
 
@@ -45,6 +45,12 @@ demo: venv vllm
 
 test: venv vllm browser
 	$(BIN)/python -m pytest -q
+
+# The inner loop: everything that needs no vLLM server, DeepSpeed engine or browser
+# (markers set in tests/conftest.py).  No vLLM interpreter is given, so a test that
+# starts a server without its marker fails here instead of slowing the loop.
+test-fast: venv
+	RSTAR2_VLLM_PYTHON=/nonexistent/test-fast $(BIN)/python -m pytest -q -m "not vllm and not deepspeed and not browser"
 
 # The learner at a real model's size on one lent GPU (benchmarks/gpu_check.py: ZeRO-2/3
 # against plain torch, naive against chunked log-probs, the export; JSON on the last

@@ -32,7 +32,8 @@ import pytest
 from backends import DiskTransport, SamplingParams, WeightSync
 from backends._fleet import Fleet, FleetConfig
 from backends._pool import ServerPool
-from tests.integration.conftest import TINY_MAX_MODEL_LEN, perturbed_weights
+from rstar2_async.testing import perturbed_weights
+from tests.integration.conftest import TINY_MAX_MODEL_LEN
 
 pytestmark = [pytest.mark.vllm, pytest.mark.anyio]
 LOGPROB_TOL = 1e-4

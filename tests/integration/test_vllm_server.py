@@ -43,7 +43,8 @@ import pytest
 from backends import Completion, DiskTransport, LaunchError, SamplingParams, ServerPool, WeightSync
 from backends._launcher import VLLMServer, VLLMServerConfig, launch_vllm, serve_vllm
 from backends._process import descendants
-from tests.integration.conftest import Reference, perturbed_weights, restore_weights
+from rstar2_async.testing import perturbed_weights
+from tests.integration.conftest import Reference, restore_weights
 
 pytestmark = [pytest.mark.vllm, pytest.mark.anyio]
 

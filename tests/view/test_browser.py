@@ -21,6 +21,7 @@ from ._cdp import Page, browser, find_browser
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.browser,
     pytest.mark.skipif(find_browser() is None, reason="no chromium: `make test` installs Debian's (make browser)"),
 ]
 
