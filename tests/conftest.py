@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 VLLM_FIXTURES = frozenset({"vllm_python", "vllm_config", "vllm_server"})
-DEEPSPEED_FIXTURES = frozenset({"single_process_env"})
+DEEPSPEED_FIXTURES = frozenset({"single_process_env", "sft_policy"})
 
 
 @pytest.fixture(params=["asyncio", "trio"])

@@ -10,11 +10,15 @@
   (see ``restore_weights``).
 - ``hf_reference``: teacher-forced transformers forward pass on a model dir, to
   compare a server's token ids and logprobs with.
+- ``sft_policy``: the pipeline tests' policy after its SFT cold start (DeepSpeed on
+  gloo, no server), trained once per session: the RL runs start from it instead of
+  each repeating 120 SFT steps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio.from_thread
@@ -25,6 +29,10 @@ import pytest
 from backends._launcher import VLLMServer, VLLMServerConfig, default_vllm_python, launch_vllm
 
 TINY_MAX_MODEL_LEN = 2048
+SFT_SYSTEM = "Compute with the tool, answer in \\boxed{}."
+SFT_STEPS = 120
+"""Enough for greedy decoding to solve the held-out set (measured: 1.0; 40 constant-lr
+steps left it at 0.0, and sampled RL groups were then often all wrong: no update)."""
 
 
 @pytest.fixture(scope="session")
@@ -107,3 +115,53 @@ def hf_reference() -> Callable[[Path, list[int], list[int]], Reference]:
         )
 
     return reference
+
+
+@dataclass(frozen=True)
+class SftPolicy:
+    """A tiny Qwen2 (hidden 128, 2 layers) after SFT on one-digit products, and its data."""
+
+    weights: Path
+    """The exported Hugging Face directory (what ``model.path`` names)."""
+    losses: list[float]
+    """The cross-entropy of each SFT step, before it."""
+    data: Path
+    """``sft.jsonl`` (64 transcripts), ``train.jsonl`` (60 problems), ``heldout.jsonl`` (8)."""
+
+
+@pytest.fixture(scope="session")
+def sft_policy(tmp_path_factory: pytest.TempPathFactory) -> SftPolicy:
+    from rstar2_async.config import LearnerConfig
+    from rstar2_async.demo import build_tiny_model, make_problems, write_problems, write_sft_transcripts
+    from rstar2_async.learn import Learner, LearnerDriver, load_chat_jsonl, run_sft
+
+    root = tmp_path_factory.mktemp("sft-policy")
+    data = root / "data"
+    # One-digit products: copying the tool's output is learnt in SFT_STEPS steps, and
+    # sampled groups have both right and wrong answers, so GRPO has work to do.
+    write_sft_transcripts(make_problems(64, seed=2, digits=(1, 1)), data / "sft.jsonl", system=SFT_SYSTEM)
+    write_problems(make_problems(60, seed=1, digits=(1, 1)), data / "train.jsonl")
+    write_problems(make_problems(8, seed=3, digits=(1, 1)), data / "heldout.jsonl")
+    base = build_tiny_model(root / "base", hidden_size=128, num_layers=2, seed=0)
+    config = LearnerConfig(zero_stage=0, precision="fp32", gradient_checkpointing=False, lr=3e-3, warmup_steps=0)
+    import torch
+
+    threads = torch.get_num_threads()
+    # One thread, as train() runs the learner beside CPU servers: OpenMP spinning on two
+    # busy cores made each step take seconds instead of a fraction of one.
+    torch.set_num_threads(1)
+    with pytest.MonkeyPatch.context() as mp:  # a one-process rendezvous, not left to other tests' subprocesses
+        for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+            mp.delenv(name, raising=False)
+        driver = LearnerDriver(Learner(config, base))
+        try:
+            seqs = load_chat_jsonl(data / "sft.jsonl", base, max_tokens=512)
+            # 30 epochs of 4 batches of 16, the peak lr falling linearly to 0 (the demo's schedule).
+            stats = run_sft(driver.learner, seqs, epochs=SFT_STEPS // 4, batch_size=16,
+                            on_step=lambda k, _: driver.set_peak_lr(3e-3 * (1 - (k + 1) / SFT_STEPS)))  # fmt: skip
+            weights = driver.export(root / "weights")
+        finally:
+            driver.close()
+            torch.set_num_threads(threads)
+    assert weights is not None
+    return SftPolicy(weights=weights, losses=[st.loss for st in stats], data=data)
