@@ -45,7 +45,11 @@ class ReloadExtension:
         held; ``unloaded``, the model's parameters no tensor was loaded into;
         ``unconsumed``, the checkpoint's tensors that reached no loaded parameter
         (both by name; empty when the reload is complete); ``retied``, the layers
-        re-processed because they share a parameter with an earlier one.
+        re-processed because the parameter they hold was loaded under another
+        layer's name (a tied head).
+
+        Raises:
+            RuntimeError: the model's ``load_weights`` names nothing it loaded.
         """
         import torch
         from vllm.config import set_current_vllm_config
@@ -74,16 +78,19 @@ class ReloadExtension:
             initialize_layerwise_reload(model)
             loaded = model.load_weights(weights())
             finalize_layerwise_reload(model, model_config)
+            if loaded is None:  # a model whose load_weights names nothing: vLLM's word cannot be read
+                raise RuntimeError(f"{type(model).__name__}.load_weights reports no names: the reload cannot be confirmed")
+            loaded = set(loaded)
             with torch.no_grad():
-                retied = _retie(model)
+                retied = _retie(model, loaded)
         runner.reset_lora_state()
         runner.reset_encoder_cache()
         runner.reset_mm_cache()
-        if loaded is None:  # a model whose load_weights reports nothing cannot be confirmed
-            return {"read": len(read), "unloaded": ["<the model's load_weights reports no names>"],
-                    "unconsumed": [], "retied": retied}  # fmt: skip
-        loaded = set(loaded)
-        unloaded = sorted({name for name, _ in model.named_parameters()} - loaded)
+        # A parameter is loaded under any of its names (a tied one has two).
+        names: dict[int, list[str]] = {}
+        for name, param in model.named_parameters(remove_duplicate=False):
+            names.setdefault(id(param), []).append(name)
+        unloaded = sorted(aliases[0] for aliases in names.values() if loaded.isdisjoint(aliases))
         mapper = getattr(model, "hf_to_vllm_mapper", None)
         unconsumed = [name for name in read if _target(name, mapper) not in loaded]
         return {"read": len(read), "unloaded": unloaded, "unconsumed": unconsumed, "retied": retied}
@@ -95,21 +102,24 @@ def _target(name: str, mapper: Any) -> str | None:
     return name if mapper is None else mapper.map_name(name)
 
 
-def _retie(model: Any) -> list[str]:
-    """Re-process each layer whose parameter an earlier layer owns too (a tied head):
-    the layer-wise reload skipped it, so its processed copy (vLLM CPU's packed
-    weights) still holds the old values."""
-    owner: dict[int, str] = {}
+def _retie(model: Any, loaded: set[str]) -> list[str]:
+    """Re-process each layer that holds a parameter under a name nothing loaded into
+    while another layer shares it (a tied head: the checkpoint fed the embedding):
+    the layer-wise reload skipped that layer, so its processed copy (vLLM CPU's
+    packed weights) still holds the old values."""
+    owners: dict[int, int] = {}
+    for module in model.modules():
+        for param in module._parameters.values():
+            if param is not None:
+                owners[id(param)] = owners.get(id(param), 0) + 1
     retied = []
     for name, module in model.named_modules():
-        shared = False
-        for param in module._parameters.values():
-            if param is None:
-                continue
-            shared |= id(param) in owner
-            owner.setdefault(id(param), name)
         method = getattr(module, "quant_method", None)
-        if shared and method is not None:
+        skipped = any(
+            p is not None and owners[id(p)] > 1 and f"{name}.{local}".lstrip(".") not in loaded
+            for local, p in module._parameters.items()
+        )
+        if skipped and method is not None:
             method.process_weights_after_loading(module)
             retied.append(name)
     return retied

@@ -95,7 +95,7 @@ runs one step fell to 0.45x its median, two steps' mean no lower than 0.63x.  A 
 of harder problems lowers the reward too: read the warning against the data."""
 
 
-MISMATCH_BOUNDS: Final = {"fp32": (1e-3, 1e-2), "bf16": (0.1, 2.0)}
+MISMATCH_BOUNDS: Final = {"fp32": (5e-4, 5e-3), "bf16": (0.1, 2.0)}
 """``(mean, max)`` bounds of ``learner/logprob_diff_current_mean`` / ``_max`` by the
 learner's precision: above either, a step warns at once (no history needed).
 

@@ -6,28 +6,18 @@ vLLM's own word on the reload (the worker extension's report) is read."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
 
-from backends import DiskTransport, Probe, ServerPool, WeightSync, WeightSyncError
-from rstar2_async.testing import FakeVLLM, fake_logprobs, serve_http
+from backends import DiskTransport, Probe, WeightSync, WeightSyncError
+from rstar2_async.testing import FakeVLLM, fake_logprobs
+from tests.backends.test_weight_sync import fleet
 
 pytestmark = pytest.mark.anyio
 
 IDS = [5, 17, 3, 99, 42, 7, 250, 1]
-
-
-@asynccontextmanager
-async def fleet(*fakes: FakeVLLM) -> AsyncIterator[ServerPool]:
-    async with anyio.create_task_group() as tg:
-        ports = [await tg.start(serve_http, fake) for fake in fakes]
-        async with ServerPool([f"http://127.0.0.1:{p}" for p in ports], model="m", poll_interval_s=0.05) as pool:
-            yield pool
-        tg.cancel_scope.cancel()
 
 
 def probe_of(directory: Path) -> Probe:

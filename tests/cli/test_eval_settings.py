@@ -25,7 +25,7 @@ from rstar2_async.config import (
     to_toml,
 )
 from rstar2_async.recipe import Publisher, Trainer
-from tests.fakes.fleet import sync_report
+from rstar2_async.testing import sync_report
 
 CPU_DEMO = Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.toml"
 TRAINED = RolloutConfig(system_prompt="Compute with the tool.", list_tools=False, max_turns=3, max_response_tokens=192)

@@ -67,7 +67,7 @@ class FakeTrain:
             transport = None  # the disk transport's path
 
             async def sync(self, directory: Path, version: int, probe: object = None) -> object:
-                from tests.fakes.fleet import sync_report
+                from rstar2_async.testing import sync_report
 
                 return sync_report(version)
 
