@@ -14,13 +14,9 @@
            every request sent from now on; a request keeps the version it was
            sent to, whenever it ends);
 5. resume  every paused server, always (shielded), whatever failed before;
-6. verify  (given a :class:`~backends._probe.Probe`) every server scores the probe
-           before the pool admits a turn again (the pool's hold lasts until then);
-           one beyond its tolerance is reloaded once, then taken out of rotation
-           (``SyncReport.errors`` names it).  Servers resume before this step (a
-           paused vLLM schedules nothing, the probe included): with ``wait`` nothing
-           else runs on them meanwhile; with ``abort`` and ``keep`` the turns the
-           pause interrupted go on beside the probe.
+6. verify  (with a :class:`~backends.Probe`, ``_probe``) every server scores it before
+           the pool admits a turn (a paused vLLM schedules nothing, so after step 5;
+           with ``abort``/``keep`` the interrupted turns go on beside the probe).
 
 Guarantees:
 - No server is left paused: step 5 runs on every way out, cancellation included.
@@ -32,9 +28,8 @@ Guarantees:
 - ``sync`` raises :class:`WeightSyncError` only if *no* server took the new
   weights (its message names every server's failure); otherwise it returns a
   :class:`SyncReport` naming the servers it retried and those it took out, and why.
-- A server that failed the probe stays out of rotation until it restarts (the pool's
-  poller does not take it back while it reports this version); one that comes back
-  is loaded and, once a probe has been given, verified before it re-enters.
+- A server that failed the probe stays out until it restarts; one that comes back
+  is loaded and verified before it re-enters.
 
 Other pools over the same servers (rollout shards in other processes) follow the
 sync: ``hold`` keeps them from admitting new turns during it, ``on_version`` tells
@@ -252,7 +247,8 @@ class WeightSync:
         self, ok: list[int], weights: Any, version: int, probe: Probe,
         retried: set[int], removed: set[int], errors: dict[int, str],
     ) -> tuple[list[int], float]:  # fmt: skip
-        """Step 6: the servers in ``ok`` that pass the probe, and the largest difference."""
+        """Step 6: the servers in ``ok`` that pass the probe (each failing one reloaded
+        once first), and the largest difference."""
 
         async def reload(server: PoolServer) -> None:
             await self._pause(server)
