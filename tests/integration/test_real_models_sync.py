@@ -39,7 +39,7 @@ from rstar2_async.types import Group, Problem, Trajectory, Turn
 
 from .conftest import restore_weights
 
-pytestmark = [pytest.mark.vllm, pytest.mark.anyio]
+pytestmark = [pytest.mark.vllm, pytest.mark.deepspeed, pytest.mark.anyio]
 
 FP32_BOUND = 1e-5
 """Issue 35: an fp32 learner and server agree to this after a sync."""
