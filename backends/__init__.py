@@ -25,6 +25,7 @@ from ._launcher import (
     serve_vllm,
 )
 from ._pool import PoolServer, PoolStatistics, ServerPool, ServerSpec
+from ._probe import Probe, ProbeVerdict, verify_servers
 from ._proxy import PROXY_LIMITS, serve_proxy
 from ._protocols import ChatBackend, PauseMode, TokenBackend, WeightAdmin
 from ._retry import RetryPolicy
@@ -34,7 +35,7 @@ from ._token_ids import TokenIds
 from ._transformers import TransformersBackend, TransformersStatistics
 from ._transports import BroadcastTransport, DiskTransport, GlooSender, PendingWeights, VLLMNcclSender
 from ._types import ChatCompletion, Completion, FinishReason, SamplingParams
-from ._vllm import VLLMAdmin, parse_vllm_metrics
+from ._vllm import VLLM_WORKER_EXTENSION, VLLMAdmin, parse_vllm_metrics
 from ._weight_sync import SyncReport, WeightSync, follow_versions
 
 __all__ = [
@@ -61,6 +62,8 @@ __all__ = [
     "PendingWeights",
     "PoolServer",
     "PoolStatistics",
+    "Probe",
+    "ProbeVerdict",
     "PROXY_LIMITS",
     "RequestRejected",
     "RetryPolicy",
@@ -81,6 +84,7 @@ __all__ = [
     "TokenIds",
     "TransformersBackend",
     "TransformersStatistics",
+    "VLLM_WORKER_EXTENSION",
     "VLLMAdmin",
     "VLLMNcclSender",
     "VLLMServer",
@@ -96,4 +100,5 @@ __all__ = [
     "serve_sglang",
     "serve_vllm",
     "sglang_command",
+    "verify_servers",
 ]

@@ -8,6 +8,9 @@ Covered:
 - ``VLLM_SERVER_DEV_MODE=1``, so that ``/pause``, ``/resume``,
   ``/collective_rpc`` (``reload_weights``), ``/reset_prefix_cache`` and
   ``/update_weight_version`` exist;
+- rstar2's worker extension (``--worker-extension-cls``, its directory on
+  ``PYTHONPATH``): the in-place reload the weight sync calls, which re-ties a tied
+  output layer and reports what it loaded (:mod:`backends._vllm_ext`);
 - readiness: ``/health`` answers 200 *and* one logprob completion has run
   (the first one compiles, several seconds on CPU); only then does
   `serve_vllm` call ``task_status.started()``;
@@ -46,6 +49,7 @@ from httpgate import transport_for
 
 from ._errors import LaunchError, ServerDied
 from ._process import engine_environment, free_port, launch_failure, stop_tree
+from ._vllm import EXTENSION_DIR, VLLM_WORKER_EXTENSION
 
 __all__ = ["VLLMServer", "VLLMServerConfig", "default_vllm_python", "launch_vllm", "serve_vllm"]
 
@@ -145,6 +149,7 @@ def _command(config: VLLMServerConfig, python: Path, port: int, model_name: str)
         "--served-model-name", model_name,
         "--max-model-len", str(config.max_model_len),
         "--dtype", config.dtype,
+        "--worker-extension-cls", VLLM_WORKER_EXTENSION,
         *kv_cache,
         *config.extra_args,
     ]  # fmt: skip
@@ -158,6 +163,7 @@ def _environment(config: VLLMServerConfig) -> dict[str, str]:
         DO_NOT_TRACK="1",
         HF_HUB_OFFLINE="1",
         PYTHONUNBUFFERED="1",
+        PYTHONPATH=EXTENSION_DIR,  # the worker extension's module alone, nothing of ours beside it
         # _vllm_entry.py stops the server when this process dies, even by SIGKILL.
         RSTAR2_LAUNCHER_PID=str(os.getpid()),
     )

@@ -19,6 +19,17 @@ double (tests/backends/test_sglang.py).  Shapes follow SGLang's native API:
   ``POST /update_weights_from_distributed {"names", "dtypes", "shapes",
   "group_name", "flush_cache", "weight_version"}``, ``POST /update_weight_version
   {"new_version"}``, ``GET /get_weight_version``.
+- Scoring a prompt: ``POST /generate {"input_ids", "sampling_params":
+  {"max_new_tokens": 1}, "return_logprob": true, "logprob_start_len": 0}`` ->
+  ``meta_info.input_token_logprobs``: ``[[logprob, token_id, null], ...]`` per prompt
+  token, the first one's logprob ``null``.
+
+A tied output layer survives ``/update_weights_from_disk``: SGLang's reload
+(``ModelRunner.update_weights_from_disk`` -> ``DefaultModelLoader.
+load_weights_and_postprocess``) loads every tensor, then runs every layer's
+``process_weights_after_loading`` (its tied head is the embedding module itself), so
+nothing keeps a processed copy of old weights, unlike vLLM's layer-wise reload
+(:mod:`backends._vllm_ext`).  The weight sync's probe checks it all the same.
 
 SGLang has no "finish in-flight requests, then pause" mode; ``native_wait`` is
 False, and the weight sync drains the pool's own requests before pausing.
@@ -106,6 +117,26 @@ class SGLangAdmin(AdminBase):
     async def load_weights_from_disk(self, path: str) -> None:
         body = decode_json(await admin_call(self.http, "POST", "/update_weights_from_disk", json={"model_path": path}))
         _check_success(body, "/update_weights_from_disk")
+
+    async def score(self, model: str, token_ids: Sequence[int]) -> list[float]:
+        """``log p(token_ids[i] | token_ids[:i])`` for ``i >= 1`` (``input_token_logprobs``;
+        ``model`` is vLLM's need: SGLang serves one).
+
+        Raises:
+            BadResponse: the answer lacks a prompt token's log-prob.
+        """
+        body = {
+            "input_ids": list(token_ids), "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
+            "return_logprob": True, "logprob_start_len": 0,
+        }  # fmt: skip
+        answer = decode_json(await admin_call(self.http, "POST", "/generate", json=body))
+        try:
+            rows = answer["meta_info"]["input_token_logprobs"][1:]
+            if len(rows) != len(token_ids) - 1:
+                raise ValueError(f"{len(rows)} log-probs for {len(token_ids) - 1} tokens")
+            return [float(row[0]) for row in rows]
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise BadResponse(f"{self.http.base_url}/generate: no input_token_logprobs for the probe: {exc!r}") from exc
 
     async def reset_prefix_cache(self) -> None:
         await admin_call(self.http, "POST", "/flush_cache")

@@ -13,7 +13,15 @@ with ``VLLM_SERVER_DEV_MODE=1``, which :mod:`backends._launcher` sets):
   new completions wait (they are not refused) until ``POST /resume`` ->
   ``{"status": "resumed"}``.  ``GET /is_paused`` -> ``{"is_paused": bool}``.
 - ``POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": DIR}}``
-  -> ``{"results": [null]}`` (one per worker).
+  -> ``{"results": [null]}`` (one per worker).  vLLM's own reload leaves a tied
+  ``lm_head`` stale on CPU and reports nothing; this adapter calls rstar2's worker
+  extension instead (``rstar2_reload_weights``, :mod:`backends._vllm_ext`; the
+  launcher installs it), which re-ties and answers, per worker, ``{"read": N,
+  "unloaded": [...], "unconsumed": [...], "retied": [...]}``.  A method the workers
+  lack answers 500 ``...object has no attribute 'METHOD'``.
+- ``POST /v1/completions {"prompt": IDS, "max_tokens": 1, "prompt_logprobs": 0}``
+  -> ``choices[0].prompt_logprobs``: ``null``, then per prompt token a dict keyed by
+  token id (a decimal string) holding at least that token's ``{"logprob"}``.
 - ``POST /pause?mode=keep`` freezes the requests in flight; with ``clear_cache``
   left at true, vLLM preempts them and drops every cached block, so after
   ``/resume`` they go on, in the same request, with their KV computed again on the
@@ -39,14 +47,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Final, final
 
 from ._admin import AdminBase, admin_call, decode_json
 from ._dispatch import ServerLoad
-from ._errors import BadResponse
+from ._errors import BadResponse, ServerUnavailable, WeightSyncError
 from ._protocols import PauseMode
 
-__all__ = ["VLLMAdmin", "parse_vllm_metrics", "parse_vllm_weight_version", "vllm_weight_version"]
+__all__ = [
+    "RELOAD_METHOD", "VLLM_WORKER_EXTENSION", "VLLMAdmin", "parse_vllm_metrics", "parse_vllm_weight_version",
+    "vllm_weight_version",
+]  # fmt: skip
+
+RELOAD_METHOD: Final = "rstar2_reload_weights"
+"""The worker method of :mod:`backends._vllm_ext` that the weight sync calls."""
+
+VLLM_WORKER_EXTENSION: Final = "rstar2_vllm_ext.ReloadExtension"
+"""``--worker-extension-cls`` of every vLLM server a weight sync reloads (its file's
+directory on the server's ``PYTHONPATH``: the launcher sets both)."""
 
 _SAMPLE: Final = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)$")
 _LABEL: Final = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -152,9 +171,43 @@ class VLLMAdmin(AdminBase):
         return bool(decode_json(await admin_call(self.http, "GET", "/is_paused"))["is_paused"])
 
     async def load_weights_from_disk(self, path: str) -> None:
-        """In-place reload of every weight from a safetensors directory (``reload_weights``)."""
-        body = {"method": "reload_weights", "kwargs": {"weights_path": path}}
-        await admin_call(self.http, "POST", "/collective_rpc", json=body)
+        """In-place reload of every weight from a safetensors directory, through
+        rstar2's worker extension: a tied output layer is re-tied, and every worker's
+        report is read (vLLM's own word on what it loaded).
+
+        Raises:
+            WeightSyncError: a parameter of the server's model got nothing from the
+                directory, or a tensor of the directory reached no parameter (both
+                named, with the server), or the server lacks the extension (the fix
+                in the message).
+        """
+        body = {"method": RELOAD_METHOD, "kwargs": {"weights_path": path}}
+        try:
+            response = await admin_call(self.http, "POST", "/collective_rpc", json=body)
+        except ServerUnavailable as exc:
+            if f"has no attribute '{RELOAD_METHOD}'" not in str(exc):
+                raise
+            raise WeightSyncError(
+                f"vLLM at {self.http.base_url} has no {RELOAD_METHOD} (rstar2's worker extension): its reload would "
+                f"leave a tied output layer stale and report nothing. Start it with --worker-extension-cls "
+                f"{VLLM_WORKER_EXTENSION} and PYTHONPATH={EXTENSION_DIR} (servers rstar2 launches have both)"
+            ) from exc
+        check_reload_reports(decode_json(response), path, str(self.http.base_url))
+
+    async def score(self, model: str, token_ids: Sequence[int]) -> list[float]:
+        """``log p(token_ids[i] | token_ids[:i])`` for ``i >= 1`` under the weights the
+        server holds (``prompt_logprobs``).
+
+        Raises:
+            BadResponse: the answer lacks a prompt token's log-prob.
+        """
+        body = {"model": model, "prompt": list(token_ids), "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
+        answer = decode_json(await admin_call(self.http, "POST", "/v1/completions", json=body))
+        try:
+            rows = answer["choices"][0]["prompt_logprobs"][1:]
+            return [float(row[str(t)]["logprob"]) for row, t in zip(rows, token_ids[1:], strict=True)]
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise BadResponse(f"{self.http.base_url}/v1/completions: no prompt_logprobs for the probe: {exc!r}") from exc
 
     async def reset_prefix_cache(self) -> None:
         """Drop every cached block.
@@ -213,3 +266,29 @@ class VLLMAdmin(AdminBase):
         """End an update and tag the weights with our ``version`` (see
         :func:`vllm_weight_version`)."""
         await admin_call(self.http, "POST", "/finish_weight_update", json={"weight_version": vllm_weight_version(version)})
+
+
+EXTENSION_DIR: Final = str(Path(__file__).with_name("_vllm_ext"))
+"""The directory that holds :data:`VLLM_WORKER_EXTENSION`'s module."""
+
+
+def check_reload_reports(body: object, path: str, url: str) -> None:
+    """Read every worker's reload report (see the module docstring).
+
+    Raises:
+        WeightSyncError: a report names a parameter left unloaded or a tensor that
+            loaded nowhere (at most 5 of each named), or is not a report at all.
+    """
+    results = body.get("results") if isinstance(body, dict) else None
+    if not isinstance(results, list) or not results:
+        raise WeightSyncError(f"{url}: reload of {path}: expected one report per worker, got {body!r:.200}")
+    for worker, report in enumerate(results):
+        if not isinstance(report, dict) or not isinstance(report.get("read"), int):
+            raise WeightSyncError(f"{url}: reload of {path}: worker {worker} sent no report ({report!r:.200})")
+        problems = [f"{name}: kept its old value (nothing in the directory loaded into it)" for name in report["unloaded"]]
+        problems += [f"{name}: loaded into no parameter of the served model" for name in report["unconsumed"]]
+        if problems:
+            raise WeightSyncError(
+                f"{url} (worker {worker}): the reload of {path} is incomplete, {len(problems)} parameters: "
+                + "; ".join(problems[:5])
+            )

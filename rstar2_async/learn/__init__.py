@@ -26,6 +26,7 @@ from ._grpo import (
 from ._learner import Learner, barrier, init_distributed, seed_everything
 from ._logprobs import chunked_logprobs
 from ._packing import MicroBatch, TrainSeq, collate, plan_micro_batches, shard_by_tokens
+from ._probe import probe_logprobs
 from ._sft import SftStats, encode_chat, load_chat_jsonl, run_sft, sft_step
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "logprob_diff",
     "plan_micro_batches",
     "policy_loss",
+    "probe_logprobs",
     "run_sft",
     "save_checkpoint",
     "save_hf_checkpoint",

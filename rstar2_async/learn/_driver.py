@@ -25,6 +25,7 @@ from ._export import PendingExport, gather_export, save_hf_checkpoint
 from ._grpo import GrpoStats, grpo_step
 from ._learner import Learner
 from ._packing import TrainSeq
+from ._probe import probe_logprobs
 from ._sft import SftStats, sft_step
 
 __all__ = ["LearnerDriver", "follow"]
@@ -40,6 +41,7 @@ _OPERATIONS: Final[dict[str, Callable[..., Any]]] = {
     "load_checkpoint": load_checkpoint,
     "set_peak_lr": Learner.set_peak_lr,
     "reset_optimizer": Learner.reset_optimizer,
+    "probe_logprobs": probe_logprobs,
 }
 """What a follower rank runs for each of the driver's methods: ``f(learner, *args)``."""
 
@@ -74,6 +76,11 @@ class LearnerDriver:
         pending = self._run("gather_export")
         assert pending is not None  # rank 0's
         return pending
+
+    def probe_logprobs(self) -> tuple[list[int], list[float]]:
+        """The weight sync's probe and the current weights' log-probs of it
+        (``_probe.probe_logprobs``)."""
+        return self._run("probe_logprobs")
 
     def save_checkpoint(self, root: Path, *, state: dict[str, Any], files: Mapping[str, bytes] | None = None) -> Path:
         """A complete, atomic checkpoint with the trainer's ``state`` (and ``files``,

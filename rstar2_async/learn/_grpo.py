@@ -210,6 +210,9 @@ class GrpoStats(msgspec.Struct, frozen=True):
     tokens it moves with the policy's drift since they were sampled."""
     tis_capped_frac: float = math.nan
     """Share of loss tokens whose weight was cut at ``tis_cap`` (NaN without it)."""
+    logprob_diff_current_max: float = math.nan
+    """The largest difference over the tokens ``logprob_diff_current_mean`` is over
+    (NaN when there is none)."""
 
 
 def grpo_step(learner: Learner, groups: Sequence[Group], version: int | None = None) -> GrpoStats:
@@ -238,7 +241,7 @@ def grpo_step(learner: Learner, groups: Sequence[Group], version: int | None = N
     keys = ["loss", "clipped", "clipped_low", "clipped_high", "clipped_dual", "ratio", "kl", "entropy", "diff", "diff_current",
             "tis_weight", "tis_capped"]
     sums: dict[str, torch.Tensor | float] = dict.fromkeys(keys, 0.0)  # device tensors once added to
-    maxes: dict[str, list[torch.Tensor]] = {"ratio_max": [], "diff_max": []}  # one 0-dim tensor per micro-batch
+    maxes: dict[str, list[torch.Tensor]] = {"ratio_max": [], "diff_max": [], "diff_current_max": []}  # one 0-dim tensor per micro-batch
     diff_tokens = current_tokens = 0  # loss tokens whose mismatch was measured, of them sampled by these weights
 
     def measure_diff(logp: torch.Tensor, mb: MicroBatch) -> None:
@@ -246,8 +249,10 @@ def grpo_step(learner: Learner, groups: Sequence[Group], version: int | None = N
         sampled = mb.old_logprobs.to(logp.device)
         total, top = logprob_diff(logp, sampled, mb.mask.to(logp.device))
         sums["diff"] = sums["diff"] + total
-        sums["diff_current"] = sums["diff_current"] + logprob_diff(logp, sampled, mb.current.to(logp.device))[0]
+        current, current_top = logprob_diff(logp, sampled, mb.current.to(logp.device))
+        sums["diff_current"] = sums["diff_current"] + current
         maxes["diff_max"].append(top)
+        maxes["diff_current_max"].append(current_top)
         diff_tokens += mb.num_loss_tokens
         current_tokens += int(mb.current.sum().item())
 
@@ -323,6 +328,7 @@ def grpo_step(learner: Learner, groups: Sequence[Group], version: int | None = N
         logprob_diff_max=top["diff_max"],
         logprob_diff_current_mean=tot["diff_current"] / red[len(keys) + 3] if red[len(keys) + 3] else math.nan,
         logprob_diff_current_tokens=int(red[len(keys) + 3]),
+        logprob_diff_current_max=top["diff_current_max"] if red[len(keys) + 3] else math.nan,
         tis_weight_mean=tot["tis_weight"] / n_loss if c.tis_cap is not None else math.nan,
         tis_capped_frac=tot["tis_capped"] / n_loss if c.tis_cap is not None else math.nan,
     )

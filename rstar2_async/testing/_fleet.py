@@ -12,19 +12,43 @@ model answers); one that a ``/pause?mode=keep`` overlapped answers whole, after
 ``/resume`` (vLLM freezes it meanwhile).  Once versioned, completions carry the
 version they started on (``weight_version``), as vLLM's ``/inference/v1/generate``
 does; ``stamps_versions=False`` answers without one, as its ``/v1/completions`` does.
+
+Weight reloads go through rstar2's worker extension (``rstar2_reload_weights``, which
+answers a load report; ``extension=False`` answers vLLM's 500 for a method the workers
+lack), and a completion asking for ``prompt_logprobs`` scores its prompt with
+:func:`fake_logprobs` of the weights the double holds (``weights``, the last directory
+loaded): a probe tells one directory from another, as it does on a real server.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 import msgspec
 
+from backends import SyncReport
+
 from ._http import DropConnection
 from ._model import FakeModelServer
+
+
+def fake_logprobs(weights: str, token_ids: Sequence[int]) -> list[float]:
+    """What a :class:`FakeVLLM` holding ``weights`` answers as the prompt log-probs of
+    ``token_ids`` (one per token after the first): a pure function of both."""
+    salt = int(hashlib.sha256(weights.encode()).hexdigest()[:8], 16)
+    return [-((salt + 7919 * t + i) % 1000) / 100 for i, t in enumerate(token_ids[1:])]
+
+
+def sync_report(version: int) -> SyncReport:
+    """What a test double of :class:`backends.WeightSync` returns: ``version`` on
+    server 0, unverified, in no time."""
+    return SyncReport(version=version, transport="disk", servers=[0], retried=[], removed=[], pause_s=0.0, load_s=0.0,
+                      flush_s=0.0, version_s=0.0, resume_s=0.0, total_s=0.0)  # fmt: skip
 
 
 @dataclass
@@ -50,6 +74,13 @@ class FakeVLLM:
     aborted: int = 0
     """Completions cut short by an abort-mode pause."""
     stamps_versions: bool = True
+    extension: bool = True
+    """Whether the workers have rstar2's reload extension."""
+    unloaded: list[str] = field(default_factory=list)
+    """Parameters the next reloads report as not loaded."""
+    loads: str | None = None
+    """The directory every reload loads, whatever it is asked (a server handed the
+    wrong directory); None: the one asked."""
 
     def __post_init__(self) -> None:
         self._resumed = anyio.Event()
@@ -75,6 +106,11 @@ class FakeVLLM:
             return 500, b'{"error": "injected failure"}'
         if path == "/v1/models":
             return await self.scripted(method, path, body)
+        if path == "/v1/completions" and isinstance(parsed, dict) and "prompt_logprobs" in parsed:
+            await self._resumed.wait()
+            ids = parsed["prompt"]
+            rows = [None] + [{str(t): {"logprob": lp, "rank": 1}} for t, lp in zip(ids[1:], fake_logprobs(self.weights, ids))]
+            return 200, msgspec.json.encode({"choices": [{"prompt_logprobs": rows, "token_ids": [0]}]})
         if path == "/v1/completions":
             if self.hang:
                 await anyio.sleep_forever()
@@ -121,8 +157,12 @@ class FakeVLLM:
                 return 200, json.dumps({"is_paused": self.paused}).encode()
             case "/collective_rpc":
                 assert isinstance(body, dict)
-                self.weights = body["kwargs"]["weights_path"]
-                return 200, b'{"results": [null]}'
+                if body["method"] != "rstar2_reload_weights" or not self.extension:
+                    error = f"Worker failed with error ''CPUWorker' object has no attribute '{body['method']}''"
+                    return 500, msgspec.json.encode({"error": {"message": error, "code": 500}})
+                self.weights = self.loads or body["kwargs"]["weights_path"]
+                report = {"read": 1, "unloaded": self.unloaded, "unconsumed": [], "retied": []}
+                return 200, msgspec.json.encode({"results": [report]})
             case "/reset_prefix_cache":
                 return 200, b'{"success": true}'
             case "/update_weight_version":

@@ -121,12 +121,13 @@ class Handler(BaseHTTPRequestHandler):
                 state["group"].broadcast([t], opts).wait()
                 record(name, t)
             return self._send(200, {"message": "Weights updated"})
-        if path == "/collective_rpc":  # reload_weights from a safetensors directory
+        if path == "/collective_rpc":  # rstar2_reload_weights from a safetensors directory
             import glob
 
-            for f in sorted(glob.glob(body["kwargs"]["weights_path"] + "/*.safetensors")):
+            files = sorted(glob.glob(body["kwargs"]["weights_path"] + "/*.safetensors"))
+            for f in files:
                 read_safetensors(f)
-            return self._send(200, {"results": [None]})
+            return self._send(200, {"results": [{"read": len(files), "unloaded": [], "unconsumed": [], "retied": []}]})
         if path == "/finish_weight_update":
             state["version"] = body.get("weight_version") or state["version"]
             return self._send(200, {"message": "Weight update finished"})

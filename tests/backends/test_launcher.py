@@ -17,7 +17,7 @@ import anyio
 import msgspec
 import pytest
 
-from backends import LaunchError, ServerDied, VLLMServer, VLLMServerConfig, launch_vllm, serve_vllm
+from backends import VLLM_WORKER_EXTENSION, LaunchError, ServerDied, VLLMServer, VLLMServerConfig, launch_vllm, serve_vllm
 from backends._process import descendants
 
 pytestmark = pytest.mark.anyio
@@ -193,7 +193,7 @@ def _mentions(proc_dir: str, needle: bytes) -> bool:
         return False
 
 
-async def test_environment_enables_dev_mode_and_drops_our_pythonpath_and_rendezvous(
+async def test_environment_enables_dev_mode_and_puts_only_the_worker_extension_on_the_path(
     fake_config: VLLMServerConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from backends._launcher import _environment
@@ -205,7 +205,11 @@ async def test_environment_enables_dev_mode_and_drops_our_pythonpath_and_rendezv
     env = _environment(msgspec.structs.replace(fake_config, env={"HF_HUB_OFFLINE": "0"}))
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
     assert env["HF_HUB_OFFLINE"] == "0"  # config.env wins over our defaults
-    assert not {"PYTHONPATH", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT"} & env.keys()
+    assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT"} & env.keys()
+    # Ours is dropped; the extension's directory holds its one module (vLLM imports it by name).
+    extension = Path(env["PYTHONPATH"])
+    assert [p.name for p in extension.glob("*.py")] == ["rstar2_vllm_ext.py"]
+    assert VLLM_WORKER_EXTENSION.split(".")[0] == "rstar2_vllm_ext"
 
 
 async def test_entry_point_dies_with_its_launcher_even_on_sigkill(tmp_path: Path) -> None:

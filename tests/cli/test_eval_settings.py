@@ -10,6 +10,8 @@ from types import SimpleNamespace
 import msgspec
 import pytest
 
+from backends import SyncReport
+
 from rstar2_async.cli import eval as eval_cli
 from rstar2_async.cli.main import build_parser
 from rstar2_async.config import (
@@ -23,6 +25,7 @@ from rstar2_async.config import (
     to_toml,
 )
 from rstar2_async.recipe import Publisher, Trainer
+from rstar2_async.testing import sync_report
 
 CPU_DEMO = Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.toml"
 TRAINED = RolloutConfig(system_prompt="Compute with the tool.", list_tools=False, max_turns=3, max_response_tokens=192)
@@ -125,8 +128,9 @@ async def test_the_trainer_publishes_each_export_with_its_rollout_settings(tmp_p
     class FakeSync:
         transport = None  # the disk transport's path
 
-        async def sync(self, weights: Path, version: int) -> None:
+        async def sync(self, weights: Path, version: int, probe: object = None) -> SyncReport:
             synced.append((weights, version))
+            return sync_report(version)
 
     trainer.driver = FakeDriver()  # type: ignore[assignment]
     stack = SimpleNamespace(sync=FakeSync(), fleet=None)

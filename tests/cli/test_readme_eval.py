@@ -66,8 +66,10 @@ class FakeTrain:
         class FakeSync:
             transport = None  # the disk transport's path
 
-            async def sync(self, directory: Path, version: int) -> None:
-                pass
+            async def sync(self, directory: Path, version: int, probe: object = None) -> object:
+                from rstar2_async.testing import sync_report
+
+                return sync_report(version)
 
         trainer.driver = FakeDriver()  # type: ignore[assignment]
         stack = SimpleNamespace(sync=FakeSync(), fleet=None)

@@ -152,6 +152,8 @@ def test_sft_then_rl_stopped_by_sigterm_and_resumed(tmp_path: Path, sft_policy: 
     assert trained and all(k in r for r in trained for k in health)
     assert all(r["learner/entropy"] > 0 and 0 <= r["learner/logprob_diff_mean"] <= r["learner/logprob_diff_max"] for r in trained)
     assert (run / "plots" / "mismatch.png").stat().st_size > 1000
+    # Every sync was verified before the server sampled from it: learner and server agree (fp32).
+    assert all(r["sync/probe_diff_max"] <= 1e-5 for r in trained)
     assert (run / "tensorboard").is_dir()
     assert {"rollout", "eval"} <= {k for k, v in summary.phase_seconds.items() if v > 0}
     # The hard stage sampled every problem, kept those not solved every time (stored

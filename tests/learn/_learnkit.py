@@ -25,14 +25,16 @@ from rstar2_async.types import Group, Problem, Trajectory, Turn
 EOS = 1
 
 
-def make_tiny_lm(out: Path, *, vocab: int = 32, hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
-    """A tokenizer-free Qwen2 (untied, head_dim 64) saved as a model directory."""
+def make_tiny_lm(
+    out: Path, *, vocab: int = 32, hidden: int = 64, layers: int = 2, seed: int = 0, tied: bool = False
+) -> Path:
+    """A tokenizer-free Qwen2 (head_dim 64; untied unless ``tied``) saved as a model directory."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     cfg = Qwen2Config(
         vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
         num_attention_heads=hidden // 64, num_key_value_heads=hidden // 64, head_dim=64,
-        max_position_embeddings=256, tie_word_embeddings=False, eos_token_id=EOS, pad_token_id=0,
+        max_position_embeddings=256, tie_word_embeddings=tied, eos_token_id=EOS, pad_token_id=0,
         use_sliding_window=False,
     )  # fmt: skip
     with torch.random.fork_rng(devices=[]):

@@ -112,6 +112,7 @@ def test_mismatch_of_the_learners_version_leaves_out_stale_tokens(tiny_lm: Path)
     assert 0 < fresh < st.loss_tokens
     assert st.logprob_diff_current_tokens == fresh
     assert st.logprob_diff_current_mean == pytest.approx(0.0, abs=1e-4)
+    assert st.logprob_diff_current_max == pytest.approx(0.0, abs=1e-4)  # the stale tokens' SHIFT is left out
     assert st.logprob_diff_mean == pytest.approx(SHIFT * (1 - fresh / st.loss_tokens), abs=1e-4)
     assert st.logprob_diff_max == pytest.approx(SHIFT, abs=1e-4)
     # Stale tokens weigh e^0.3, the fresh ones 1.
@@ -120,3 +121,4 @@ def test_mismatch_of_the_learners_version_leaves_out_stale_tokens(tiny_lm: Path)
     # A version no turn was sampled at: nothing to measure (not a zero that would drag the running median).
     st = grpo_step(learner, groups, version=7)
     assert st.logprob_diff_current_tokens == 0 and math.isnan(st.logprob_diff_current_mean)
+    assert math.isnan(st.logprob_diff_current_max)

@@ -1,5 +1,6 @@
 """ZeRO-3 loading on 2 gloo ranks: no rank holds the whole model while loading, the
-loaded weights are the checkpoint's, and the KL reference is a partitioned engine."""
+loaded weights are the checkpoint's, and the KL reference is a partitioned engine;
+a tied output layer stays tied through loading, training and export."""
 
 from __future__ import annotations
 
@@ -74,3 +75,33 @@ def test_zero3_bf16_reference_trains_with_kl(tiny_lm: Path) -> None:
     assert isinstance(learner.ref_model, deepspeed.DeepSpeedEngine)
     assert grpo_step(learner, fixed_groups(0)).kl == pytest.approx(0.0, abs=1e-6)
     assert grpo_step(learner, fixed_groups(0)).kl > 0
+
+
+def test_zero3_keeps_a_tied_output_layer_tied_from_loading_to_export(tmp_path: Path) -> None:
+    """The checkpoint holds a tied head under the embedding's name only: ZeRO-3's
+    loader ties it (as ``from_pretrained`` does), training moves both as one, and the
+    export is again the embedding alone, bit-equal to the learner's weights."""
+    from _learnkit import PARTITION_ALL, fixed_groups, make_tiny_lm
+    from transformers import AutoModelForCausalLM
+
+    from rstar2_async.config import LearnerConfig
+    from rstar2_async.learn import Learner, grpo_step, iter_weight_buckets, save_hf_checkpoint
+
+    model_dir = make_tiny_lm(tmp_path / "tied", tied=True)
+    cfg = LearnerConfig(precision="fp32", zero_stage=3, lr=1e-2, warmup_steps=0, gradient_checkpointing=False)
+    learner = Learner(cfg, model_dir, deepspeed_overrides=PARTITION_ALL)
+    try:
+        first = {n: t for bucket in iter_weight_buckets(learner) for n, t in bucket}
+        checkpoint = dict(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).named_parameters())
+        assert "lm_head.weight" not in first and first.keys() == checkpoint.keys()
+        assert all(torch.equal(first[n], checkpoint[n].detach()) for n in first)
+        grpo_step(learner, fixed_groups(0))
+        save_hf_checkpoint(learner, tmp_path / "export")
+        trained = {n: t for bucket in iter_weight_buckets(learner) for n, t in bucket}
+    finally:
+        learner.close()
+    assert not torch.equal(trained["model.embed_tokens.weight"], first["model.embed_tokens.weight"])
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "export", dtype=torch.float32)
+    assert exported.lm_head.weight is exported.model.embed_tokens.weight
+    loaded = dict(exported.named_parameters())
+    assert loaded.keys() == trained.keys() and all(torch.equal(trained[n], loaded[n].detach()) for n in trained)

@@ -137,3 +137,29 @@ def test_health_watch_keeps_history_and_reports(capsys: pytest.CaptureFixture[st
 def test_health_figures_are_plotted() -> None:
     drawn = {k for keys in PLOTS.values() for k in keys}
     assert {MISMATCH, "learner/entropy", "learner/clip_frac_dual", "roc/all_equal_share", "learner/tis_capped_frac"} <= drawn
+
+
+@pytest.mark.parametrize(("precision", "quiet", "loud"), [("fp32", 2e-5, 2e-3), ("bf16", 0.02, 0.2)])
+def test_a_current_mismatch_above_its_precisions_bound_warns_at_the_first_step(
+    precision: str, quiet: float, loud: float
+) -> None:
+    """No history needed: a sync that serves other weights shows at once (issue 35's
+    stale tied head: 1.8e-3 mean at the first step after the sync, in fp32)."""
+    assert HealthWatch(precision=precision).check(1, {MISMATCH: quiet}) == []
+    [line] = HealthWatch(precision=precision).check(1, {MISMATCH: loud})
+    assert line.startswith(f"step 1: {MISMATCH} = {loud:.4g}, above ") and f"the {precision} bound" in line
+    top = "learner/logprob_diff_current_max"
+    assert HealthWatch(precision=precision).check(1, {top: 100 * loud})[0].startswith(f"step 1: {top} = ")
+
+
+def test_stop_on_health_ends_the_run_with_the_warning_once_the_step_is_checked() -> None:
+    from rstar2_async.errors import TrainError
+
+    quiet, stopping = HealthWatch(stop=False), HealthWatch(stop=True)
+    for watch in (quiet, stopping):
+        watch.check(1, {MISMATCH: 1e-6})
+        watch.enforce()  # nothing to stop on
+        watch.check(2, {MISMATCH: 0.05})
+    quiet.enforce()
+    with pytest.raises(TrainError, match=r"stopped on a health warning \(run.stop_on_health\): step 2: learner/logprob_diff"):
+        stopping.enforce()

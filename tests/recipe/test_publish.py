@@ -13,7 +13,7 @@ import pytest
 
 from backends import BroadcastTransport, DiskTransport, WeightSync
 from rstar2_async.recipe import Publisher
-from rstar2_async.testing import FakeVLLM
+from rstar2_async.testing import FakeVLLM, fake_logprobs
 from tests.backends.test_weight_sync import FakeRecordingSender, fleet
 
 pytestmark = pytest.mark.anyio
@@ -135,3 +135,38 @@ async def test_the_export_a_publish_replaces_is_deleted_in_a_worker_thread(tmp_p
             await publisher.publish(tmp_path / "weights" / "v000001", 1)
     assert not base.exists() and (tmp_path / "weights" / "v000001").is_dir()
     assert len(threads) == 1 and threads[0] is not threading.main_thread()
+
+
+class FakeProbingDriver:
+    """Test double of ``learn.LearnerDriver`` for the sync's check: its probe is what a
+    ``FakeVLLM`` holding ``weights`` answers."""
+
+    def __init__(self, weights: Path) -> None:
+        self.weights = str(weights.resolve())
+
+    def probe_logprobs(self) -> tuple[list[int], list[float]]:
+        ids = [4, 8, 15, 16, 23, 42]
+        return ids, fake_logprobs(self.weights, ids)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "why"),
+    [
+        ({"extension": False}, "has no rstar2_reload_weights"),  # an external server started without it
+        ({"loads": "/another/model"}, "serves other weights than the learner's"),
+    ],
+)
+async def test_servers_that_cannot_serve_the_learners_weights_are_refused_at_start_up(
+    tmp_path: Path, knobs: dict, why: str
+) -> None:
+    from rstar2_async.errors import TrainError
+    from rstar2_async.recipe import SyncCheck, check_servers
+
+    check = SyncCheck(learn, FakeProbingDriver(tmp_path), "fp32", enabled=True)  # type: ignore[arg-type]
+    async with fleet(FakeVLLM(**knobs)) as pool:
+        stack = FakeStack(WeightSync(pool, DiskTransport(), retries=0))
+        with pytest.raises(TrainError, match=f"refusing to train: .*{why}.*Nothing was trained"):
+            await check_servers(stack, tmp_path, 0, check)  # type: ignore[arg-type]
+    async with fleet(FakeVLLM()) as pool:  # a server that can: loaded in place and verified
+        stack = FakeStack(WeightSync(pool, DiskTransport()))
+        await check_servers(stack, tmp_path, 0, check)  # type: ignore[arg-type]

@@ -20,7 +20,9 @@ import pytest
 
 from rstar2_async.config import ConfigError, TrainConfig, convert
 from rstar2_async.recipe import Trainer, batch_for_step, load_problems
-from rstar2_async.testing import FakeModelServer, FakeVLLM, arithmetic_policy, serve_http, write_byte_tokenizer
+from rstar2_async.testing import (
+    FakeModelServer, FakeVLLM, arithmetic_policy, fake_logprobs, serve_http, write_byte_tokenizer,
+)  # fmt: skip
 from rstar2_async.types import Group
 
 pytestmark = pytest.mark.anyio
@@ -34,11 +36,18 @@ class _Stats(msgspec.Struct, frozen=True):
 
 class FakeLearnerDriver:
     """Test double of :class:`rstar2_async.learn.LearnerDriver`: records what each
-    update trains (with the version it starts from) and exports a stub directory."""
+    update trains (with the version it starts from) and exports a stub directory; its
+    probe log-probs are what a ``FakeVLLM`` holding its last export (at first
+    ``base``) answers, so every sync is verified as the trainer runs it."""
 
-    def __init__(self) -> None:
+    def __init__(self, base: Path) -> None:
         self.version = 0
         self.updates: list[tuple[int, list[Group]]] = []
+        self.weights = str(base.resolve())
+
+    def probe_logprobs(self) -> tuple[list[int], list[float]]:
+        ids = list(range(3, 40))
+        return ids, fake_logprobs(self.weights, ids)
 
     def set_peak_lr(self, lr: float) -> None:
         pass
@@ -52,6 +61,7 @@ class FakeLearnerDriver:
     def export(self, out: Path) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.json").write_text("{}")
+        self.weights = str(out.resolve())
         return out
 
     def save_checkpoint(self, root: Path, *, state: dict, files: dict[str, bytes] | None = None) -> Path:
@@ -86,10 +96,14 @@ class HoldOneTurn:
         """``fake``'s handler, its model holding that turn."""
         paused = anyio.Event()
         fake.scripted = _Held(fake.scripted, self, paused)  # type: ignore[assignment]
+        pauses = 0
 
         async def handle(method: str, target: str, body: bytes) -> tuple[int, bytes]:
+            nonlocal pauses
             if target.startswith("/pause") and ("mode=abort" in target or "mode=keep" in target):
-                paused.set()
+                pauses += 1
+                if pauses > 1:  # the first is the start-up check's, before any turn
+                    paused.set()
             return await fake(method, target, body)
 
         return handle
@@ -145,7 +159,7 @@ async def test_rl_steps_train_each_group_once_within_the_staleness_bound(
         hold = HoldOneTurn(second.problem)
         handlers = [hold.wrap(fake) for fake in fakes]
     base = write_byte_tokenizer(tmp_path / "model")
-    driver = FakeLearnerDriver()
+    driver = FakeLearnerDriver(base)
     async with anyio.create_task_group() as tg:
         ports = [await tg.start(serve_http, handler) for handler in handlers]
         trainer = Trainer(config(tmp_path, ports, mode=mode, shards=shards, pause=pause), resume=False)
@@ -172,6 +186,8 @@ async def test_rl_steps_train_each_group_once_within_the_staleness_bound(
             assert all(version - 1 <= turn.weight_version <= version for turn in t.turns)  # staleness 1 at most
     for fake in fakes:
         assert fake.version == str(len(updated))
+        assert fake.weights == driver.weights  # every sync verified (a probe of other weights would have failed it)
+    assert all(r["sync/probe_diff_max"] == 0.0 for r in steps if r["roc/groups_kept"])
     assert len(steps) == STEPS and [r["weight_version"] for r in steps] == sorted(r["weight_version"] for r in steps)
     [evaluation] = trainer.state.evals
     assert evaluation["stage"] == "final" and evaluation["accuracy"] > 0  # the solver's samples were graded
