@@ -41,7 +41,7 @@ from ..types import FinishReason, Problem, ToolCall, ToolResult, Trajectory, Tur
 from ._chat_template import ChatTokenizer
 from ._conversation import ChatConversation, Generated, TokenConversation
 from ._toolbox import Toolbox
-from ._toolcall import count_answer_blocks, parse_tool_calls, render_tool_turn
+from ._toolcall import count_answer_blocks, parse_tool_calls
 
 _SESSIONS: Final = itertools.count()
 """Numbers a trajectory's pool session: one problem may run at two stream
@@ -155,7 +155,7 @@ async def run_trajectory(
                 finish = "error"
                 error = infra = f"tool {failed.call.name if failed.call else '?'}: {failed.output}"
                 break
-            size, payload = conv.tool_turn_size(render_tool_turn([r.output for r in results]))
+            size, payload = conv.tool_turn_size([r.output for r in results])
             fits = conv.length + size < config.max_response_tokens
             if fits:
                 conv.append_tool_turn(payload)  # type: ignore[arg-type]
