@@ -202,7 +202,8 @@ class Trainer:
     async def _sft_stage(self, stack: RolloutStack, stage: StageConfig, metrics: MetricsWriter) -> None:
         from ..learn import load_chat_jsonl
 
-        seqs = load_chat_jsonl(stage.data, self.driver.learner.model_path, max_tokens=self.config.server.max_model_len)
+        seqs = load_chat_jsonl(stage.data, self.driver.learner.model_path, max_tokens=self.config.server.max_model_len,
+                               chat_template=self.config.rollout.chat_template)  # fmt: skip
         t0 = time.monotonic()
         with StepBar(stage.name, stage.steps, self.state.step_in_stage) as bar:
             for step in range(self.state.step_in_stage, stage.steps):
