@@ -27,7 +27,11 @@ class SamplingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     top_k: Annotated[int, msgspec.Meta(ge=-1)] = -1
     """Top-k cut-off; -1 disables it."""
     seed: int | None = None
-    """Per-request seed base; the sample index is added so samples differ."""
+    """Seeds every request of a call: each is seeded from this, the problem, the sample
+    and the turn (hashed: ``rstar2_async.rollout._seeds``), so the same call samples the
+    same tokens again where the engine allows it.  ``None``: unseeded.  ``rstar2 eval
+    --seed`` sets it; a training run's rollouts ignore it and seed from ``run.seed``,
+    the stage and the step instead."""
 
 
 class RolloutConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

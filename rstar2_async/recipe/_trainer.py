@@ -53,6 +53,7 @@ from ._infra import InfraBreaker
 from ._metrics import MetricsWriter, plot_metrics, read_metrics, write_samples
 from ._progress import StepBar
 from ._publish import Publisher, load_servers
+from ._seeding import step_sampling, stream_sampling
 from ._stack import RolloutStack, rollout_stack
 from ._state import RolloutResult, StreamState, TrainState, TrainSummary, oldest_version, prepare_model
 from ._streaming import QUEUE_FILE, read_queue, streaming_rollouts
@@ -245,11 +246,15 @@ class Trainer:
         if self.config.run.mode == "streaming":
             queued, self.queued = self.queued, {}
             state = self.state.stream = self.state.stream or StreamState()
-            return streaming_rollouts(stack, index, stage, problems, run=self.config.run, state=state, queued=queued)
+            sampling = stream_sampling(self.config, stage.name, self.state.step_in_stage)
+            return streaming_rollouts(
+                stack, index, stage, problems, run=self.config.run, state=state, queued=queued, sampling=sampling
+            )
 
         async def rollout(step: int) -> RolloutResult:  # steps 1-5
             batch = batch_for_step(problems, stage.batch_problems, seed=self.config.run.seed, stage=index, step=step)
-            return await rollout_batch(stack.engine, stage, batch, step, seed=self.config.run.seed)
+            sampling = step_sampling(self.config, stage.name, step)
+            return await rollout_batch(stack.engine, stage, batch, step, seed=self.config.run.seed, sampling=sampling)
 
         return rollouts(rollout, end=stage.steps, ahead=self.config.run.max_staleness > 0)
 
