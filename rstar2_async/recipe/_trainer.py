@@ -45,13 +45,14 @@ from ..errors import TrainError
 from ..rollout import collect_frozen_garbage
 from ..types import Group, Problem
 from ._ahead import RolloutSource, rollout_batch, rollouts
+from ._announce import announce_start
 from ._data import batch_for_step, load_problems
 from ._evaluate import evaluate_run
 from ._hard_filter import solved_every_time
 from ._health import HealthWatch, update_metrics
 from ._infra import InfraBreaker
 from ._metrics import MetricsWriter, plot_metrics, read_metrics, write_samples
-from ._progress import StepBar
+from ._progress import StepBar, print_step
 from ._publish import Publisher, load_servers
 from ._seeding import step_sampling, stream_sampling
 from ._stack import RolloutStack, rollout_stack
@@ -178,6 +179,7 @@ class Trainer:
             model_dir=None if c.inference else weights, tokenizer_dir=base, local_server=c.server, pool=pool,
             reward=c.reward, log_dir=self.run_dir, weight_sync=weight_sync,
         ) as stack:  # fmt: skip
+            announce_start(c, base, stack.engine.tokenizer)
             if self.state.weight_version:  # resumed: servers we started hold these weights but not their
                 await load_servers(stack, weights, self.state.weight_version)  # version; others may hold older ones
             self.health = HealthWatch(read_metrics(self.run_dir / "metrics.jsonl"))  # resumed: its medians too
@@ -282,6 +284,7 @@ class Trainer:
                              stack.engine.tokenizer, **record_options(self.config.run))  # fmt: skip
             values["record/written"], values["record/skipped"] = await anyio.to_thread.run_sync(record)  # for `rstar2 view`
             metrics.write(self.state.rl_step, {"stage": stage.name, **values})
+            print_step(self.state.rl_step, stage.name, step + 1, stage.steps, values)
             self.infra.observe(self.state.rl_step, done.groups)  # stops a run whose infrastructure keeps failing
 
     async def after_step(self, stack: RolloutStack, stage: StageConfig, step: int, metrics: MetricsWriter) -> None:
