@@ -46,7 +46,7 @@ def _grading(config: TrainConfig, *, first_time: bool) -> str:
     if reward.function is not None:
         return f"reward: {reward.function} (reward.function)"
     mode = reward.grading or "strict"
-    why = "reward.grading" if reward.grading else "training's default: rStar2's format, the last \\boxed{} of the last <answer>"
+    why = "reward.grading" if reward.grading else "training's default: rStar2's format, the last \\boxed{} of <answer>"
     line = f"grading: {mode} ({why})"
     if mode == "strict" and first_time and not any(s.kind == "sft" for s in config.stages):
         line += (
@@ -65,6 +65,7 @@ def _sync(config: TrainConfig) -> str:
     if ws.transport == "disk":
         how = "reload each step's export (<run>/weights/vNNNNNN) in place"
     else:
-        how = f"receive each step's export from the learner's rank 0 over {ws.sender} ({ws.master_address}:{ws.master_port})"
+        rendezvous = f"{ws.master_address}:{ws.master_port}"
+        how = f"receive each step's export from the learner's rank 0 over {ws.sender} ({rendezvous})"
     pause = ws.pause_mode or ("abort" if config.run.mode == "streaming" else "wait")
     return f'weight sync: {servers} {how} (weight_sync.transport = "{ws.transport}"), turns in flight: {pause}'

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, final
 
@@ -103,7 +104,8 @@ class HFChatTokenizer:
         self.source = source
         self._template = compile_chat_template(chat_template)
         self._variables = {"bos_token": "", **(variables or {}), "eos_token": eos_token}
-        self.tool_frame = ToolFrame(lambda m: self.render(m, add_generation_prompt=True), eos_text=eos_token, where=source)
+        render = partial(self.render, add_generation_prompt=True)
+        self.tool_frame = ToolFrame(render, eos_text=eos_token, where=source)
         self._encode_turn = self.tool_frame.compile(tokenizer, literal)
 
     @classmethod
@@ -126,7 +128,8 @@ class HFChatTokenizer:
         if eos is None:
             raise ConfigError(f"{path}: tokenizer_config.json names no eos_token")
         variables = {k: t for k, v in config.items() if k.endswith("_token") and isinstance(t := _token_text(v), str)}
-        return cls(Tokenizer.from_file(str(path / "tokenizer.json")), template, eos_token=eos, variables=variables, source=source)
+        tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+        return cls(tokenizer, template, eos_token=eos, variables=variables, source=source)
 
     def render(self, messages: list[dict[str, str]], *, add_generation_prompt: bool) -> str:
         return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt, **self._variables)
@@ -165,7 +168,8 @@ def _template_of(path: Path, config: dict[str, Any], override: str | Path | None
         return (path / "chat_template.jinja").read_text(), str(path / "chat_template.jinja")
     template = None
     if (path / "chat_template.json").is_file():
-        template, where = json.loads((path / "chat_template.json").read_text()).get("chat_template"), "chat_template.json"
+        template = json.loads((path / "chat_template.json").read_text()).get("chat_template")
+        where = "chat_template.json"
     if not template:
         template, where = config.get("chat_template"), "tokenizer_config.json"
     if isinstance(template, list):  # named templates: use the default one

@@ -118,7 +118,8 @@ class ToolFrame:
         vocabulary with ``encode_special_tokens``).
         """
         specials = [t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special]
-        split = re.compile("(" + "|".join(map(re.escape, sorted(specials, key=len, reverse=True))) + ")") if specials else None
+        longest_first = sorted(specials, key=len, reverse=True)
+        split = re.compile("(" + "|".join(map(re.escape, longest_first)) + ")") if specials else None
 
         def ids(text: str) -> list[int]:
             return literal.encode(text, add_special_tokens=False).ids if text else []
@@ -182,7 +183,9 @@ def _find(render: Render, head: str, start: list[dict[str, str]], where: str) ->
         why = "leaves a tool result's text out (or changes it beyond tojson or trim)"
     else:
         why = "frames tool results differently from turn to turn or by their number"
-    raise ConfigError(f"{where}: the chat template {why}: after an assistant turn, one tool result renders as {one!r}; {_FIX}")
+    raise ConfigError(
+        f"{where}: the chat template {why}: after an assistant turn, one tool result renders as {one!r}; {_FIX}"
+    )
 
 
 def _bridge(text: str, head: str, where: str) -> str:

@@ -33,7 +33,7 @@ _TOOL_TURN_CLOSE = (IM_END, 10, IM_START, *b"assistant\n")
 CHATML_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] != 'tool' %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
     "{% else %}{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
-    "\n<tool_response>\n{{ m['content'] }}\n</tool_response>"
+    "{{ '\\n' }}<tool_response>\n{{ m['content'] }}\n</tool_response>"  # a newline after a block tag would be trimmed
     "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>\n{% endif %}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
