@@ -19,11 +19,12 @@ a result's text enters the template is found the same way: as is, through ``tojs
 (Llama 3.1 and 3.2 pass a string result through ``tojson``: it arrives as a JSON
 string), or ``trim``-med.
 
-Token ids: the template's special tokens (``<|im_start|>``...) are placed as ids, and
-every stretch of text between two of them, frame text and results together, is encoded
-in one piece.  That is what a tokenizer does to the whole rendered conversation (it
-splits at special tokens first), so a tool turn's ids are the ids the conversation's
-own tokenisation gives them.  Results are encoded with special tokens read as plain
+Token ids: the template's added tokens (``<|im_start|>``, ``<tool_response>``...) are
+placed as ids, and every stretch of text between two of them, frame text and results
+together, is encoded in one piece.  That is what a tokenizer does to the whole
+rendered conversation (it splits at added tokens first), so a tool turn's ids are the
+ids the conversation's own tokenisation gives them; a check at construction compares
+the two on probe results and refuses the tokenizer if they differ.  Results are encoded with special tokens read as plain
 text, so a program that prints ``<|im_end|>`` cannot end the turn or forge a message:
 there, and only there, the ids differ from re-tokenising the rendered text, by design.
 """
@@ -72,9 +73,8 @@ ENCODINGS: Final[dict[str, Callable[[str], str]]] = {"as is": _as_is, "tojson": 
 
 
 class _Piece(msgspec.Struct, frozen=True):
-    """Frame text split at special tokens: ``lead`` text, then the ids from the first
-    special token to the last (``None``: no special token, all of it is ``lead``),
-    then ``trail`` text."""
+    """Frame text cut at added tokens: ``lead`` text, then the ids from the first added
+    token to the last (``None``: none, all of it is ``lead``), then ``trail`` text."""
 
     lead: str
     fixed: list[int] | None
@@ -105,6 +105,7 @@ class ToolFrame:
         self.encoding = encoding
         """How a result's text enters the template: a key of :data:`ENCODINGS`."""
         self._encode_content = ENCODINGS[encoding]
+        self._where = where
 
     def text(self, contents: Sequence[str]) -> str:
         """The tool turn as the template renders it, after the eos token."""
@@ -115,11 +116,21 @@ class ToolFrame:
         """A function from a turn's results to its token ids.
 
         ``tokenizer`` reads special tokens as such, ``literal`` as plain text (the same
-        vocabulary with ``encode_special_tokens``).
+        vocabulary with ``encode_special_tokens``).  The frame is cut at the added
+        tokens (special or not: a tokenizer matches them before anything else), so
+        only the text between the two around each result is encoded per turn.
+
+        Raises:
+            ConfigError: the ids differ from the tokenizer's own encoding of the turn's
+                text (an added token that takes the whitespace beside it, ``lstrip`` or
+                ``rstrip``, cannot be placed that way).
         """
-        specials = [t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special]
-        longest_first = sorted(specials, key=len, reverse=True)
-        split = re.compile("(" + "|".join(map(re.escape, longest_first)) + ")") if specials else None
+        cuts = [
+            t.content for t in tokenizer.get_added_tokens_decoder().values()
+            if not (t.lstrip or t.rstrip or t.single_word) and (t.special or not t.normalized)
+        ]  # fmt: skip
+        longest_first = sorted(cuts, key=len, reverse=True)
+        split = re.compile("(" + "|".join(map(re.escape, longest_first)) + ")") if cuts else None
 
         def ids(text: str) -> list[int]:
             return literal.encode(text, add_special_tokens=False).ids if text else []
@@ -151,6 +162,12 @@ class ToolFrame:
                 run += e(content)
             return out + ids(run + post.lead) + tail
 
+        for probe in (["0"], ["a b\n", " (no output)"]):
+            if encode(probe) != tokenizer.encode(self.text(probe), add_special_tokens=False).ids:
+                raise ConfigError(
+                    f"{self._where}: a tool turn's ids cannot be placed as the tokenizer encodes its text "
+                    f"{self.text(probe)!r} (an added token that takes the whitespace beside it?); {_FIX}"
+                )
         return encode
 
 

@@ -4,6 +4,7 @@ Llama-3.1-style templates (tests/rollout/chat_templates.py)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -101,6 +102,19 @@ def test_a_template_without_tool_results_is_refused_naming_the_fix(tmp_path: Pat
 def test_a_template_that_does_not_end_turns_with_eos_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not with the eos token '<|im_end|>'"):
         HFChatTokenizer.from_pretrained(qwen_tokenizer(tmp_path, QWEN25_STYLE.replace("<|im_end|>", "<|endoftext|>")))
+
+
+def test_a_tokenizer_whose_tokens_take_whitespace_is_refused(tmp_path: Path) -> None:
+    """``<|im_end|>`` with ``rstrip`` swallows the newline after it in a whole-text
+    tokenisation: the tool turn's ids could not be the conversation's, and the check
+    at construction says so."""
+    directory = qwen_tokenizer(tmp_path)
+    config = json.loads((directory / "tokenizer.json").read_text())
+    for token in config["added_tokens"]:
+        token["rstrip"] = token["content"] == "<|im_end|>"
+    (directory / "tokenizer.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="cannot be placed as the tokenizer encodes its text"):
+        HFChatTokenizer.from_pretrained(directory)
 
 
 def test_rollout_chat_template_replaces_the_models(tmp_path: Path) -> None:
