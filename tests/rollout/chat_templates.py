@@ -182,5 +182,15 @@ def qwen_tokenizer(out: Path, template: str = QWEN25_STYLE) -> Path:
     return write_tokenizer(out, template=template, specials=CHATML_SPECIALS, eos="<|im_end|>", regex=QWEN2_REGEX)
 
 
+def swallowing_tokenizer(out: Path) -> Path:
+    """:func:`qwen_tokenizer` whose ``<|im_end|>`` takes the whitespace after it
+    (``rstrip``): a whole-text tokenisation drops the newline that follows it."""
+    directory = qwen_tokenizer(out)
+    config = json.loads((directory / "tokenizer.json").read_text())
+    config["added_tokens"] = [{**t, "rstrip": t["content"] == "<|im_end|>"} for t in config["added_tokens"]]
+    (directory / "tokenizer.json").write_text(json.dumps(config))
+    return directory
+
+
 def llama_tokenizer(out: Path, template: str = LLAMA31_STYLE) -> Path:
     return write_tokenizer(out, template=template, specials=LLAMA3_SPECIALS, eos="<|eot_id|>", regex=LLAMA3_REGEX, bos="<|begin_of_text|>")

@@ -4,7 +4,6 @@ Llama-3.1-style templates (tests/rollout/chat_templates.py)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from tests.rollout.chat_templates import (
     QWEN25_STYLE,
     llama_tokenizer,
     qwen_tokenizer,
+    swallowing_tokenizer,
 )
 
 CALL = '<tool_call>{"name": "python", "arguments": {"code": "print(6 * 7)"}}</tool_call>'
@@ -108,13 +108,8 @@ def test_a_tokenizer_whose_tokens_take_whitespace_is_refused(tmp_path: Path) -> 
     """``<|im_end|>`` with ``rstrip`` swallows the newline after it in a whole-text
     tokenisation: the tool turn's ids could not be the conversation's, and the check
     at construction says so."""
-    directory = qwen_tokenizer(tmp_path)
-    config = json.loads((directory / "tokenizer.json").read_text())
-    for token in config["added_tokens"]:
-        token["rstrip"] = token["content"] == "<|im_end|>"
-    (directory / "tokenizer.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError, match="cannot be placed as the tokenizer encodes its text"):
-        HFChatTokenizer.from_pretrained(directory)
+        HFChatTokenizer.from_pretrained(swallowing_tokenizer(tmp_path))
 
 
 def test_rollout_chat_template_replaces_the_models(tmp_path: Path) -> None:
