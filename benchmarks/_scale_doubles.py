@@ -61,7 +61,7 @@ class Script:
         self.call_body, self.answer_body = _completion_body(self.call), _completion_body(self.answer)
         problem = Problem(id="0", problem=problem_text(0), answer="42")
         self.prompt_len = len(tokenizer.encode_prompt(problem_messages(problem, config, toolbox)))
-        tool_turn = tokenizer.encode_tool_turn(f"<tool_response>\n{TOOL_OUTPUT}</tool_response>")
+        tool_turn = tokenizer.encode_tool_turn([TOOL_OUTPUT.rstrip("\n")])  # as render_exec_result gives it
         self.last_turn_len = self.prompt_len + (TURNS - 1) * (len(self.call) + len(tool_turn))
 
     def is_last(self, prompt_len: int) -> bool:

@@ -63,7 +63,7 @@ class FixedLatencyBackend:
         answer = tokenizer._encode_text("<answer>\\boxed{42}</answer>", specials=False) + [IM_END]
         self.call = Completion(call, [-0.1] * len(call), "stop")
         self.answer = Completion(answer, [-0.1] * len(answer), "stop")
-        tool_turn = tokenizer.encode_tool_turn("<tool_response>\n42\n</tool_response>")
+        tool_turn = tokenizer.encode_tool_turn(["42"])
         # Every prompt has the same length, so the turn number follows from it in O(1).
         self.last_turn_len = prompt_len + (TURNS - 1) * (len(call) + len(tool_turn))
 

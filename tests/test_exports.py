@@ -25,8 +25,8 @@ EXPORTS: dict[str, list[str]] = {
         "ADMISSION_BATCH", "CallError", "ChatTokenizer", "DEFAULT_SYSTEM_PROMPT", "GC_GEN0_THRESHOLD",
         "HFChatTokenizer", "JupyterTool", "PythonTool", "RUN_OPTIONS", "RolloutEngine", "RolloutStatistics", "ShardError",
         "ShardFactory", "ShardSpec", "ShardStack", "ShardedEngine", "StreamOptions", "Tool",
-        "ToolContext", "ToolOutput", "Toolbox", "collect_frozen_garbage", "count_answer_blocks", "load_tools", "parse_tool_calls",
-        "problem_messages", "render_exec_result", "render_tool_turn", "run_trajectory", "truncate_middle", "tune_gc",
+        "ToolContext", "ToolOutput", "Toolbox", "collect_frozen_garbage", "count_answer_blocks", "derive_seed", "load_tools",
+        "parse_tool_calls", "problem_messages", "render_exec_result", "render_tool_turn", "run_trajectory", "truncate_middle", "tune_gc",
     ],
     "rstar2_async.rollout.tools": [
         "JupyterTool", "PythonTool", "Tool", "ToolContext", "ToolOutput", "jupyter", "python", "render_exec_result",

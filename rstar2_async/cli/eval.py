@@ -6,8 +6,11 @@ are required.  Every sample is kept in OUT/<dataset>/samples.jsonl; running the 
 command again resumes without redoing finished samples.
 
 A checkpoint of `rstar2 train` carries the rollout settings it was trained with
-(rollout.toml: system prompt, tools, turns, response budget); --model uses them
-unless --config or the flags say otherwise.  --config takes an eval config or a
+(rollout.toml: system prompt, tools, turns, response budget); --model (or --tokenizer,
+for an endpoint in token mode) uses them unless --config or the flags say otherwise.
+Grading follows the same record: strict (rStar2's boxed answer) for a model trained
+here, lenient (an answer boxed or written out) for any other, whatever the transport;
+the first line on stderr says which and why.  --config takes an eval config or a
 training config (its [rollout], [inference], [server], [pool], [sandbox], [reward]
 and [data]).  Errored samples are counted apart, not as wrong answers; when more
 than 10% of a data set's samples error, the first error is printed and the exit
@@ -71,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--grading", choices=("strict", "lenient"), default=None,
         help="strict: rStar2's boxed answer only; lenient: also an answer written without a box "
-        "(default: reward.grading, else lenient for a chat endpoint, strict otherwise)",
+        "(default: reward.grading, else strict for a model that carries rstar2's rollout.toml, lenient for any other)",
     )  # fmt: skip
 
 
@@ -82,16 +85,22 @@ def _resolve(args: argparse.Namespace) -> EvalConfig:
 
     merged = msgspec.to_builtins(EvalConfig())
     given, training = eval_sections(args.config) if args.config else ({}, False)
-    recorded = read_rollout_record(args.model) if args.model else None
+    # The model's own record: a checkpoint's (--model), or the tokenizer's of an endpoint in token mode.
+    model = args.model or args.tokenizer
+    recorded = read_rollout_record(model) if model else None
     if recorded is not None:  # the checkpoint's own settings, under --config's and the flags
         merged = _merge(merged, {"rollout": msgspec.to_builtins(recorded)})
         under = ", under --config's [rollout]" if "rollout" in given else ""
-        print(f"rstar2 eval: rollout settings from {args.model / ROLLOUT_RECORD} (as trained){under}", file=sys.stderr)
-    elif args.model and "rollout" not in given:
-        print(f"rstar2 eval: {args.model} has no {ROLLOUT_RECORD}: default rollout settings (--config sets them)", file=sys.stderr)
+        settings = f"rollout settings from {model / ROLLOUT_RECORD} (as trained){under}"
+    elif model and "rollout" not in given:
+        settings = f"{model} has no {ROLLOUT_RECORD}: default rollout settings (--config sets them)"
+    else:
+        settings = "rollout settings from --config" if "rollout" in given else "default rollout settings"
     if training:
         print(f"rstar2 eval: {args.config} is a training config: its rollout, server and reward settings apply", file=sys.stderr)
     merged = _merge(merged, given)
+    grading, why = _grading(args.grading, merged["reward"].get("grading"), recorded is not None)
+    print(f"rstar2 eval: {settings}; {grading} grading {why}", file=sys.stderr)
     overrides: dict = {"rollout": {"sampling": {}}, "inference": {}, "server": {}, "reward": {}}
     if args.engine is not None:
         if not args.model:
@@ -112,10 +121,27 @@ def _resolve(args: argparse.Namespace) -> EvalConfig:
         )
     elif args.served_model:
         overrides["inference"]["model"] = args.served_model
-    # A chat model was not trained on rStar2's format: grade what it writes, boxed or not.
-    chat = bool(args.endpoint) and not args.tokenizer
-    overrides["reward"]["grading"] = args.grading or merged["reward"].get("grading") or ("lenient" if chat else "strict")
+    overrides["reward"]["grading"] = grading
     return convert(_merge(merged, overrides), EvalConfig)
+
+
+def _grading(flag: str | None, configured: str | None, recorded: bool) -> tuple[str, str]:
+    """The grading mode and why, for the start-up line.  Unless --grading or
+    ``reward.grading`` says otherwise, it follows whether the model carries our rollout
+    record (trained here, on rStar2's format), whatever the transport: a model that
+    never saw the format is not scored on it."""
+    from rstar2_async.config import ROLLOUT_RECORD
+
+    if flag:
+        return flag, "(--grading)"
+    if configured:
+        return configured, "(reward.grading in --config)"
+    if recorded:
+        return "strict", f"(its {ROLLOUT_RECORD}: trained here on rStar2's format; --grading lenient: unboxed too)"
+    return "lenient", (
+        f"(no {ROLLOUT_RECORD}, so a model not trained here on rStar2's format: an answer counts boxed or written out; "
+        "--grading strict scores the format)"
+    )
 
 
 def _merge(base: dict, over: dict) -> dict:

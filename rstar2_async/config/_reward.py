@@ -30,8 +30,10 @@ class RewardConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     format (the last ``\\boxed{}`` of the last ``<answer>`` block; no box, no reward),
     or ``"lenient"`` (a box if there is one, else the answer written in free text:
     "the answer is ...", ``Answer:``, the last ``$...$`` or number).  Omitted: strict
-    for training and for evaluation in token mode, lenient for ``rstar2 eval`` against
-    a chat endpoint (``--grading`` overrides).  Not read with ``function``."""
+    for training; for ``rstar2 eval``, strict for a model that carries rstar2's rollout
+    record (``rollout.toml``: trained here, on the format) and lenient for any other,
+    whether served by a launched server, an endpoint in token mode or a chat endpoint
+    (``--grading`` overrides).  Not read with ``function``."""
 
 
 class DataConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -27,7 +27,11 @@ class SamplingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     top_k: Annotated[int, msgspec.Meta(ge=-1)] = -1
     """Top-k cut-off; -1 disables it."""
     seed: int | None = None
-    """Per-request seed base; the sample index is added so samples differ."""
+    """Seeds every request of a call: each is seeded from this, the problem, the sample
+    and the turn (hashed: ``rstar2_async.rollout._seeds``), so the same call samples the
+    same tokens again where the engine allows it.  ``None``: unseeded.  ``rstar2 eval
+    --seed`` sets it; a training run's rollouts ignore it and seed from ``run.seed``,
+    the stage and the step instead."""
 
 
 class RolloutConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -73,6 +77,14 @@ class RolloutConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     list_tools: bool = True
     """Append the tool list (``<tools>`` JSON) to the system prompt.  Off for a model
     fine-tuned on the one fixed tool, where it only lengthens every prompt."""
+    chat_template: str | None = None
+    """A Jinja chat template file that replaces the model's own in token mode (and for
+    the SFT stage's transcripts), for a model whose template cannot express tool
+    results (it raises on a ``tool`` message, leaves its text out, or frames it
+    differently from turn to turn: the start-up error says which).  It must render
+    ``tool`` messages; omitted: the model directory's ``chat_template.jinja``,
+    ``chat_template.json`` or ``tokenizer_config.json``.  A chat endpoint applies its
+    own template: setting this in chat mode is an error."""
     sampling: SamplingConfig = msgspec.field(default_factory=SamplingConfig)
     """Sampling of every generation (an evaluation or a stage may pass its own)."""
     tools: Annotated[list[str], msgspec.Meta(min_length=1)] = msgspec.field(

@@ -70,15 +70,33 @@ survive decoding with ``skip_special_tokens=True`` and are one token each."""
 
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- if message['role'] == 'tool' %}"
+    # A run of tool results is one user turn, each result inside <tool_response>.
+    "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] }}"
+    "{%- if message['content'] or not message['tool_calls'] %}{{- '\\n' + (message['content'] or '') }}{%- endif %}"
+    "{%- for call in message['tool_calls'] or [] %}"
+    "{%- set call = call['function'] or call %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' + call['name'] + '\", \"arguments\": ' + call['arguments'] | tojson + '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}"
     "{{- '<|im_start|>assistant\\n' }}"
     "{%- endif %}"
 )
-"""Qwen-style ChatML: every message is ``<|im_start|>ROLE\\nCONTENT<|im_end|>\\n``;
-``add_generation_prompt`` opens an assistant turn. Unlike Qwen2.5 it adds no
-default system prompt, so what the caller sends is exactly what is rendered."""
+"""Qwen2.5-style ChatML, written after the ``chat_template`` of Qwen2.5's
+``tokenizer_config.json`` (huggingface.co/Qwen/Qwen2.5-7B-Instruct): every message is
+``<|im_start|>ROLE\\nCONTENT<|im_end|>\\n``; consecutive ``tool`` messages form one
+user turn, each result as ``\\n<tool_response>\\nRESULT\\n</tool_response>`` (rStar2's
+format); an assistant's structured ``tool_calls`` render as ``<tool_call>`` blocks;
+``add_generation_prompt`` opens an assistant turn.  Unlike Qwen2.5 it adds no default
+system prompt and takes no ``tools`` argument, so what the caller sends is exactly
+what is rendered."""
 
 _DATA_FILES = ("train_math.jsonl", "train_aime_1983_2023.jsonl")
 _EXTRA_TEXT = (
@@ -321,7 +339,7 @@ def cached_tiny_model(cache_root: Path | None = None, **kwargs) -> Path:
 
     The directory is ``<cache_root>/tiny-qwen2-<key>`` where ``key`` hashes the
     keyword arguments (those of `build_tiny_model`, without ``corpus``: the
-    cache is only for the default corpus). ``cache_root`` defaults to
+    cache is only for the default corpus) and the chat template. ``cache_root`` defaults to
     ``runs/cache`` under the current directory.
 
     Safe against concurrent callers: each builds into its own temporary
@@ -330,7 +348,7 @@ def cached_tiny_model(cache_root: Path | None = None, **kwargs) -> Path:
     if "corpus" in kwargs:
         raise TypeError("cached_tiny_model uses the default corpus; call build_tiny_model for a custom one")
     root = Path("runs/cache") if cache_root is None else Path(cache_root)
-    out = root / f"tiny-qwen2-{_cache_key(kwargs)}"
+    out = root / f"tiny-qwen2-{_cache_key({**kwargs, 'chat_template': CHAT_TEMPLATE})}"
     if (out / "config.json").is_file():
         return out
     try:

@@ -64,9 +64,13 @@ def encode_chat(messages: Sequence[dict[str, Any]], tokenizer: Any, *, max_token
     return TrainSeq(ids=ids, mask=mask, logprobs=[0.0] * len(ids))
 
 
-def load_chat_jsonl(path: str | Path, tokenizer: Any, *, max_tokens: int | None = None) -> list[TrainSeq]:
+def load_chat_jsonl(
+    path: str | Path, tokenizer: Any, *, max_tokens: int | None = None, chat_template: str | Path | None = None
+) -> list[TrainSeq]:
     """Encode every transcript of a JSONL file (blank lines skipped) with ``tokenizer``
-    (a transformers tokenizer, or the model directory to load it from).
+    (a transformers tokenizer, or the model directory to load it from), and with the
+    template file ``chat_template`` instead of its own when given
+    (``rollout.chat_template``: SFT and rollouts render alike).
 
     Raises:
         DatasetError: a line is not ``{"messages": [...]}`` (file and line named).
@@ -75,6 +79,8 @@ def load_chat_jsonl(path: str | Path, tokenizer: Any, *, max_tokens: int | None 
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+    if chat_template is not None:
+        tokenizer.chat_template = Path(chat_template).read_text()
     seqs = []
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         if not line.strip():

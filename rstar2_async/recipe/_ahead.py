@@ -22,7 +22,7 @@ from typing import Protocol
 
 import anyio
 
-from ..config import StageConfig
+from ..config import SamplingConfig, StageConfig
 from ..rollout import RolloutEngine, ShardedEngine
 from ..types import Problem
 from ._progress import show_progress
@@ -106,17 +106,25 @@ async def rollouts(rollout: Callable[[int], Awaitable[RolloutResult]], *, end: i
 
 
 async def rollout_batch(
-    engine: RolloutEngine | ShardedEngine, stage: StageConfig, batch: list[Problem], step: int, *, seed: int
+    engine: RolloutEngine | ShardedEngine,
+    stage: StageConfig,
+    batch: list[Problem],
+    step: int,
+    *,
+    seed: int,
+    sampling: SamplingConfig,
 ) -> RolloutResult:
-    """Roll out one step's batch; GRPO-RoC downsamples each group as it completes."""
+    """Roll out one step's batch with ``sampling`` (the step's seed: ``_seeding``);
+    GRPO-RoC downsamples each group as it completes."""
     rng = random.Random(f"{seed}/roc/{stage.name}/{step}")
     done = RolloutResult()
     t0, grading0 = time.monotonic(), engine.statistics().grading_ms
     async with anyio.create_task_group() as tg:
         tg.start_soon(show_progress, engine, len(batch) * stage.n_oversample, f"{stage.name} step {step + 1}")
         async with engine.stream(
-            batch, stage.n_oversample, max_turns=stage.max_turns, max_response_tokens=stage.max_response_tokens
-        ) as stream:
+            batch, stage.n_oversample, sampling=sampling, max_turns=stage.max_turns,
+            max_response_tokens=stage.max_response_tokens,
+        ) as stream:  # fmt: skip
             async for group in stream:
                 done.add(group, downsample(group, stage, rng))
         tg.cancel_scope.cancel()

@@ -1,8 +1,12 @@
-"""A live progress bar for long rollouts, fed by the engine's statistics snapshots."""
+"""Progress: a live bar for long rollouts (fed by the engine's statistics snapshots)
+and for SFT steps on a terminal; one line a step when stderr is not a terminal (a run
+sent to a file or a scheduler's log says how it goes before its summary)."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 import anyio
 from rich.progress import (
@@ -16,7 +20,7 @@ from rich.progress import (
 
 from ..rollout import RolloutEngine, ShardedEngine
 
-__all__ = ["REFRESH_S", "StepBar", "show_progress"]
+__all__ = ["REFRESH_S", "StepBar", "print_step", "show_progress"]
 
 REFRESH_S = 0.5
 """Poll interval: frequent enough to look live, rare enough to cost nothing."""
@@ -49,15 +53,33 @@ async def show_progress(engine: RolloutEngine | ShardedEngine, total: int, descr
             await anyio.sleep(REFRESH_S)
 
 
+def print_step(rl_step: int, stage: str, step: int, steps: int, values: Mapping[str, Any]) -> None:
+    """One line for an RL step's record, on stderr when it is not a terminal (on a
+    terminal the rollout's bar shows the step)."""
+    if sys.stderr.isatty():
+        return
+    v = values.get
+    line = (
+        f"rstar2 train: step {rl_step} ({stage} {step}/{steps}): reward {v('rollout/reward_mean', float('nan')):.3f} "
+        f"over {v('rollout/trajectories', 0)} trajectories, {v('roc/groups_kept', 0)} groups trained, "
+        f"{v('rollout/response_tokens_mean', 0.0):.0f} tokens a response | rollout {v('time/rollout_s', 0.0):.1f} s, "
+        f"update {v('time/update_s', 0.0):.1f} s, sync {v('time/sync_s', 0.0):.1f} s"
+    )
+    if "learner/logprob_diff_mean" in values:
+        line += f" | logprob diff {values['learner/logprob_diff_mean']:.2e}"
+    print(line, file=sys.stderr, flush=True)
+
+
 class StepBar:
-    """A bar over numbered steps (SFT), advanced by the caller; silent when stderr is
-    not a terminal.  Use as a context manager."""
+    """A bar over numbered steps (SFT), advanced by the caller; when stderr is not a
+    terminal, a line a step instead.  Use as a context manager."""
 
     def __init__(self, description: str, total: int, done: int = 0) -> None:
         self._progress = (
             Progress(*_STEP_COLUMNS, transient=False) if sys.stderr.isatty() else None
         )
         self._args = (description, total, done)
+        self._done = done
 
     def __enter__(self) -> StepBar:
         if self._progress is not None:
@@ -71,8 +93,12 @@ class StepBar:
             self._progress.__exit__(*exc)
 
     def advance(self, info: str) -> None:
+        self._done += 1
         if self._progress is not None:
             self._progress.update(self._task, advance=1, info=info)
+        else:
+            description, total, _ = self._args
+            print(f"rstar2 train: {description} {self._done}/{total}: {info}", file=sys.stderr, flush=True)
 
 
 _STEP_COLUMNS = (

@@ -92,7 +92,7 @@ async def make(spec: ShardSpec) -> AsyncIterator[ShardStack]:
     sandbox = msgspec.structs.replace(c.sandbox, workers=shard_share(c.sandbox.resolved_workers, n))
     reward = msgspec.structs.replace(c.reward, workers=shard_share(c.reward.workers, n))
     async with AsyncExitStack() as stack:
-        tokenizer = HFChatTokenizer.from_pretrained(c.tokenizer_dir)
+        tokenizer = HFChatTokenizer.from_pretrained(c.tokenizer_dir, chat_template=c.rollout.chat_template)
         pool = await stack.enter_async_context(server_pool(inference, c.pool, c.engine))
         follow_versions(pool)
         engine, _ = await rollout_engine(

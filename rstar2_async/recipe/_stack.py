@@ -109,7 +109,9 @@ async def rollout_stack(
     learner's rank 0.
 
     Raises:
-        ConfigError: token mode against endpoints without ``tokenizer_dir``;
+        ConfigError: token mode against endpoints without ``tokenizer_dir``; a chat
+            template that cannot express tool results (before any server starts);
+            ``rollout.chat_template`` in chat mode;
             ``rollout.shards`` in chat mode, with the in-process engine, or over
             more workers than servers.
         ShardError: a rollout shard could not start.
@@ -127,25 +129,31 @@ async def rollout_stack(
         server_pool: ServerPool | None = None
         backend: TokenBackend | ChatClient
         tokenizer: ChatTokenizer | None = None
+        if model_dir is not None or inference.mode == "tokens":
+            tokenizer_dir = model_dir if model_dir is not None else tokenizer_dir
+            if tokenizer_dir is None:
+                raise ConfigError(
+                    'inference.mode = "tokens" needs the model\'s tokenizer: pass --tokenizer DIR (or use chat mode)'
+                )
+            # Before any server starts: a template that cannot express tool results fails at once.
+            tokenizer = HFChatTokenizer.from_pretrained(tokenizer_dir, chat_template=rollout.chat_template)
+        elif rollout.chat_template is not None:
+            raise ConfigError(
+                f"rollout.chat_template = {rollout.chat_template!r} applies to token mode; a chat endpoint renders "
+                "its own template: leave it out, or pass the model's tokenizer (--tokenizer DIR) for token mode"
+            )
         if model_dir is not None and local.engine == "transformers":
             if rollout.shards:
                 raise ConfigError('rollout.shards: the "transformers" engine runs in this process; set rollout.shards = 0')
-            tokenizer = HFChatTokenizer.from_pretrained(model_dir)
             backend = await stack.enter_async_context(TransformersBackend(model_dir, max_model_len=local.max_model_len))
         else:
             if model_dir is not None:
                 fleet = await stack.enter_async_context(Fleet(fleet_config(model_dir, local, inference, weight_sync, log_dir)))
-                tokenizer_dir = model_dir
                 urls = [server.url for server in fleet.servers]
                 inference = msgspec.structs.replace(inference, base_urls=urls, mode="tokens")
             else:
                 await check_reachable(inference)
             if inference.mode == "tokens":
-                if tokenizer_dir is None:
-                    raise ConfigError(
-                        'inference.mode = "tokens" needs the model\'s tokenizer: pass --tokenizer DIR (or use chat mode)'
-                    )
-                tokenizer = HFChatTokenizer.from_pretrained(tokenizer_dir)
                 # With shards: for the sync, health and admin only (the workers generate).
                 server_pool = server_pool_of(inference, pool_config, _engine(local, model_dir))
                 await stack.enter_async_context(server_pool)

@@ -58,7 +58,7 @@ import msgspec
 from anyio.abc import ObjectSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from ..config import RunConfig, StageConfig
+from ..config import RunConfig, SamplingConfig, StageConfig
 from ..errors import TrainError
 from ..selection import RocDecision
 from ..types import Group, Problem
@@ -250,12 +250,14 @@ async def streaming_rollouts(
     run: RunConfig,
     state: StreamState,
     queued: dict[int, Group],
+    sampling: SamplingConfig,
 ) -> AsyncIterator[StreamingRollouts]:
     """The stream of stage ``index`` from where ``state`` stands, running while the block
     runs; leaving the block cancels what is still in flight (not needed: a checkpoint
     restarts it).
 
-    ``queued``: the groups a resumed checkpoint kept (empty for a fresh stage).
+    ``queued``: the groups a resumed checkpoint kept (empty for a fresh stage);
+    ``sampling``: the stream's (its seed: ``_seeding``).
 
     Raises:
         TrainError: ``queued`` lacks groups the state says are queued.
@@ -264,8 +266,9 @@ async def streaming_rollouts(
     stream.restore(queued)
     feed_send, feed = anyio.create_memory_object_stream[Problem](0)
     async with anyio.create_task_group() as tg, stack.engine.stream(
-        feed, stage.n_oversample, max_turns=stage.max_turns, max_response_tokens=stage.max_response_tokens
-    ) as groups:
+        feed, stage.n_oversample, sampling=sampling, max_turns=stage.max_turns,
+        max_response_tokens=stage.max_response_tokens,
+    ) as groups:  # fmt: skip
         tg.start_soon(stream.admit, feed_send)
         tg.start_soon(stream.collect, groups)
         yield StreamingRollouts(stream, stack)

@@ -45,14 +45,16 @@ from ..errors import TrainError
 from ..rollout import collect_frozen_garbage
 from ..types import Group, Problem
 from ._ahead import RolloutSource, rollout_batch, rollouts
+from ._announce import announce_start
 from ._data import batch_for_step, load_problems
 from ._evaluate import evaluate_run
 from ._hard_filter import solved_every_time
 from ._health import HealthWatch, update_metrics
 from ._infra import InfraBreaker
 from ._metrics import MetricsWriter, plot_metrics, read_metrics, write_samples
-from ._progress import StepBar
+from ._progress import StepBar, print_step
 from ._publish import Publisher, check_servers
+from ._seeding import step_sampling, stream_sampling
 from ._stack import RolloutStack, rollout_stack
 from ._state import RolloutResult, StreamState, TrainState, TrainSummary, oldest_version, prepare_model
 from ._streaming import QUEUE_FILE, read_queue, streaming_rollouts
@@ -178,6 +180,7 @@ class Trainer:
             model_dir=None if c.inference else weights, tokenizer_dir=base, local_server=c.server, pool=pool,
             reward=c.reward, log_dir=self.run_dir, weight_sync=weight_sync,
         ) as stack:  # fmt: skip
+            announce_start(c, base, stack.engine.tokenizer)
             check = SyncCheck(self._learn, self.driver, c.learner.precision, enabled=c.weight_sync.verify)
             await check_servers(stack, weights, self.state.weight_version, check)  # refuses what cannot sync exactly
             records = read_metrics(self.run_dir / "metrics.jsonl")  # resumed: its medians too
@@ -204,7 +207,8 @@ class Trainer:
     async def _sft_stage(self, stack: RolloutStack, stage: StageConfig, metrics: MetricsWriter) -> None:
         from ..learn import load_chat_jsonl
 
-        seqs = load_chat_jsonl(stage.data, self.driver.learner.model_path, max_tokens=self.config.server.max_model_len)
+        seqs = load_chat_jsonl(stage.data, self.driver.learner.model_path, max_tokens=self.config.server.max_model_len,
+                               chat_template=self.config.rollout.chat_template)  # fmt: skip
         t0 = time.monotonic()
         with StepBar(stage.name, stage.steps, self.state.step_in_stage) as bar:
             for step in range(self.state.step_in_stage, stage.steps):
@@ -246,11 +250,15 @@ class Trainer:
         if self.config.run.mode == "streaming":
             queued, self.queued = self.queued, {}
             state = self.state.stream = self.state.stream or StreamState()
-            return streaming_rollouts(stack, index, stage, problems, run=self.config.run, state=state, queued=queued)
+            sampling = stream_sampling(self.config, stage.name, self.state.step_in_stage)
+            return streaming_rollouts(
+                stack, index, stage, problems, run=self.config.run, state=state, queued=queued, sampling=sampling
+            )
 
         async def rollout(step: int) -> RolloutResult:  # steps 1-5
             batch = batch_for_step(problems, stage.batch_problems, seed=self.config.run.seed, stage=index, step=step)
-            return await rollout_batch(stack.engine, stage, batch, step, seed=self.config.run.seed)
+            sampling = step_sampling(self.config, stage.name, step)
+            return await rollout_batch(stack.engine, stage, batch, step, seed=self.config.run.seed, sampling=sampling)
 
         return rollouts(rollout, end=stage.steps, ahead=self.config.run.max_staleness > 0)
 
@@ -278,6 +286,7 @@ class Trainer:
                              stack.engine.tokenizer, **record_options(self.config.run))  # fmt: skip
             values["record/written"], values["record/skipped"] = await anyio.to_thread.run_sync(record)  # for `rstar2 view`
             metrics.write(self.state.rl_step, {"stage": stage.name, **values})
+            print_step(self.state.rl_step, stage.name, step + 1, stage.steps, values)
             self.infra.observe(self.state.rl_step, done.groups)  # stops a run whose infrastructure keeps failing
             self.health.enforce()  # run.stop_on_health: the step is recorded, then the run stops
 

@@ -25,6 +25,7 @@ from ..errors import ShardError
 from ._engine import ADMISSION_BATCH, RolloutEngine, RolloutStatistics, StreamOptions
 from ._shard_wire import ShardFactory, ShardSpec, ShardStack
 from ._shards import ShardedEngine
+from ._seeds import derive_seed
 from ._runtime import GC_GEN0_THRESHOLD, RUN_OPTIONS, collect_frozen_garbage, tune_gc
 from ._toolbox import DEFAULT_SYSTEM_PROMPT, Toolbox, load_tools
 from ._toolcall import (
@@ -67,6 +68,7 @@ __all__ = [
     "Toolbox",
     "collect_frozen_garbage",
     "count_answer_blocks",
+    "derive_seed",
     "load_tools",
     "parse_tool_calls",
     "problem_messages",

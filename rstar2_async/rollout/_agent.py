@@ -27,6 +27,7 @@ import time
 from typing import Final
 
 import anyio
+import msgspec
 
 from backends import (
     BackendClosed,
@@ -40,8 +41,9 @@ from ..config import RolloutConfig
 from ..types import FinishReason, Problem, ToolCall, ToolResult, Trajectory, Turn
 from ._chat_template import ChatTokenizer
 from ._conversation import ChatConversation, Generated, TokenConversation
+from ._seeds import derive_seed
 from ._toolbox import Toolbox
-from ._toolcall import count_answer_blocks, parse_tool_calls, render_tool_turn
+from ._toolcall import count_answer_blocks, parse_tool_calls
 
 _SESSIONS: Final = itertools.count()
 """Numbers a trajectory's pool session: one problem may run at two stream
@@ -88,6 +90,8 @@ async def run_trajectory(
     its turns (without tool responses), which is what gets graded.
 
     Args:
+        sampling: the trajectory's; with a seed, each turn's request is seeded from
+            it and the turn's index.
         prompt_ids: the problem's prompt, already encoded by ``tokenizer`` (the engine
             encodes each problem once for all its samples); never mutated, and it
             becomes the trajectory's ``prompt_ids``: the samples of a group share it.
@@ -118,7 +122,10 @@ async def run_trajectory(
             start, t0 = conv.length, time.monotonic()
             try:
                 # request, then record: one coroutine frame fewer to cross on every wakeup
-                gen = conv.record(await conv.request(remaining, sampling))  # type: ignore[arg-type]
+                turn_sampling = sampling
+                if sampling.seed is not None:
+                    turn_sampling = msgspec.structs.replace(sampling, seed=derive_seed(sampling.seed, turn_index))
+                gen = conv.record(await conv.request(remaining, turn_sampling))  # type: ignore[arg-type]
             except BackendClosed:
                 raise
             except BackendError as exc:
@@ -155,7 +162,7 @@ async def run_trajectory(
                 finish = "error"
                 error = infra = f"tool {failed.call.name if failed.call else '?'}: {failed.output}"
                 break
-            size, payload = conv.tool_turn_size(render_tool_turn([r.output for r in results]))
+            size, payload = conv.tool_turn_size([r.output for r in results])
             fits = conv.length + size < config.max_response_tokens
             if fits:
                 conv.append_tool_turn(payload)  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ from backends import (
 )
 
 from ._chat_template import ChatTokenizer
+from ._toolcall import render_tool_turn
 
 __all__ = ["ChatConversation", "Generated", "TokenConversation"]
 
@@ -97,15 +98,15 @@ class TokenConversation:
         self.texts.append(text + self.tokenizer.eos_text if eos else text)
         return Generated(text, len(ids), c.finish_reason, c.weight_version)
 
-    def tool_turn_size(self, content: str) -> tuple[int, tuple[list[int], str]]:
-        ids = self.tokenizer.encode_tool_turn(content)
-        return len(ids), (ids, content)
+    def tool_turn_size(self, outputs: list[str]) -> tuple[int, tuple[list[int], list[str]]]:
+        ids = self.tokenizer.encode_tool_turn(outputs)
+        return len(ids), (ids, outputs)
 
-    def append_tool_turn(self, turn: tuple[list[int], str]) -> None:
-        ids, content = turn
+    def append_tool_turn(self, turn: tuple[list[int], list[str]]) -> None:
+        ids, outputs = turn
         self._extend(ids)
         self.pieces.append(len(ids))
-        self.texts.append(self.tokenizer.tool_turn_text(content))
+        self.texts.append(self.tokenizer.tool_turn_text(outputs))
 
     def transcript(self) -> str:
         return "".join(self.texts)
@@ -135,7 +136,9 @@ class ChatConversation:
         self.length += c.completion_tokens
         return Generated(c.text, c.completion_tokens, c.finish_reason, 0)
 
-    def tool_turn_size(self, content: str) -> tuple[int, str]:
+    def tool_turn_size(self, outputs: list[str]) -> tuple[int, str]:
+        # One user message in rStar2's format: the server's template sees no tool role.
+        content = render_tool_turn(outputs)
         return len(content) // 4 + 8, content  # ~4 characters per token, plus the template
 
     def append_tool_turn(self, content: str) -> None:

@@ -25,6 +25,7 @@ backend, the sandbox nor the reward: their owners close them.
 
 from __future__ import annotations
 
+import collections
 import math
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
@@ -46,6 +47,7 @@ from ..reward import Reward
 from ..types import Group, Problem, Trajectory
 from ._agent import problem_messages, run_trajectory
 from ._chat_template import ChatTokenizer
+from ._seeds import derive_seed
 from ._toolbox import Toolbox, load_tools
 from .tools import Tool
 
@@ -258,30 +260,30 @@ class RolloutEngine:
         on_trajectory: Callable[[Trajectory], None] | None,
         send: ObjectSendStream[Group],
     ) -> None:
+        met: collections.Counter[str] = collections.Counter()  # for seeds: a call may hold one problem twice
         async with send, anyio.create_task_group() as tg:
             if isinstance(problems, Sequence):
-                for p_index, problem in enumerate(problems):
-                    await self._start_group(tg, p_index, _PendingGroup(problem, n, config, on_trajectory), finished, send)
+                for problem in problems:
+                    await self._start_group(tg, met, _PendingGroup(problem, n, config, on_trajectory), finished, send)
             else:  # a stream: each problem is taken when the previous group has all started
-                p_index = 0
                 async for problem in problems:
-                    await self._start_group(tg, p_index, _PendingGroup(problem, n, config, on_trajectory), finished, send)
-                    p_index += 1
+                    await self._start_group(tg, met, _PendingGroup(problem, n, config, on_trajectory), finished, send)
 
     async def _start_group(
         self,
         tg: anyio.abc.TaskGroup,
-        p_index: int,
+        met: collections.Counter[str],
         pending: _PendingGroup,
         finished: Mapping[tuple[str, int], Trajectory],
         send: ObjectSendStream[Group],
     ) -> None:
         problem, n, sampling = pending.problem, len(pending.slots), pending.config.sampling
+        met[problem.id] += 1
         for i in range(n):
             if (problem.id, i) in finished:
                 self._complete(pending, i, finished[problem.id, i], send)
                 continue
-            seed = None if sampling.seed is None else sampling.seed + p_index * n + i
+            seed = None if sampling.seed is None else derive_seed(sampling.seed, problem.id, met[problem.id], i)
             params = SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, seed=seed)
             if pending.prompt_ids is None and self.tokenizer is not None:
                 pending.prompt_ids = self.tokenizer.encode_prompt(problem_messages(problem, pending.config, self.toolbox))

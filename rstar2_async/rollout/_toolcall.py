@@ -2,8 +2,9 @@
 
 The model writes ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (any
 number per turn); the results come back in one user turn, each inside
-``<tool_response>...</tool_response>``; the final answer sits in
-``<answer>...\\boxed{...}...</answer>``.
+``<tool_response>...</tool_response>`` (in token mode as ``tool`` messages through the
+model's own chat template, which for Qwen-style templates is this very format); the
+final answer sits in ``<answer>...\\boxed{...}...</answer>``.
 
 Parsing never raises: anything the model gets wrong becomes a :class:`CallError`
 whose message goes back to the model as a tool error, so it can correct itself.
@@ -117,7 +118,9 @@ def truncate_middle(text: str, limit: int) -> str:
 
 
 def render_tool_turn(outputs: list[str]) -> str:
-    """The user turn carrying all results of one assistant turn, in call order."""
+    """The user turn carrying all results of one assistant turn, in call order, in
+    rStar2's format (chat mode, and SFT transcripts; token mode renders the results
+    as ``tool`` messages through the model's template)."""
     return "\n".join(f"<tool_response>\n{out}\n</tool_response>" for out in outputs)
 
 

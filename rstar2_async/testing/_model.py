@@ -25,21 +25,26 @@ from ._http import DropConnection
 IM_START, IM_END = 256, 257
 _SPECIAL = {IM_START: "<|im_start|>", IM_END: "<|im_end|>"}
 _SPECIAL_RE = re.compile("(<\\|im_start\\|>|<\\|im_end\\|>)")
-# What surrounds a tool turn's content in the ChatML template (HFChatTokenizer's bridge).
-_TOOL_TURN_OPEN = (10, IM_START, *b"user\n")
+# What surrounds a tool turn's results in CHATML_TEMPLATE (HFChatTokenizer's frame).
+_TOOL_TURN_OPEN = (10, IM_START, *b"user")
 _TOOL_TURN_CLOSE = (IM_END, 10, IM_START, *b"assistant\n")
 
 
 CHATML_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% for m in messages %}{% if m['role'] != 'tool' %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% else %}{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
+    "{{ '\\n' }}<tool_response>\n{{ m['content'] }}\n</tool_response>"  # a newline after a block tag would be trimmed
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>\n{% endif %}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+"""ChatML whose consecutive ``tool`` messages form one user turn of ``<tool_response>``
+blocks, as Qwen2.5's template (and the demo model's) renders them."""
 
 
 def write_byte_tokenizer(out: Path) -> Path:
     """:class:`FakeByteTokenizer` as a Hugging Face tokenizer directory, for code
     that loads one by path (a rollout shard's worker): byte-level BPE without merges
-    whose ids are the bytes, the two ChatML specials, and the ChatML template."""
+    whose ids are the bytes, the two ChatML specials, and :data:`CHATML_TEMPLATE`."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     # GPT-2's byte -> character table, which the ByteLevel pre-tokenizer applies.
@@ -58,7 +63,8 @@ def write_byte_tokenizer(out: Path) -> Path:
 
 class FakeByteTokenizer:
     """Test double of :class:`rstar2_async.rollout.HFChatTokenizer`: UTF-8 bytes are
-    ids 0-255, ``<|im_start|>``/``<|im_end|>`` are 256/257, ChatML template."""
+    ids 0-255, ``<|im_start|>``/``<|im_end|>`` are 256/257, :data:`CHATML_TEMPLATE`
+    (a turn's tool results in one user turn, each in ``<tool_response>``)."""
 
     eos_token_id = IM_END
     eos_text = "<|im_end|>"
@@ -80,11 +86,11 @@ class FakeByteTokenizer:
         text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
         return self._encode_text(text + "<|im_start|>assistant\n")
 
-    def encode_tool_turn(self, content: str) -> list[int]:
-        return [*_TOOL_TURN_OPEN, *content.encode(), *_TOOL_TURN_CLOSE]
+    def encode_tool_turn(self, outputs: Sequence[str]) -> list[int]:
+        return [*_TOOL_TURN_OPEN, *_results(outputs).encode(), *_TOOL_TURN_CLOSE]
 
-    def tool_turn_text(self, content: str) -> str:
-        return f"\n<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n"
+    def tool_turn_text(self, outputs: Sequence[str]) -> str:
+        return f"\n<|im_start|>user{_results(outputs)}<|im_end|>\n<|im_start|>assistant\n"
 
     def decode(self, ids: Sequence[int]) -> str:
         # The benchmarks use this double too and must not measure it, so the work
@@ -102,6 +108,10 @@ class FakeByteTokenizer:
             start = pos + 1
         out.append(bytes(ids[start:]).decode(errors="replace"))
         return "".join(out)
+
+
+def _results(outputs: Sequence[str]) -> str:
+    return "".join(f"\n<tool_response>\n{out}\n</tool_response>" for out in outputs)
 
 
 def _positions(ids: list[int], value: int) -> list[int]:

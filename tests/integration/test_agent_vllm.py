@@ -22,7 +22,7 @@ from backends._launcher import VLLMServer
 from rstar2_async.config import RolloutConfig, SamplingConfig
 from rstar2_async.demo import answer_text, tool_call_text
 from rstar2_async.reward import Grader
-from rstar2_async.rollout import HFChatTokenizer, RolloutEngine, render_tool_turn
+from rstar2_async.rollout import HFChatTokenizer, RolloutEngine
 from rstar2_async.rollout.tools import jupyter, python
 from rstar2_async.types import Problem
 from sandbox import SandboxConfig, SandboxPool
@@ -51,7 +51,7 @@ def fit_policy(tiny_model_dir: Path, out: Path, problem: Problem, turns: list[tu
         generated = tok._encode(text) + [tok.eos_token_id]
         ids, mask = ids + generated, mask + [1] * len(generated)
         if outputs is not None:
-            tool = tok.encode_tool_turn(render_tool_turn(outputs))
+            tool = tok.encode_tool_turn(outputs)
             ids, mask = ids + tool, mask + [0] * len(tool)
     x = torch.tensor([ids])
     target_mask = torch.tensor(mask)[1:].bool()
@@ -123,8 +123,10 @@ def policy_server(vllm_server: VLLMServer, tool_policy_dir: Path, tiny_model_dir
 
 @pytest.mark.anyio
 async def test_tool_using_trajectories_are_token_exact(policy_server: VLLMServer, tool_policy_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
     recorder = Recorder()
-    tok = HFChatTokenizer.from_pretrained(tool_policy_dir)
+    tok, hf = HFChatTokenizer.from_pretrained(tool_policy_dir), AutoTokenizer.from_pretrained(str(tool_policy_dir))
     async with (
         TokenClient(policy_server.base_url + "/v1", model=policy_server.model, transport=recorder) as client,
         SandboxPool(SandboxConfig(workers=1)) as sandbox,
@@ -152,6 +154,13 @@ async def test_tool_using_trajectories_are_token_exact(policy_server: VLLMServer
             appended = slice(span.stop, span.stop + turn.num_appended)
             assert set(t.loss_mask[appended]) <= {0} and set(t.logprobs[appended]) <= {0.0}
         assert len(t.response_ids) == len(t.loss_mask) == len(t.logprobs)
+        # The ids equal transformers' rendering of the whole conversation, tokenised.
+        conversation = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROBLEM.problem}]
+        for turn in t.turns:
+            text = tok.decode(t.response_ids[turn.start:turn.start + turn.num_generated]).removesuffix(tok.eos_text)
+            conversation += [{"role": "assistant", "content": text}, *({"role": "tool", "content": r.output} for r in turn.tool_results)]
+        whole = hf.apply_chat_template(conversation, tokenize=False)
+        assert t.prompt_ids + t.response_ids + hf("\n", add_special_tokens=False)["input_ids"] == hf(whole, add_special_tokens=False)["input_ids"]
     assert served == []
 
 

@@ -34,6 +34,19 @@ def test_mask_covers_exactly_the_assistant_turns(tiny_chat_model: Path, tmp_path
     assert "What is 2 + 3?" in unmasked and "<tool_response>" in unmasked and "<|im_start|>assistant" in unmasked
 
 
+def test_rollout_chat_template_renders_the_transcripts(tiny_chat_model: Path, tmp_path: Path) -> None:
+    """SFT renders with ``rollout.chat_template`` when set, as the rollouts do."""
+    from rstar2_async.learn import load_chat_jsonl
+
+    path = tmp_path / "sft.jsonl"
+    path.write_text(json.dumps({"messages": TRANSCRIPT}) + "\n")
+    (tmp_path / "t.jinja").write_text("{% for m in messages %}[{{ m.role }}]{{ m.content }}<|im_end|>{% endfor %}")
+    (seq,) = load_chat_jsonl(path, tiny_chat_model, chat_template=tmp_path / "t.jinja")
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(tiny_chat_model).decode(seq.ids).startswith("[system]You can call python.<|im_end|>")
+
+
 def test_bad_line_names_file_and_line(tiny_chat_model: Path, tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 

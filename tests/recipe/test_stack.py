@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import h11
+import msgspec
 import pytest
 from anyio.abc import SocketStream
 
@@ -197,3 +198,25 @@ async def test_check_reachable_gives_up_on_a_server_that_never_answers() -> None
             await hung.wait_gone(2)  # each try's connection closed
         tg.cancel_scope.cancel()
     assert answering.requests == 1
+
+
+@pytest.mark.anyio
+async def test_a_template_without_tool_results_fails_before_anything_starts(tmp_path: Path) -> None:
+    """No server is asked (none listens on the URL): the template is checked first,
+    and ``rollout.chat_template`` is the fix it names."""
+    from rstar2_async.config import RolloutConfig
+    from sandbox import SandboxConfig
+    from tests.rollout.chat_templates import CHATML_DROPPING_TOOLS, QWEN25_STYLE, qwen_tokenizer
+
+    tokenizer = qwen_tokenizer(tmp_path / "tok", CHATML_DROPPING_TOOLS)
+    nowhere = InferenceConfig(base_urls=[f"http://127.0.0.1:{free_port('127.0.0.1')}/v1"], model="m")
+    sandbox = SandboxConfig(workers=1, warmup="")
+    with pytest.raises(ConfigError, match="leaves a tool result's text out.*rollout.chat_template"):
+        async with rollout_stack(rollout=RolloutConfig(), inference=nowhere, sandbox=sandbox, tokenizer_dir=tokenizer):
+            pass
+    (tmp_path / "fixed.jinja").write_text(QWEN25_STYLE)
+    fixed = RolloutConfig(chat_template=str(tmp_path / "fixed.jinja"))
+    with pytest.raises(ConfigError, match="rollout.chat_template = .* applies to token mode"):
+        chat = msgspec.structs.replace(nowhere, mode="chat")
+        async with rollout_stack(rollout=fixed, inference=chat, sandbox=sandbox):
+            pass

@@ -147,7 +147,7 @@ def config(tmp_path: Path, ports: list[int], *, mode: str, shards: int, pause: s
 @pytest.mark.parametrize("shards", [0, 2])
 @pytest.mark.parametrize(("mode", "pause"), [("on_policy", None), ("streaming", None), ("streaming", "keep")])
 async def test_rl_steps_train_each_group_once_within_the_staleness_bound(
-    tmp_path: Path, mode: str, pause: str | None, shards: int
+    tmp_path: Path, mode: str, pause: str | None, shards: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     policy = first_answer_wrong()
     fakes = [FakeVLLM(FakeModelServer(policy=policy, delay_s=0.01)) for _ in range(2)]
@@ -200,6 +200,11 @@ async def test_rl_steps_train_each_group_once_within_the_staleness_bound(
     if mode == "streaming":  # a sync interrupted the held turn: cut short (abort), or frozen (keep)...
         assert hold.taken and (sum(f.aborted for f in fakes) > 0) == (pause is None)
         assert sum(r["async/turns_interrupted"] for r in steps) > 0  # ...and it was counted
+    # stderr is no terminal here: the run said what it uses at start, then a line a step.
+    err = capsys.readouterr().err.splitlines()
+    said = [line.removeprefix("rstar2 train: ").split(":")[0] for line in err if line.startswith("rstar2 train: ")]
+    steps_said = [f"step {k} (rl {k}/{STEPS})" for k in range(1, STEPS + 1)]
+    assert said == ["model", "chat template", "grading", "weight sync", *steps_said]
 
 
 def test_more_shards_than_servers_is_an_error_naming_the_field(tmp_path: Path) -> None:

@@ -3,10 +3,8 @@ over vLLM doubles (real HTTP on localhost), the in-process sandbox double and th
 exact-match grader double.
 
 Knobs (:class:`FactoryConfig`, JSON in ``ShardSpec.config``): ``fail`` makes the
-factory raise; while ``stall_file`` exists, an odd-seeded sample of a problem
-whose text holds "slow" does not answer (each worker seeds sample ``i`` of its
-``k``-th problem ``seed + k * n + i``: with a seed and an even ``n``, the odd
-samples stall).
+factory raise; while ``stall_file`` exists, every sample of a problem whose text
+holds "slow" but the first to ask (in this worker) does not answer its first turn.
 """
 
 from __future__ import annotations
@@ -26,7 +24,15 @@ import msgspec
 from backends import ServerPool, follow_versions
 from rstar2_async.config import RolloutConfig
 from rstar2_async.rollout import RolloutEngine, ShardSpec, ShardStack
-from rstar2_async.testing import FakeByteTokenizer, FakeExactReward, FakeModelServer, FakeSandbox, FakeVLLM, serve_http
+from rstar2_async.testing import (
+    FakeByteTokenizer,
+    FakeExactReward,
+    FakeModelServer,
+    FakeSandbox,
+    FakeVLLM,
+    last_user_message,
+    serve_http,
+)
 
 
 class FactoryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -45,15 +51,18 @@ class FactoryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class FakeStallingModel(FakeModelServer):
-    """The scripted model, stalling the odd samples of "slow" problems while a file exists."""
+    """The scripted model, stalling all but the first sample of "slow" problems while a
+    file exists (``slow_asked``, shared by the worker's models, counts their first turns)."""
 
     stall_file: str = ""
+    slow_asked: list[int]
 
     async def __call__(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
         if body and self.stall_file and path == "/v1/completions":
-            request = json.loads(body)
-            if request.get("seed", 0) % 2 and "slow" in self.tokenizer.decode(request["prompt"]):
-                while os.path.exists(self.stall_file):
+            conversation = self.tokenizer.decode(json.loads(body)["prompt"])
+            if "slow" in conversation and "<tool_response>" not in last_user_message(conversation):  # a first turn
+                self.slow_asked[0] += 1
+                while self.slow_asked[0] > 1 and os.path.exists(self.stall_file):
                     await anyio.sleep(0.01)  # a double polling the test's file, not a test ordering events
         return await super().__call__(method, path, body)
 
@@ -76,8 +85,9 @@ async def make(spec: ShardSpec) -> AsyncIterator[ShardStack]:
     if config.gc_probe:
         _probe_collector(config.gc_probe)
     models = [FakeStallingModel() for _ in spec.share(config.servers)]
+    slow_asked = [0]
     for model in models:
-        model.stall_file = config.stall_file
+        model.stall_file, model.slow_asked = config.stall_file, slow_asked
     async with anyio.create_task_group() as tg:
         ports = [await tg.start(serve_http, FakeVLLM(model)) for model in models]
         urls = [f"http://127.0.0.1:{port}" for port in ports]

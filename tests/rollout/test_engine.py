@@ -348,3 +348,36 @@ async def test_one_problem_in_flight_twice_has_a_session_per_trajectory() -> Non
         assert backend.active == 4
         backend.gate.set()
     assert len(set(backend.sessions)) == 4
+
+
+async def test_seeded_calls_seed_each_request_from_the_problem_sample_and_turn() -> None:
+    """Every request of a seeded call has its own seed, a function of (call seed,
+    problem, how often the call met it, sample, turn): a rerun sends the same ones,
+    whatever order the requests arrive in.  Unseeded calls send none."""
+
+    def seeds(server: FakeModelServer) -> dict[tuple[str, int], list[int]]:
+        """(problem text, turn) -> the seeds its requests sent."""
+        out: dict[tuple[str, int], list[int]] = {}
+        for r in server.requests:
+            text = FakeByteTokenizer().decode(r["prompt"])
+            out.setdefault((text.split("What is ")[1][:8], text.count("<tool_response>\n")), []).append(r["seed"])
+        return {key: sorted(v) for key, v in out.items()}
+
+    batch = [*problems(2), problems(1)[0]]  # p0 twice: its second meeting samples afresh
+    runs = []
+    for _ in range(2):
+        server = FakeModelServer()
+        async with running(server) as (engine, _):
+            await engine.run(batch, n=2, sampling=SamplingConfig(seed=7))
+        runs.append(server)
+    all_seeds = [r["seed"] for r in runs[0].requests]
+    assert len(all_seeds) == 3 * 2 * 2 and len(set(all_seeds)) == len(all_seeds)  # 3 groups x 2 samples x 2 turns
+    assert seeds(runs[0]) == seeds(runs[1])
+    server = FakeModelServer()
+    async with running(server) as (engine, _):
+        await engine.run(batch, n=2, sampling=SamplingConfig(seed=8))
+    assert not set(all_seeds) & {r["seed"] for r in server.requests}
+    server = FakeModelServer()
+    async with running(server) as (engine, _):
+        await engine.run(batch, n=2)
+    assert all("seed" not in r for r in server.requests)

@@ -13,15 +13,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rstar2_async.config import SamplingConfig
 from rstar2_async.rollout import GC_GEN0_THRESHOLD, ShardedEngine, ShardError
 from rstar2_async.types import Group, Problem, Trajectory
 from tests.rollout._shard_factory import spec
 
 pytestmark = pytest.mark.anyio
-
-SEEDED = SamplingConfig(seed=0)
-"""With n=2, sample 1 of a worker's problem has an odd seed: it stalls if "slow"."""
 
 
 def problems(k: int, start: int = 0) -> list[Problem]:
@@ -108,7 +104,7 @@ async def test_leaving_the_block_cancels_in_the_workers(tmp_path: Path) -> None:
     stall = tmp_path / "stall"
     stall.touch()
     async with engine(1, stall_file=str(stall)) as sharded:
-        async with sharded.stream([SLOW, *problems(2)], n=2, sampling=SEEDED) as groups:
+        async with sharded.stream([SLOW, *problems(2)], n=2) as groups:
             got = [await groups.receive(), await groups.receive()]
         # "slow"'s sample 1 never answers: leaving cancelled it, or it would still be in flight
         again = await sharded.run(problems(1, start=5), n=1)
@@ -143,7 +139,7 @@ async def test_a_killed_worker_is_restarted_and_its_problems_run_again(tmp_path:
 
     async with engine(2, stall_file=str(stall)) as sharded:
         old = sharded.pids()
-        async with sharded.stream([SLOW, *problems(4)], n=2, sampling=SEEDED, on_trajectory=record) as stream:
+        async with sharded.stream([SLOW, *problems(4)], n=2, on_trajectory=record) as stream:
             groups = [await stream.receive() for _ in range(4)]
             await slow_started.wait()  # worker 0 holds "slow", its sample 0 back, sample 1 stalled
             os.kill(old[0], signal.SIGKILL)
@@ -171,7 +167,7 @@ async def test_a_hung_worker_is_killed_restarted_and_its_problems_run_again(tmp_
     sharded = ShardedEngine([spec(i, 2, stall_file=str(stall)) for i in range(2)], hang_timeout_s=3.0)
     async with sharded:
         old = sharded.pids()
-        async with sharded.stream([SLOW, *problems(2)], n=2, sampling=SEEDED, on_trajectory=record) as stream:
+        async with sharded.stream([SLOW, *problems(2)], n=2, on_trajectory=record) as stream:
             groups = [await stream.receive() for _ in range(2)]
             await slow_started.wait()  # worker 0 holds "slow", its sample 1 stalled
             os.kill(old[0], signal.SIGSTOP)
