@@ -95,8 +95,8 @@ def config(tmp_path: Path, model_port: int, urls: Sequence[str], key_file: Path)
 class WatchedDriver(FakeLearnerDriver):
     """Tells the test when an update begins (it runs in a worker thread)."""
 
-    def __init__(self, updated: anyio.Event) -> None:
-        super().__init__()
+    def __init__(self, base: Path, updated: anyio.Event) -> None:
+        super().__init__(base)
         self.updated = updated
 
     def grpo_step(self, groups: Sequence[Group], version: int | None = None) -> object:
@@ -115,8 +115,8 @@ async def test_a_run_survives_a_killed_sandbox_service_and_stops_when_none_is_le
     key.write_text("sandbox-secret")
     model = FakeVLLM(FakeModelServer(policy=first_answer_wrong()))
     updated = anyio.Event()
-    driver = WatchedDriver(updated)
     base = write_byte_tokenizer(tmp_path / "model")
+    driver = WatchedDriver(base, updated)
     async with (
         live_service("sandbox-secret", workers=1) as first,
         live_service("sandbox-secret", workers=1) as second,
