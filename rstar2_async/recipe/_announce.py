@@ -68,4 +68,9 @@ def _sync(config: TrainConfig) -> str:
         rendezvous = f"{ws.master_address}:{ws.master_port}"
         how = f"receive each step's export from the learner's rank 0 over {ws.sender} ({rendezvous})"
     pause = ws.pause_mode or ("abort" if config.run.mode == "streaming" else "wait")
-    return f'weight sync: {servers} {how} (weight_sync.transport = "{ws.transport}"), turns in flight: {pause}'
+    check = (
+        "each server's probe log-probs checked against the learner's after every sync (weight_sync.verify)"
+        if ws.verify
+        else "syncs NOT checked (weight_sync.verify = false)"
+    )
+    return f'weight sync: {servers} {how} (weight_sync.transport = "{ws.transport}"), turns in flight: {pause}; {check}'

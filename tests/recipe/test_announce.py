@@ -25,8 +25,11 @@ def test_a_plain_hugging_face_directory(tmp_path: Path) -> None:
     assert grading.startswith("grading: strict (training's default") and 'reward.grading = "lenient"' in grading
     assert sync == (
         'weight sync: the 1 vllm server(s) this run launches reload each step\'s export (<run>/weights/vNNNNNN) in place '
-        '(weight_sync.transport = "disk"), turns in flight: wait'
+        '(weight_sync.transport = "disk"), turns in flight: wait; '
+        "each server's probe log-probs checked against the learner's after every sync (weight_sync.verify)"
     )
+    *_, unchecked = lines(tmp_path / "m", weight_sync={"verify": False})
+    assert unchecked.endswith("syncs NOT checked (weight_sync.verify = false)")
 
 
 def test_a_model_trained_here_with_its_own_settings(tmp_path: Path) -> None:
@@ -39,4 +42,4 @@ def test_a_model_trained_here_with_its_own_settings(tmp_path: Path) -> None:
     )  # fmt: skip
     assert model.endswith("(trained by rstar2: it has rollout.toml)") and grading == "grading: lenient (reward.grading)"
     assert sync.startswith("weight sync: the 2 server(s) of inference.base_urls receive each step's export from the learner's")
-    assert "over nccl (127.0.0.1:29500)" in sync and sync.endswith("turns in flight: abort")
+    assert "over nccl (127.0.0.1:29500)" in sync and "turns in flight: abort; each server's probe" in sync
