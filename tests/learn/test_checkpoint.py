@@ -19,6 +19,8 @@ import pytest
 
 from rstar2_async.learn import latest_checkpoint
 
+pytestmark = pytest.mark.deepspeed  # each test trains in a DeepSpeed subprocess
+
 SCRIPT = Path(__file__).with_name("_train_script.py")
 STEPS = 8
 

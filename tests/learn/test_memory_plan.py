@@ -29,6 +29,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.deepspeed  # the learner in a subprocess, its peak measured
 @pytest.mark.parametrize("ckpt", [0, 1])
 @pytest.mark.parametrize("size", ["deep", "wide"])
 def test_estimate_is_within_a_quarter_of_the_measured_peak(models: dict[str, Path], size: str, ckpt: int) -> None:
