@@ -61,6 +61,7 @@ class ShardProcess:
         self._tail = bytearray()
         self._tail_done = anyio.Event()
         self.hung = False  # killed by messages() for its silence
+        self._ready = False  # until then it builds its stack and reads no EOF: stopping it skips the grace
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -119,6 +120,7 @@ class ShardProcess:
             raise await self.failure("exited before it was ready") from None
         if not isinstance(first, Ready):
             raise await self.failure(f"sent {type(first).__name__} before Ready")
+        self._ready = True
         return first
 
     async def messages(self, silence_s: float = HANG_TIMEOUT_S) -> AsyncIterator[FromWorker]:
@@ -182,9 +184,13 @@ class ShardProcess:
             self._tail_done.set()
 
     async def _stop(self) -> None:
-        """EOF, a grace, SIGTERM, a grace, SIGKILL; reaped.  Call shielded."""
+        """EOF, a grace (for a ready worker: one still starting reads no EOF), SIGTERM,
+        a grace, SIGKILL; reaped.  Call shielded, once the writer task has ended."""
         self._out.close()
-        if self.process.returncode is None:
+        assert self.process.stdin is not None
+        with contextlib.suppress(*GONE):  # the EOF itself: the writer may have been cancelled before sending it
+            await self.process.stdin.aclose()
+        if self.process.returncode is None and self._ready:
             with anyio.move_on_after(STOP_GRACE_S):
                 await self.process.wait()
         for signal in (self.process.terminate, self.process.kill):
