@@ -67,8 +67,8 @@ EXPORTS: dict[str, list[str]] = {
     "rstar2_async.testing": [
         "CHATML_TEMPLATE", "DropConnection", "FakeByteTokenizer", "FakeExactReward", "FakeModelServer",
         "FakeRawServer", "FakeSGLang", "FakeSandbox", "FakeVLLM", "IM_END", "IM_START", "Recorded", "STALLS",
-        "arithmetic_policy", "hung_server", "last_user_message", "perturbed_weights", "pool_chaos", "raw_head",
-        "sandbox_soak", "serve_http", "write_byte_tokenizer",
+        "arithmetic_policy", "completion_events", "hung_server", "join_events", "last_user_message",
+        "perturbed_weights", "pool_chaos", "raw_head", "sandbox_soak", "serve_http", "sse_answer", "write_byte_tokenizer",
     ],
     "fleetsim": ["DIAGNOSTICS", "PAUSE_S", "POLICIES", "Params", "Setup", "Sim", "Trainer", "lower_bound", "workload"],
 }

@@ -31,7 +31,7 @@ from ..config import (
 )
 from ..reward import Grader
 from ..rollout import ChatTokenizer, HFChatTokenizer, RolloutEngine, ShardedEngine
-from ._builders import Engine, api_key, client_timeout, fleet_config, rollout_engine, weight_transport
+from ._builders import CHAT_RETRIES, Engine, api_key, client_timeout, fleet_config, rollout_engine, weight_transport
 from ._builders import server_pool as server_pool_of
 from ._shard_stack import ShardStackConfig, shard_specs
 
@@ -160,7 +160,7 @@ async def rollout_stack(
                         inference.base_urls[0],
                         model=inference.model,
                         api_key=api_key(inference),
-                        max_retries=inference.max_retries,
+                        max_retries=CHAT_RETRIES if inference.max_retries is None else inference.max_retries,
                         timeout=client_timeout(inference),
                         max_connections=inference.max_connections,
                     )

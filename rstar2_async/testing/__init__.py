@@ -6,7 +6,9 @@ users who test their tools, rewards and engines against the same edges.
   as an OpenAI completions endpoint (:class:`FakeModelServer`), an in-process sandbox
   (:class:`FakeSandbox`), recording vLLM and SGLang servers (:class:`FakeVLLM`,
   :class:`FakeSGLang`), and raw HTTP servers to script misbehaving ones
-  (:func:`serve_http`, :class:`FakeRawServer`, :func:`hung_server`).
+  (:func:`serve_http`, :class:`FakeRawServer`, :func:`hung_server`), and vLLM's
+  streamed completions as the doubles send them (:func:`sse_answer`,
+  :func:`completion_events`, :func:`join_events`).
 - Chaos runs, whose invariants the test suite checks on a short run and
   ``benchmarks/`` measures on a long one: :func:`sandbox_soak` (the jailed pool behind
   its HTTP service while workers are killed) and :func:`pool_chaos` (the inference
@@ -30,6 +32,7 @@ from ._model import (
 )
 from ._pool_chaos import pool_chaos
 from ._sandbox_soak import sandbox_soak
+from ._sse import completion_events, join_events, sse_answer
 from ._weights import perturbed_weights
 
 __all__ = [
@@ -47,12 +50,15 @@ __all__ = [
     "Recorded",
     "STALLS",
     "arithmetic_policy",
+    "completion_events",
     "hung_server",
+    "join_events",
     "last_user_message",
     "perturbed_weights",
     "pool_chaos",
     "raw_head",
     "sandbox_soak",
     "serve_http",
+    "sse_answer",
     "write_byte_tokenizer",
 ]

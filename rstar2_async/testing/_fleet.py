@@ -25,6 +25,7 @@ import msgspec
 
 from ._http import DropConnection
 from ._model import FakeModelServer
+from ._sse import join_events, sse_answer
 
 
 @dataclass
@@ -91,7 +92,7 @@ class FakeVLLM:
                 await self._resumed.wait()
             if status != 200 or (version == "default" and pauses == self._abort_pauses):
                 return status, payload
-            return status, self._stamp(payload, version, aborted=pauses != self._abort_pauses)
+            return status, self._stamp(payload, version, aborted=pauses != self._abort_pauses, stream=isinstance(parsed, dict) and bool(parsed.get("stream")))
         return self.admin(path, query, parsed)
 
     def admin(self, path: str, query: dict[str, str], body: object) -> tuple[int, bytes]:
@@ -139,8 +140,8 @@ class FakeVLLM:
                 return 200, ok
         return 404, b'{"error": "not found"}'
 
-    def _stamp(self, payload: bytes, version: str, *, aborted: bool) -> bytes:
-        answer = json.loads(payload)
+    def _stamp(self, payload: bytes, version: str, *, aborted: bool, stream: bool) -> bytes:
+        answer = join_events(payload) if stream else json.loads(payload)
         if version != "default" and self.stamps_versions:
             answer["weight_version"] = version
         if aborted:
@@ -150,7 +151,7 @@ class FakeVLLM:
             choice["token_ids"] = choice["token_ids"][:keep]
             choice["logprobs"] = {k: v[:keep] for k, v in choice["logprobs"].items()}
             choice["text"], choice["finish_reason"] = self.scripted.tokenizer.decode(choice["token_ids"]), "abort"
-        return msgspec.json.encode(answer)
+        return sse_answer(answer) if stream else msgspec.json.encode(answer)
 
 
 @dataclass
@@ -161,6 +162,9 @@ class FakeSGLang:
     used_tokens: int = 1000
     log: list[Recorded] = field(default_factory=list)
     version: str = "0"
+    incremental: bool = False
+    """Streamed chunks hold only their new tokens (a server started with
+    ``--incremental-streaming-output``); else every token so far."""
 
     async def __call__(self, method: str, target: str, body: bytes) -> tuple[int, bytes]:
         url = urlsplit(target)
@@ -177,8 +181,11 @@ class FakeSGLang:
                 assert isinstance(parsed, dict)
                 n = min(3, parsed["sampling_params"]["max_new_tokens"])
                 ids = [7 + i for i in range(n)]
+                finish = {"type": "length" if n == parsed["sampling_params"]["max_new_tokens"] else "stop"}
+                if parsed.get("stream"):
+                    return 200, self._stream(ids, finish)
                 meta = {
-                    "finish_reason": {"type": "length" if n == parsed["sampling_params"]["max_new_tokens"] else "stop"},
+                    "finish_reason": finish,
                     "output_token_logprobs": [[-0.5, t, None] for t in ids],
                     "weight_version": self.version,
                 }
@@ -190,3 +197,18 @@ class FakeSGLang:
             case "/get_weight_version":
                 return 200, msgspec.json.encode({"weight_version": self.version})
         return 200, b'{"success": true, "message": "ok"}'
+
+    def _stream(self, ids: list[int], finish: dict) -> bytes:
+        """One chunk a token, each holding every token so far (SGLang's default) or,
+        ``incremental``, only its own (``--incremental-streaming-output``)."""
+        events = []
+        for i in range(len(ids)):
+            held = ids[i : i + 1] if self.incremental else ids[: i + 1]
+            meta = {
+                "finish_reason": finish if i == len(ids) - 1 else None,
+                "output_token_logprobs": [[-0.5, t, None] for t in held],
+                "completion_tokens": i + 1,
+                "weight_version": self.version,
+            }
+            events.append(b"data: " + msgspec.json.encode({"text": "", "output_ids": held, "meta_info": meta}) + b"\n\n")
+        return b"".join(events) + b"data: [DONE]\n\n"
