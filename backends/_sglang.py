@@ -14,7 +14,9 @@ double (tests/backends/test_sglang.py).  Shapes follow SGLang's native API:
   ``data: [DONE]``; ``meta_info.completion_tokens`` counts the tokens so far, and
   ``output_ids`` / ``output_token_logprobs`` hold all of them, or only the new
   ones on a server started with ``--incremental-streaming-output`` (servers the
-  fleet launches are: the default makes a turn's stream quadratic in its length).
+  fleet launches are: the default makes a turn's stream quadratic in its length),
+  a chunk every ``--stream-interval`` tokens (the fleet's: vLLM's per-request
+  :data:`backends._vllm_client.STREAM_INTERVAL`; SGLang's default is every token).
   A failure while streaming is a chunk ``{"error": {"message"}}``.
 - ``GET /get_server_info`` -> server args plus ``max_total_num_tokens`` (KV capacity
   in tokens); ``GET /get_load`` -> ``[{"num_reqs", "num_waiting_reqs", "num_tokens"}]``
@@ -48,6 +50,7 @@ from ._progress import Progress
 from ._token_client import FINISH_REASONS, CompletionClient, PartReader
 from ._token_ids import json_ids
 from ._types import Completion, SamplingParams
+from ._vllm_client import STREAM_INTERVAL
 
 __all__ = ["SGLangAdmin", "SGLangTokenClient", "sglang_command"]
 
@@ -65,6 +68,7 @@ def sglang_command(
         "--port", str(port),
         "--tp-size", str(tensor_parallel_size),
         "--incremental-streaming-output",  # each streamed chunk holds its new tokens only
+        "--stream-interval", str(STREAM_INTERVAL),  # SGLang's is per server: a chunk a token by default
     ]  # fmt: skip
     if served_model_name:
         cmd += ["--served-model-name", served_model_name]

@@ -30,12 +30,14 @@ from ._vllm import parse_vllm_weight_version
 
 __all__ = ["STREAM_INTERVAL", "TokenClient"]
 
-STREAM_INTERVAL: Final = 16
-"""Tokens per streamed chunk (vLLM's per-request ``stream_interval``; the first and
-last chunks come at once).  Each chunk costs the client a read, a parse and a
-deadline update (~10 us); at 16 tokens a chunk, streaming a turn costs about what
-reading it whole did (``benchmarks/rollout_overhead.py``), and progress is still
-seen every ~0.5 s of a sequence's decoding at 30 tokens/s."""
+STREAM_INTERVAL: Final = 64
+"""Tokens per streamed chunk (vLLM's per-request ``stream_interval``; the first chunk
+comes at once with the first token).  Each chunk costs the client ~60-75 us (its
+own read, h11's chunk framing, the event's decode): a 240-token turn cost 1,528 us
+at 16 tokens a chunk, 947 us at 64, and 502 us read whole
+(``benchmarks/rollout_overhead.py``, ``turn_cpu_us_*``).  Progress is still seen
+every ~2 s of a sequence's decoding at 30 tokens/s, far inside ``stall_timeout_s``,
+and a failover regenerates at most 63 tokens it had not received."""
 
 _LogprobT = TypeVar("_LogprobT", float, float | None)
 

@@ -55,6 +55,7 @@ def join_events(body: bytes) -> dict[str, Any]:
     """A streamed answer's body made one whole answer again (tokens, logprobs and
     the last finish reason joined; the first chunk's other fields kept)."""
     chunks = [msgspec.json.decode(e[6:]) for e in body.split(b"\n\n") if e.startswith(b"data: {")]
+    chunks = [c for c in chunks if c.get("choices")]  # not a usage chunk
     answer = chunks[0]
     choice = answer["choices"][0]
     choice["logprobs"]["tokens"] = [t for c in chunks for t in c["choices"][0]["logprobs"]["tokens"]]

@@ -148,4 +148,4 @@ async def test_the_request_as_sent_through_an_httpx_transport() -> None:
     body = json.loads(content)
     assert (body["prompt"], body["max_tokens"], body["temperature"], body["seed"]) == ([1, 2, 3], 4, 0.5, 3)
     assert body["return_token_ids"] is True and request.extensions["timeout"]["read"] == 3600.0
-    assert (body["stream"], body["stream_interval"]) == (True, 16)
+    assert (body["stream"], body["stream_interval"]) == (True, 64)

@@ -255,3 +255,43 @@ async def test_closing_the_transport_when_cancelled_still_closes_every_idle_conn
             await server.wait_gone(3)
         assert transport._open == 0
         tg.cancel_scope.cancel()
+
+
+async def test_post_hands_a_streamed_body_over_part_by_part_as_it_arrives() -> None:
+    """``on_part`` gets each part as it arrives (the server sends the second only
+    once the first was handed over); an error answer is read whole instead; and
+    what ``on_part`` raises ends the exchange and closes its connection."""
+    seen = anyio.Event()
+
+    async def parts(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        if request.target == b"/error":
+            await stream.send(raw_head(503, 4) + b"busy")
+            return True
+        await stream.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n")
+        await seen.wait()
+        await stream.send(b"2\r\nde\r\n0\r\n\r\n")
+        return True
+
+    class Refused(Exception):
+        pass
+
+    def refuse(part: bytes) -> None:
+        raise Refused(part)
+
+    server = FakeRawServer(parts)
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        got: list[bytes] = []
+
+        def on_part(part: bytes) -> None:
+            got.append(part)
+            seen.set()
+
+        async with Http11Transport() as transport:
+            with anyio.fail_after(20):
+                assert await transport.post(url(server.port, "/stream"), [], b"", on_part) == (200, b"")
+                assert await transport.post(url(server.port, "/error"), [], b"", on_part) == (503, b"busy")
+                with pytest.raises(Refused):
+                    await transport.post(url(server.port, "/stream"), [], b"", refuse)
+            assert got == [b"abc", b"de"] and server.connections == 1 and transport._open == 0  # kept, then closed
+        tg.cancel_scope.cancel()
