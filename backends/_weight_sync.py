@@ -15,8 +15,19 @@
            sent to, whenever it ends);
 5. resume  every paused server, always (shielded), whatever failed before.
 
+A deadline bounds it all (``timeout_s`` from the start): a server that has not
+paused by half of it, or not finished its load, flush and version by all of it, is
+taken out of rotation (and loaded when it answers again); the others go on, each
+server's steps 2-4 apart from the others' (but a broadcast, a collective: it gets
+half the time left, the disk loads of the servers it failed the rest), and the
+report names it (``timed_out``).  Step 5 gets what is left of the deadline, at
+least :data:`RESUME_S`; a server that does not answer its resume by then is taken
+out too.  Cancelled (SIGTERM), a sync ends within :data:`RESUME_S`: its resumes'
+time, never 600 s per admin call.
+
 Guarantees:
-- No server is left paused: step 5 runs on every way out, cancellation included.
+- No server is left paused: step 5 runs on every way out, cancellation included
+  (a server that cannot be resumed, because it hangs, is out of rotation).
 - No server serves a mixed version: a server whose load, flush or version step
   still fails after ``retries`` is taken out of the pool's rotation before resume;
   it is loaded with the current weights when it comes back (the pool calls
@@ -24,7 +35,9 @@ Guarantees:
   after the fleet restarted it), and only then re-enters rotation.
 - ``sync`` raises :class:`WeightSyncError` only if *no* server took the new
   weights; otherwise it returns a :class:`SyncReport` naming the servers it
-  retried and those it took out.
+  retried, those it took out, and those of them that ran out of time.
+- It ends within ``timeout_s`` plus the resumes' :data:`RESUME_S` whatever the
+  servers do (hang, die, stop answering mid-transfer).
 
 Other pools over the same servers (rollout shards in other processes) follow the
 sync: ``hold`` keeps them from admitting new turns during it, ``on_version`` tells
@@ -42,8 +55,10 @@ later sync loads all servers from disk: the group is not re-formed.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
+from functools import partial
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Final, final
@@ -54,13 +69,16 @@ import msgspec
 from ._errors import BackendError, WeightSyncError
 from ._pool import PoolServer, ServerPool
 from ._protocols import PauseMode
+from ._sync_round import RETRY_DELAY_S, Round
 from ._transports import BroadcastTransport, DiskTransport, PendingWeights, weights_directory
 
-__all__ = ["SyncReport", "WeightSync", "follow_versions"]
+__all__ = ["RESUME_S", "SyncReport", "WeightSync", "follow_versions"]
 
-_RETRY_DELAY_S: Final = 0.5
-"""Pause between retries of one server's step: long enough for a transient
-connection reset to clear, short next to a reload (seconds)."""
+log = logging.getLogger("backends")
+
+RESUME_S: Final = 5.0
+"""The least time the resumes get, even past the deadline: a healthy server answers
+``/resume`` in milliseconds; one that does not in 5 s is taken out."""
 
 
 class SyncReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,6 +98,8 @@ class SyncReport(msgspec.Struct, frozen=True, kw_only=True):
     version_s: float
     resume_s: float
     total_s: float
+    timed_out: list[int] = []
+    """Of ``removed``, the servers that missed the deadline (``timeout_s``)."""
 
 
 @final
@@ -104,6 +124,8 @@ class WeightSync:
         on_version: tells those pools each new version: awaited with ``(version,
             servers)`` (the indexes in ``pool`` that took it) before the servers
             resume, so that what they generate next is stamped with it.
+        timeout_s: the deadline of one sync (see the module docstring), and of
+            loading one server that comes back (:meth:`on_server_back`).
     """
 
     def __init__(
@@ -116,8 +138,12 @@ class WeightSync:
         restart: Callable[[int], Awaitable[None]] | None = None,
         hold: Callable[[], AbstractAsyncContextManager[None]] | None = None,
         on_version: Callable[[int, list[int]], Awaitable[None]] | None = None,
+        timeout_s: float = 300.0,
     ) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s: expected > 0, got {timeout_s}")
         self.pool = pool
+        self.timeout_s = timeout_s
         self.transport = transport
         self.pause_mode = pause_mode
         self.retries = retries
@@ -140,8 +166,9 @@ class WeightSync:
         Raises:
             WeightSyncError: no server is in rotation, or none took the weights.
 
-        Cancellation: servers paused so far are resumed (shielded); a server that
-        may hold partial weights is taken out of rotation.
+        Cancellation: servers paused so far are resumed (shielded, within the
+        deadline or :data:`RESUME_S`); a server that may hold partial weights is
+        taken out of rotation.
         """
         t0 = time.monotonic()
         servers = [s for s in self.pool.servers if self.pool.is_up(s.index)]
@@ -151,121 +178,105 @@ class WeightSync:
             self._source = weights
         elif isinstance(self.transport, BroadcastTransport):
             self._source = self.transport.fallback_dir
-        retried: set[int] = set()
-        removed: set[int] = set()
-        paused: list[PoolServer] = []
-        times = dict.fromkeys(("pause", "load", "flush", "version", "resume"), 0.0)
+        begun = anyio.current_time()
+        rnd = Round(begun + self.timeout_s, self.retries)
+        ok: list[int] = []
+        ended = False  # else cancelled (SIGTERM) or failed: the resumes get RESUME_S, not the deadline
         async with self.pool.held(), self.hold() if self.hold is not None else contextlib.nullcontext():
             try:
-                start = time.monotonic()
-                await self._each(servers, self._pause, retried, removed, paused)
-                times["pause"] = time.monotonic() - start
-                start = time.monotonic()
-                live = [s for s in servers if s.index not in removed]
+                # Half the deadline at most: the others' loads need the rest.
+                await rnd.each(servers, partial(self._pause, rnd), by=begun + self.timeout_s / 2)
+                live = [s for s in servers if s.index not in rnd.removed]
+                self._partial.update(s.index for s in live)  # until each has loaded whole
                 try:
-                    failures = await self.transport.load(live, weights, version)
+                    failures: dict[int, BaseException] | None = None
+                    if self.transport.collective(live, weights):
+                        start = anyio.current_time()
+                        failures = await self.transport.load(live, weights, version, rnd.deadline)
+                        rnd.seconds["load"] = anyio.current_time() - start
+                    await rnd.each(live, partial(self._settle, rnd, weights, version, failures))
                 except BaseException:
-                    removed.update(s.index for s in live)
-                    self._partial.update(s.index for s in live)
+                    rnd.removed.update(s.index for s in live if s.index in self._partial)
                     raise
-                for server in live:
-                    if server.index in failures:
-                        retried.add(server.index)
-                        if not await self._retry(lambda s: self.transport.load_one(s, weights), server):
-                            removed.add(server.index)
-                            self._partial.add(server.index)
-                times["load"] = time.monotonic() - start
-                start = time.monotonic()
-                await self._each([s for s in servers if s.index not in removed],
-                                 lambda s: s.admin.reset_prefix_cache(), retried, removed)
-                times["flush"] = time.monotonic() - start
-                start = time.monotonic()
-                await self._each([s for s in servers if s.index not in removed],
-                                 lambda s: s.admin.set_weight_version(str(version)), retried, removed)
-                ok = [s.index for s in servers if s.index not in removed]
+                ok = [s.index for s in servers if s.index not in rnd.removed]
                 if ok:
                     self.pool.set_weight_version(version, ok)
                     self._version = version
                     if self.on_version is not None:
                         await self.on_version(version, ok)
-                times["version"] = time.monotonic() - start
+                ended = True
             finally:
-                for index in removed:
+                for index in rnd.removed:
                     self.pool.set_up(index, False)
                 with anyio.CancelScope(shield=True):
-                    start = time.monotonic()
-                    await self._resume(paused)
-                    times["resume"] = time.monotonic() - start
+                    start = anyio.current_time()
+                    await self._resume(rnd, max(rnd.deadline if ended else 0.0, start + RESUME_S))
+                    rnd.seconds["resume"] = anyio.current_time() - start
         if not ok:
-            raise WeightSyncError(f"no server took weights version {version} (removed: {sorted(removed)})")
+            raise WeightSyncError(f"no server took weights version {version} (removed: {sorted(rnd.removed)})")
         if self.restart is not None:
-            for index in sorted(removed):
+            for index in sorted(rnd.removed):
                 await self.restart(index)
+        if rnd.late:
+            log.warning("weight sync v%d: servers %s missed the %g s deadline; taken out, loaded when they answer again",
+                        version, sorted(rnd.late), self.timeout_s)
+        t = rnd.seconds
         return SyncReport(
             version=version,
             transport=self.transport.name,
-            servers=ok,
-            retried=sorted(retried),
-            removed=sorted(removed),
-            pause_s=times["pause"],
-            load_s=times["load"],
-            flush_s=times["flush"],
-            version_s=times["version"],
-            resume_s=times["resume"],
+            servers=[i for i in ok if i not in rnd.late],
+            retried=sorted(rnd.retried),
+            removed=sorted(rnd.removed | rnd.late),
+            timed_out=sorted(rnd.late),
+            pause_s=t.get("pause", 0.0),
+            load_s=t.get("load", 0.0),
+            flush_s=t.get("flush", 0.0),
+            version_s=t.get("version", 0.0),
+            resume_s=t.get("resume", 0.0),
             total_s=time.monotonic() - t0,
         )
 
-    async def _pause(self, server: PoolServer) -> None:
-        if self.pause_mode == "wait" and not server.admin.native_wait:
-            await self.pool.drained(server.index)
-        await server.admin.pause(self.pause_mode)
+    async def _pause(self, rnd: Round, server: PoolServer) -> None:
+        rnd.paused.append(server)  # resumed even if the pause itself failed half-way
 
-    async def _each(
-        self,
-        servers: Sequence[PoolServer],
-        step: Callable[[PoolServer], Awaitable[None]],
-        retried: set[int],
-        removed: set[int],
-        paused: list[PoolServer] | None = None,
+        async def pause(server: PoolServer) -> None:
+            if self.pause_mode == "wait" and not server.admin.native_wait:
+                await self.pool.drained(server.index)
+            await server.admin.pause(self.pause_mode)
+
+        await rnd.step("pause", server, pause)
+
+    async def _settle(
+        self, rnd: Round, weights: Any, version: int, failures: dict[int, BaseException] | None, server: PoolServer
     ) -> None:
-        """Run ``step`` on every server concurrently, with retries; failures are removed."""
+        """The rest of one server's sync, apart from the others': its load (from
+        disk; or again, after a failed broadcast), flush and version."""
+        if failures is None or server.index in failures:
+            failed = None if failures is None else failures[server.index]
+            if not await rnd.step("load", server, lambda s: self.transport.load_one(s, weights), failed=failed):
+                return
+        self._partial.discard(server.index)
+        if await rnd.step("flush", server, lambda s: s.admin.reset_prefix_cache()):
+            await rnd.step("version", server, lambda s: s.admin.set_weight_version(str(version)))
+
+    async def _resume(self, rnd: Round, deadline: float) -> None:
+        """Resume every paused server by ``deadline``; one that cannot be resumed
+        (it fails, or hangs) is taken out of rotation: loaded when it answers again."""
 
         async def one(server: PoolServer) -> None:
-            if paused is not None:
-                paused.append(server)  # resume even if the pause itself failed half-way
-            try:
-                await step(server)
-            except BackendError:
-                retried.add(server.index)
-                if not await self._retry(step, server):
-                    removed.add(server.index)
-
-        async with anyio.create_task_group() as tg:
-            for server in servers:
-                tg.start_soon(one, server)
-
-    async def _retry(self, step: Callable[[PoolServer], Awaitable[None]], server: PoolServer) -> bool:
-        for _ in range(self.retries):
-            await anyio.sleep(_RETRY_DELAY_S)
-            try:
-                await step(server)
-                return True
-            except BackendError:
-                continue
-        return False
-
-    async def _resume(self, paused: Sequence[PoolServer]) -> None:
-        async def one(server: PoolServer) -> None:
-            for attempt in range(1 + self.retries):
-                try:
-                    await server.admin.resume()
-                    return
-                except BackendError:
-                    await anyio.sleep(_RETRY_DELAY_S * (attempt + 1))
+            with anyio.CancelScope(deadline=deadline) as scope:
+                for attempt in range(1 + self.retries):
+                    try:
+                        await server.admin.resume()
+                        return
+                    except BackendError:
+                        await anyio.sleep(RETRY_DELAY_S * (attempt + 1))
+            if scope.cancelled_caught:
+                rnd.late.add(server.index)
             self.pool.set_up(server.index, False)  # unreachable now; loaded when it returns
 
         async with anyio.create_task_group() as tg:
-            for server in paused:
+            for server in rnd.paused:
                 tg.start_soon(one, server)
 
     async def on_server_back(self, server: PoolServer) -> None:
@@ -278,9 +289,16 @@ class WeightSync:
 
         Raises:
             WeightSyncError: it is on another version, or may hold partial weights,
-                and no directory holds the current weights (it stays out of rotation).
+                and no directory holds the current weights; or the load outlasted
+                ``timeout_s`` (it stays out of rotation).
             BackendError: the server failed while being loaded.
         """
+        with anyio.move_on_after(self.timeout_s) as scope:
+            await self._bring_up_to_date(server)
+        if scope.cancelled_caught:
+            raise WeightSyncError(f"server {server.index}: not loaded within {self.timeout_s:g} s; it stays out of rotation")
+
+    async def _bring_up_to_date(self, server: PoolServer) -> None:
         partial = server.index in self._partial
         if self._version is None and not partial:
             return

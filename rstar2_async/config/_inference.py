@@ -177,6 +177,15 @@ class WeightSyncConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     the new weights: as ``abort`` without the round trip of each turn.  Default:
     ``wait`` on-policy, ``abort`` in streaming mode."""
 
+    timeout_s: PositiveFloat = 300.0
+    """Deadline of one sync: a server that has not paused within half of it, or not
+    loaded, flushed and versioned within all of it, is taken out of rotation (and
+    loaded when it answers again) while the others go on (``sync/timed_out``); a
+    broadcast gets half of the time left, the disk loads of the servers it failed
+    the rest.  SIGTERM during a sync ends it within seconds.  Must exceed a healthy
+    load (a 14B model from a shared filesystem: ~1 min) and, in ``wait`` mode, the
+    wait for the turns in flight."""
+
     def __post_init__(self) -> None:
         if self.transport == "broadcast" and self.master_port is None:
             raise ValueError(

@@ -149,7 +149,7 @@ def weight_transport(config: WeightSyncConfig, local: LocalServerConfig) -> Disk
         master_address=config.master_address,
         master_port=config.master_port,
         ranks_per_server=ranks,
-        sender=VLLMNcclSender() if config.sender == "nccl" else GlooSender(),
+        sender=VLLMNcclSender() if config.sender == "nccl" else GlooSender(timeout_s=config.timeout_s),
     )
 
 

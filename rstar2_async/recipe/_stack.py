@@ -184,9 +184,11 @@ async def rollout_stack(
             transport = weight_transport(weight_sync, local)
             if isinstance(engine, ShardedEngine):  # the workers' pools hold and learn the version too
                 tell = _tell(engine, len(server_pool.servers))
-                sync = WeightSync(server_pool, transport, pause_mode=pause, hold=engine.held, on_version=tell)
+                sync = WeightSync(
+                    server_pool, transport, pause_mode=pause, hold=engine.held, on_version=tell, timeout_s=weight_sync.timeout_s
+                )
             else:
-                sync = WeightSync(server_pool, transport, pause_mode=pause)
+                sync = WeightSync(server_pool, transport, pause_mode=pause, timeout_s=weight_sync.timeout_s)
         yield RolloutStack(engine=engine, grader=grader, pool=server_pool, sync=sync, fleet=fleet)
 
 

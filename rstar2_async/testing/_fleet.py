@@ -4,6 +4,8 @@ with the shapes the real engines use (measured for vLLM, documented for SGLang).
 
 ``FakeVLLM`` generates with a :class:`FakeModelServer`; knobs:
 ``dead`` (drop every connection), ``hang`` (never answer completions),
+:meth:`FakeVLLM.stop` / :meth:`FakeVLLM.cont` (a SIGSTOPped process: every request
+waits, admin and polls included, until ``cont``),
 ``fail_paths`` (paths answered 500), ``capacity_tokens`` / ``used_tokens``
 (reported in ``/metrics``).  While paused, completions wait for ``/resume``; a
 completion that a ``/pause?mode=abort`` overlapped answers the first half of its
@@ -55,6 +57,8 @@ class FakeVLLM:
     def __post_init__(self) -> None:
         self._resumed = anyio.Event()
         self._resumed.set()
+        self._continued = anyio.Event()  # cleared while stopped
+        self._continued.set()
         self._abort_pauses = 0
         self._pause_mode = ""
 
@@ -62,10 +66,19 @@ class FakeVLLM:
     def paused(self) -> bool:
         return not self._resumed.is_set()
 
+    def stop(self) -> None:
+        """As SIGSTOP: requests from now on wait (unanswered) until :meth:`cont`."""
+        if self._continued.is_set():
+            self._continued = anyio.Event()
+
+    def cont(self) -> None:
+        self._continued.set()
+
     def paths(self) -> list[str]:
         return [r.path for r in self.log if r.path not in ("/metrics", "/health", "/v1/completions", "/v1/models")]
 
     async def __call__(self, method: str, target: str, body: bytes) -> tuple[int, bytes]:
+        await self._continued.wait()
         if self.dead:
             raise DropConnection
         url = urlsplit(target)
