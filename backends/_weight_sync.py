@@ -155,6 +155,7 @@ class WeightSync:
         # Servers a failed or cancelled load may have left with part of its weights:
         # none re-enters rotation until the current weights are loaded whole.
         self._partial: set[int] = set()
+        self._unresumed: set[int] = set()  # paused by a sync that could not resume them
         pool.on_server_back = self.on_server_back
 
     async def sync(self, weights: Any, version: int) -> SyncReport:
@@ -260,20 +261,25 @@ class WeightSync:
             await rnd.step("version", server, lambda s: s.admin.set_weight_version(str(version)))
 
     async def _resume(self, rnd: Round, deadline: float) -> None:
-        """Resume every paused server by ``deadline``; one that cannot be resumed
-        (it fails, or hangs) is taken out of rotation: loaded when it answers again."""
+        """Resume every paused server by ``deadline`` (one that already missed the
+        sync's deadline, likely hung: within :data:`RESUME_S`); one that cannot be
+        resumed (it fails, or hangs) is taken out of rotation, and resumed and
+        loaded when it answers again (:meth:`on_server_back`)."""
+        hung_by = anyio.current_time() + RESUME_S
 
         async def one(server: PoolServer) -> None:
-            with anyio.CancelScope(deadline=deadline) as scope:
+            with anyio.CancelScope(deadline=min(deadline, hung_by) if server.index in rnd.late else deadline) as scope:
                 for attempt in range(1 + self.retries):
                     try:
                         await server.admin.resume()
+                        self._unresumed.discard(server.index)
                         return
                     except BackendError:
                         await anyio.sleep(RETRY_DELAY_S * (attempt + 1))
             if scope.cancelled_caught:
                 rnd.late.add(server.index)
-            self.pool.set_up(server.index, False)  # unreachable now; loaded when it returns
+            self._unresumed.add(server.index)
+            self.pool.set_up(server.index, False)  # unreachable now; resumed and loaded when it returns
 
         async with anyio.create_task_group() as tg:
             for server in rnd.paused:
@@ -281,7 +287,8 @@ class WeightSync:
 
     async def on_server_back(self, server: PoolServer) -> None:
         """Before a server re-enters rotation: make sure it serves the current
-        version, loading the current weights from disk if it does not.
+        version, loading the current weights from disk if it does not (and resume
+        it first if a sync could not).
 
         A server a failed load may have left with part of its weights is loaded
         whatever version it reports; before any sync has completed there is no
@@ -299,6 +306,9 @@ class WeightSync:
             raise WeightSyncError(f"server {server.index}: not loaded within {self.timeout_s:g} s; it stays out of rotation")
 
     async def _bring_up_to_date(self, server: PoolServer) -> None:
+        if server.index in self._unresumed:  # a sync may have left it paused
+            await server.admin.resume()
+            self._unresumed.discard(server.index)
         partial = server.index in self._partial
         if self._version is None and not partial:
             return

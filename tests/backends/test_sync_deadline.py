@@ -52,9 +52,9 @@ async def test_a_server_stopped_during_a_sync_misses_the_deadline_and_the_rest_g
         assert (report.servers, report.removed, report.timed_out) == ([0], [1], [1])
         assert fakes[0].paths() == CHOREOGRAPHY and fakes[0].version == "3" and not fakes[0].paused
         assert not pool.is_up(1)
-        fakes[1].cont()  # SIGCONT: it answers again and is loaded before it is back
+        fakes[1].cont()  # SIGCONT: its pause goes through now; it is resumed and loaded before it is back
         await until_up(pool, 1)
-        assert fakes[1].version == "3" and fakes[1].weights == str(tmp_path.resolve())
+        assert fakes[1].version == "3" and fakes[1].weights == str(tmp_path.resolve()) and not fakes[1].paused
 
 
 async def test_a_cancelled_sync_ends_without_waiting_on_a_stopped_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
