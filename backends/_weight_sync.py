@@ -34,7 +34,8 @@ Guarantees:
   :meth:`WeightSync.on_server_back` before reusing a server that was down, e.g.
   after the fleet restarted it), and only then re-enters rotation.
 - ``sync`` raises :class:`WeightSyncError` only if *no* server took the new
-  weights; otherwise it returns a :class:`SyncReport` naming the servers it
+  weights and none of them ran out of time (those are loaded with them when they
+  answer again); otherwise it returns a :class:`SyncReport` naming the servers it
   retried, those it took out, and those of them that ran out of time.
 - It ends within ``timeout_s`` plus the resumes' :data:`RESUME_S` whatever the
   servers do (hang, die, stop answering mid-transfer).
@@ -165,7 +166,8 @@ class WeightSync:
         load servers that come back later.
 
         Raises:
-            WeightSyncError: no server is in rotation, or none took the weights.
+            WeightSyncError: no server is in rotation, or none took the weights and
+                none ran out of time (or there is no directory to load those from).
 
         Cancellation: servers paused so far are resumed (shielded, within the
         deadline or :data:`RESUME_S`); a server that may hold partial weights is
@@ -213,8 +215,18 @@ class WeightSync:
                     start = anyio.current_time()
                     await self._resume(rnd, max(rnd.deadline if ended else 0.0, start + RESUME_S))
                     rnd.seconds["resume"] = anyio.current_time() - start
+                # A pause that missed the deadline may still reach it (a stopped
+                # process reads it once continued): resumed again on its way back.
+                self._unresumed.update(s.index for s in rnd.paused if s.index in rnd.removed or s.index in rnd.late)
         if not ok:
-            raise WeightSyncError(f"no server took weights version {version} (removed: {sorted(rnd.removed)})")
+            if not rnd.late or self._source is None:
+                raise WeightSyncError(f"no server took weights version {version} (removed: {sorted(rnd.removed)})")
+            # Out of time, not failed: each is loaded with this version when it answers
+            # again (turns wait for a server meanwhile, up to the pool's unavailable_timeout_s).
+            self.pool.set_weight_version(version, [])
+            self._version = version
+            if self.on_version is not None:
+                await self.on_version(version, [])
         if self.restart is not None:
             for index in sorted(rnd.removed):
                 await self.restart(index)

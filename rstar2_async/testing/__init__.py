@@ -11,8 +11,10 @@ users who test their tools, rewards and engines against the same edges.
   :func:`completion_events`, :func:`join_events`).
 - Chaos runs, whose invariants the test suite checks on a short run and
   ``benchmarks/`` measures on a long one: :func:`sandbox_soak` (the jailed pool behind
-  its HTTP service while workers are killed) and :func:`pool_chaos` (the inference
-  pool over doubles that die, hang and answer garbage).
+  its HTTP service while workers are killed), :func:`pool_chaos` (the inference
+  pool over doubles that die, hang and answer garbage) and :func:`inject_faults`
+  (a training run's servers stopped mid-generation and mid-sync, sandbox workers
+  and a service killed; :func:`chaos_figures` reads its invariants from the run).
 - :func:`perturbed_weights`: a model's weights moved by noise, as a learner's export.
 """
 
@@ -33,10 +35,12 @@ from ._model import (
 from ._pool_chaos import pool_chaos
 from ._sandbox_soak import sandbox_soak
 from ._sse import completion_events, join_events, sse_answer
+from ._train_chaos import Chaos, ProcessGroup, RestartableService, chaos_figures, inject_faults
 from ._weights import perturbed_weights
 
 __all__ = [
     "CHATML_TEMPLATE",
+    "Chaos",
     "DropConnection",
     "FakeByteTokenizer",
     "FakeExactReward",
@@ -47,11 +51,15 @@ __all__ = [
     "FakeVLLM",
     "IM_END",
     "IM_START",
+    "ProcessGroup",
     "Recorded",
+    "RestartableService",
     "STALLS",
     "arithmetic_policy",
+    "chaos_figures",
     "completion_events",
     "hung_server",
+    "inject_faults",
     "join_events",
     "last_user_message",
     "perturbed_weights",

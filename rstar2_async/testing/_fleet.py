@@ -6,7 +6,7 @@ with the shapes the real engines use (measured for vLLM, documented for SGLang).
 ``dead`` (drop every connection), ``hang`` (never answer completions),
 :meth:`FakeVLLM.stop` / :meth:`FakeVLLM.cont` (a SIGSTOPped process: every request
 waits, admin and polls included, until ``cont``),
-``fail_paths`` (paths answered 500), ``capacity_tokens`` / ``used_tokens``
+``fail_paths`` (paths answered 500), ``load_s`` (a reload's time), ``capacity_tokens`` / ``used_tokens``
 (reported in ``/metrics``).  While paused, completions wait for ``/resume``; a
 completion that a ``/pause?mode=abort`` overlapped answers the first half of its
 tokens with ``finish_reason: "abort"`` (vLLM ends it at once; the double when its
@@ -53,6 +53,8 @@ class FakeVLLM:
     aborted: int = 0
     """Completions cut short by an abort-mode pause."""
     stamps_versions: bool = True
+    load_s: float = 0.0
+    """How long ``/collective_rpc`` (a reload) takes."""
 
     def __post_init__(self) -> None:
         self._resumed = anyio.Event()
@@ -99,6 +101,7 @@ class FakeVLLM:
                 status, payload = await self.scripted(method, path, body)
             finally:
                 self.running -= 1
+            await self._continued.wait()  # stopped while generating: no answer until continued
             if self.dead:  # killed while generating
                 raise DropConnection
             if self.paused and self._pause_mode == "keep":  # frozen until the resume
@@ -106,6 +109,9 @@ class FakeVLLM:
             if status != 200 or (version == "default" and pauses == self._abort_pauses):
                 return status, payload
             return status, self._stamp(payload, version, aborted=pauses != self._abort_pauses, stream=isinstance(parsed, dict) and bool(parsed.get("stream")))
+        if path == "/collective_rpc" and self.load_s:  # a reload takes its time; stopped meanwhile, it waits
+            await anyio.sleep(self.load_s)
+            await self._continued.wait()
         return self.admin(path, query, parsed)
 
     def admin(self, path: str, query: dict[str, str], body: object) -> tuple[int, bytes]:

@@ -130,3 +130,26 @@ async def test_a_broadcast_that_stops_mid_transfer_is_abandoned_and_the_servers_
     finally:
         sender.release.set()  # the abandoned thread ends
     assert len(sender.sent) == 2
+
+
+async def test_a_sync_whose_every_server_ran_out_of_time_loads_them_when_they_answer(tmp_path: Path) -> None:
+    """Out of time is not failed: the sync returns without a server (turns wait for
+    one), and the stopped server is loaded with this version once it answers."""
+    fakes = [FakeVLLM()]
+    async with fleet(*fakes) as pool:
+        original = pool.servers[0].admin.load_weights_from_disk
+        stopped = anyio.Event()
+
+        async def stop_then(path: str) -> None:
+            if not stopped.is_set():
+                stopped.set()
+                fakes[0].stop()
+            await original(path)
+
+        pool.servers[0].admin.load_weights_from_disk = stop_then  # type: ignore[method-assign]
+        with anyio.fail_after(60):
+            report = await WeightSync(pool, DiskTransport(), timeout_s=1.0).sync(tmp_path, version=4)
+        assert (report.servers, report.timed_out) == ([], [0]) and pool.weight_version == 4
+        fakes[0].cont()
+        await until_up(pool, 0)
+        assert fakes[0].version == "4" and not fakes[0].paused and pool.servers[0].client.weight_version == 4
