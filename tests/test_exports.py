@@ -69,7 +69,7 @@ EXPORTS: dict[str, list[str]] = {
         "FakeRawServer", "FakeSGLang", "FakeSandbox", "FakeVLLM", "IM_END", "IM_START", "ProcessGroup", "Recorded",
         "RestartableService", "STALLS", "arithmetic_policy", "chaos_figures", "completion_events", "hung_server",
         "inject_faults", "join_events", "last_user_message", "perturbed_weights", "pool_chaos", "raw_head",
-        "sandbox_soak", "serve_http", "sse_answer", "write_byte_tokenizer",
+        "sandbox_soak", "serve_http", "sse_answer", "stalling_stream", "write_byte_tokenizer",
     ],
     "fleetsim": ["DIAGNOSTICS", "PAUSE_S", "POLICIES", "Params", "Setup", "Sim", "Trainer", "lower_bound", "workload"],
 }

@@ -6,7 +6,8 @@ users who test their tools, rewards and engines against the same edges.
   as an OpenAI completions endpoint (:class:`FakeModelServer`), an in-process sandbox
   (:class:`FakeSandbox`), recording vLLM and SGLang servers (:class:`FakeVLLM`,
   :class:`FakeSGLang`), and raw HTTP servers to script misbehaving ones
-  (:func:`serve_http`, :class:`FakeRawServer`, :func:`hung_server`), and vLLM's
+  (:func:`serve_http`, :class:`FakeRawServer`, :func:`hung_server`,
+  :func:`stalling_stream`), and vLLM's
   streamed completions as the doubles send them (:func:`sse_answer`,
   :func:`completion_events`, :func:`join_events`).
 - Chaos runs, whose invariants the test suite checks on a short run and
@@ -19,7 +20,7 @@ users who test their tools, rewards and engines against the same edges.
 """
 
 from ._fleet import FakeSGLang, FakeVLLM, Recorded
-from ._http import STALLS, DropConnection, FakeRawServer, hung_server, raw_head, serve_http
+from ._http import STALLS, DropConnection, FakeRawServer, hung_server, raw_head, serve_http, stalling_stream
 from ._model import (
     CHATML_TEMPLATE,
     IM_END,
@@ -68,5 +69,6 @@ __all__ = [
     "sandbox_soak",
     "serve_http",
     "sse_answer",
+    "stalling_stream",
     "write_byte_tokenizer",
 ]

@@ -177,3 +177,35 @@ def hung_server(where: str, stalling: anyio.Event, *, only: bytes = b"") -> Fake
 
     server = FakeRawServer(answer)
     return server
+
+
+_METRICS = b'vllm:cache_config_info{kv_cache_size_tokens="131072"} 1.0\nvllm:num_requests_running 0\n'
+
+
+def stalling_stream(
+    events: Callable[[bytes], Awaitable[list[bytes]]], *, ssl_context: ssl.SSLContext | None = None
+) -> FakeRawServer:
+    """A vLLM double whose completions stream ``await events(body)`` (server-sent
+    events, each its own HTTP chunk) and then stall until the client goes, unless
+    they end with ``data: [DONE]`` (then the answer ends there).  ``/metrics``
+    answers a KV capacity; anything else 404."""
+
+    async def answer(stream: ByteStream, request: h11.Request, body: bytes) -> bool:
+        if request.target.endswith(b"/metrics"):
+            await stream.send(raw_head(200, len(_METRICS)) + _METRICS)
+            return True
+        if not request.target.endswith(b"/completions"):
+            await stream.send(raw_head(404, 2) + b"{}")
+            return True
+        parts = await events(body)
+        await stream.send(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        for event in parts:
+            await stream.send(b"%x\r\n%s\r\n" % (len(event), event))
+        if parts and parts[-1].startswith(b"data: [DONE]"):
+            await stream.send(b"0\r\n\r\n")
+            return True
+        await server.stall(stream)
+        return False
+
+    server = FakeRawServer(answer, ssl_context=ssl_context)
+    return server

@@ -6,17 +6,14 @@ double of the fault, the one it fails over to the scripted vLLM double)."""
 from __future__ import annotations
 
 import anyio
-import h11
 import pytest
-from anyio.abc import ByteStream
 
 from backends import RetryPolicy, SamplingParams, ServerPool
 from backends._progress import Progress, StallWatch
-from rstar2_async.testing import FakeByteTokenizer, FakeModelServer, FakeRawServer, FakeVLLM, raw_head, serve_http
+from rstar2_async.testing import FakeByteTokenizer, FakeModelServer, FakeRawServer, FakeVLLM, serve_http, stalling_stream
 
 pytestmark = pytest.mark.anyio
 GREEDY = SamplingParams(temperature=0.0)
-METRICS = b'vllm:cache_config_info{kv_cache_size_tokens="100000"} 1.0\nvllm:num_requests_running 0\n'
 
 
 async def test_progress_not_duration_decides_a_stall() -> None:
@@ -60,22 +57,29 @@ def stalling_vllm(model: FakeModelServer, events: int) -> FakeRawServer:
     """A vLLM double that streams the scripted model's first ``events`` chunks of
     each completion, then stalls (until its client goes)."""
 
-    async def answer(stream: ByteStream, request: h11.Request, body: bytes) -> bool:
-        if request.target.endswith(b"/metrics"):
-            await stream.send(raw_head(200, len(METRICS)) + METRICS)
-            return True
-        if not request.target.endswith(b"/completions"):
-            await stream.send(raw_head(404, 2) + b"{}")
-            return True
+    async def first_events(body: bytes) -> list[bytes]:
         _, sse = await model("POST", "/v1/completions", body)
-        await stream.send(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-        for event in sse.split(b"\n\n")[:events]:
-            await stream.send(b"%x\r\n%s\n\n\r\n" % (len(event) + 2, event))
-        await server.stall(stream)
-        return False
+        return [e + b"\n\n" for e in sse.split(b"\n\n")[:events]]
 
-    server = FakeRawServer(answer)
-    return server
+    return stalling_stream(first_events)
+
+
+async def through(stalling: FakeRawServer, healthy: FakeVLLM, prompt: list[int], **pool: object) -> tuple:
+    """One turn through a pool of ``stalling`` then ``healthy`` (round robin: the turn
+    starts on ``stalling``); the turn, the pool's statistics, whether ``stalling`` is
+    still in rotation, and the turn generated whole by ``healthy`` alone."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(stalling.serve)
+        port = await tg.start(serve_http, healthy)
+        urls = [f"http://127.0.0.1:{stalling.port}", f"http://127.0.0.1:{port}"]
+        async with ServerPool(urls, model="m", policy="round_robin", poll_interval_s=3600, retry=RetryPolicy(max_retries=0), **pool) as p:  # type: ignore[arg-type]
+            with anyio.fail_after(30):
+                turn = await p.generate(prompt, max_tokens=200, sampling=GREEDY)
+            stats, up = p.statistics(), p.is_up(0)
+        async with ServerPool([f"http://127.0.0.1:{port}"], model="m") as reference:
+            whole = await reference.generate(prompt, max_tokens=200, sampling=GREEDY)
+        tg.cancel_scope.cancel()
+    return turn, stats, up, whole
 
 
 async def test_a_turn_that_stalls_mid_stream_goes_on_elsewhere_from_its_tokens() -> None:
@@ -84,23 +88,8 @@ async def test_a_turn_that_stalls_mid_stream_goes_on_elsewhere_from_its_tokens()
     other server continues from those 65 tokens with ``max_tokens`` less them: the
     turn equals one generated whole, and no token was generated twice."""
     prompt = FakeByteTokenizer().encode_prompt([{"role": "user", "content": "What is 12*34?"}])
-    healthy = FakeVLLM()
-    stalling = stalling_vllm(FakeModelServer(), events=2)
-    async with anyio.create_task_group() as tg:
-        await tg.start(stalling.serve)
-        port = await tg.start(serve_http, healthy)
-        urls = [f"http://127.0.0.1:{stalling.port}", f"http://127.0.0.1:{port}"]
-        async with ServerPool(
-            urls, model="m", policy="round_robin", stall_timeout_s=0.3, poll_interval_s=3600,
-            retry=RetryPolicy(max_retries=0),
-        ) as pool:  # fmt: skip
-            with anyio.fail_after(30):
-                turn = await pool.generate(prompt, max_tokens=200, sampling=GREEDY)
-            stats = pool.statistics()
-            up = pool.is_up(0)
-        async with ServerPool([f"http://127.0.0.1:{port}"], model="m") as reference:
-            whole = await reference.generate(prompt, max_tokens=200, sampling=GREEDY)
-        tg.cancel_scope.cancel()
+    healthy, stalling = FakeVLLM(), stalling_vllm(FakeModelServer(), events=2)
+    turn, stats, up, whole = await through(stalling, healthy, prompt, stall_timeout_s=0.3)
     assert (turn.token_ids, turn.logprobs, turn.finish_reason) == (whole.token_ids, whole.logprobs, whole.finish_reason)
     assert (stats.stalls, stats.failovers, stats.tokens_kept, up, stalling.stalled) == (1, 1, 65, False, 1)
     continued = [r.body for r in healthy.log if r.path == "/v1/completions"][0]
@@ -112,19 +101,7 @@ async def test_a_request_past_the_outer_bound_moves_but_its_server_stays() -> No
     """No stall watch, a request bound of 0.3 s: a request that outlives it moves
     on from its tokens, and its server, slow rather than hung, stays in rotation."""
     prompt = FakeByteTokenizer().encode_prompt([{"role": "user", "content": "What is 5*6?"}])
-    healthy = FakeVLLM()
     slow = stalling_vllm(FakeModelServer(), events=1)
-    async with anyio.create_task_group() as tg:
-        await tg.start(slow.serve)
-        port = await tg.start(serve_http, healthy)
-        urls = [f"http://127.0.0.1:{slow.port}", f"http://127.0.0.1:{port}"]
-        async with ServerPool(
-            urls, model="m", policy="round_robin", stall_timeout_s=None, request_timeout_s=0.3, poll_interval_s=3600,
-            retry=RetryPolicy(max_retries=0),
-        ) as pool:  # fmt: skip
-            with anyio.fail_after(30):
-                turn = await pool.generate(prompt, max_tokens=200, sampling=GREEDY)
-            stats, up = pool.statistics(), pool.is_up(0)
-        tg.cancel_scope.cancel()
-    assert turn.finish_reason == "stop" and turn.token_ids[-1] == 257  # the end token: the turn is whole
+    turn, stats, up, whole = await through(slow, FakeVLLM(), prompt, stall_timeout_s=None, request_timeout_s=0.3)
+    assert (turn.token_ids, turn.finish_reason) == (whole.token_ids, "stop")
     assert (stats.overdue, stats.stalls, stats.tokens_kept, up) == (1, 0, 1, True)

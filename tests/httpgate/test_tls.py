@@ -21,7 +21,7 @@ from anyio.abc import ByteStream
 
 from backends import RetryPolicy, SamplingParams, ServerPool
 from httpgate import Http11Transport, transport_for
-from rstar2_async.testing import FakeRawServer, completion_events, raw_head
+from rstar2_async.testing import FakeRawServer, completion_events, raw_head, stalling_stream
 
 pytestmark = pytest.mark.anyio
 
@@ -136,35 +136,19 @@ async def test_a_pools_streamed_turn_over_https_fails_over_from_a_server_that_st
     gives it up after ``stall_timeout_s`` and the second continues from the 3 tokens
     (each token is its absolute position: none lost, none twice)."""
 
-    def answer_for(body: bytes, *, stall_after: int | None) -> list[bytes]:
-        request = msgspec.json.decode(body)
-        start = len(request["prompt"])
-        ids = list(range(start, start + request["max_tokens"]))
-        choice = {"token_ids": ids, "logprobs": {"token_logprobs": [-0.5] * len(ids)}, "finish_reason": "length"}
-        events = completion_events({"choices": [choice]}, 1)
-        return events[:stall_after] if stall_after is not None else [*events, b"data: [DONE]\n\n"]
+    def events_for(stall_after: int | None):  # noqa: ANN202
+        async def events(body: bytes) -> list[bytes]:
+            request = msgspec.json.decode(body)
+            start = len(request["prompt"])
+            ids = list(range(start, start + request["max_tokens"]))
+            choice = {"token_ids": ids, "logprobs": {"token_logprobs": [-0.5] * len(ids)}, "finish_reason": "length"}
+            sse = completion_events({"choices": [choice]}, 1)
+            return sse[:stall_after] if stall_after is not None else [*sse, b"data: [DONE]\n\n"]
 
-    def vllm(stall_after: int | None):  # noqa: ANN202
-        async def answer(stream: ByteStream, request: h11.Request, body: bytes) -> bool:
-            if request.target.endswith(b"/metrics"):
-                text = b'vllm:cache_config_info{kv_cache_size_tokens="100000"} 1.0\n'
-                await stream.send(raw_head(200, len(text)) + text)
-                return True
-            if not request.target.endswith(b"/completions"):
-                await stream.send(raw_head(404, 2) + b"{}")
-                return True
-            await stream.send(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-            for event in answer_for(body, stall_after=stall_after):
-                await stream.send(b"%x\r\n%s\r\n" % (len(event), event))
-            if stall_after is not None:
-                await servers[0].stall(stream)
-                return False
-            await stream.send(b"0\r\n\r\n")
-            return True
+        return events
 
-        return answer
-
-    servers = [FakeRawServer(vllm(3), ssl_context=server_context), FakeRawServer(vllm(None), ssl_context=server_context)]
+    servers = [stalling_stream(events_for(3), ssl_context=server_context),
+               stalling_stream(events_for(None), ssl_context=server_context)]  # fmt: skip
     async with anyio.create_task_group() as tg:
         for server in servers:
             await tg.start(server.serve)

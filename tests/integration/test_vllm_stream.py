@@ -15,15 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
-import h11
 import httpx
 import msgspec
 import pytest
-from anyio.abc import ByteStream
 
 from backends import RetryPolicy, SamplingParams, ServerPool, TokenClient
 from backends._launcher import VLLMServer
-from rstar2_async.testing import FakeRawServer, completion_events, raw_head
+from rstar2_async.testing import completion_events, stalling_stream
 
 pytestmark = [pytest.mark.vllm, pytest.mark.anyio]
 
@@ -96,22 +94,11 @@ async def test_a_turn_that_stalls_mid_stream_is_finished_by_the_real_server_from
     whole, _ = await whole_and_streamed(vllm_server, prompt, 60)
     assert len(whole.token_ids) > 17
 
-    async def answer(stream: ByteStream, request: h11.Request, body: bytes) -> bool:
-        if request.target.endswith(b"/metrics"):
-            text = b'vllm:cache_config_info{kv_cache_size_tokens="131072"} 1.0\n'
-            await stream.send(raw_head(200, len(text)) + text)
-            return True
-        if not request.target.endswith(b"/completions"):
-            await stream.send(raw_head(404, 2) + b"{}")
-            return True
+    async def first_two_chunks(body: bytes) -> list[bytes]:
         choice = {"token_ids": whole.token_ids, "logprobs": {"token_logprobs": whole.logprobs}, "finish_reason": whole.finish_reason}
-        await stream.send(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-        for event in completion_events({"choices": [choice]}, 16)[:2]:
-            await stream.send(b"%x\r\n%s\r\n" % (len(event), event))
-        await stalling.stall(stream)
-        return False
+        return completion_events({"choices": [choice]}, 16)[:2]
 
-    stalling = FakeRawServer(answer)
+    stalling = stalling_stream(first_two_chunks)
     async with anyio.create_task_group() as tg:
         await tg.start(stalling.serve)
         urls = [f"http://127.0.0.1:{stalling.port}", vllm_server.base_url]
