@@ -34,6 +34,11 @@ __all__ = ["CHECKS_PER_TIMEOUT", "Progress", "SSEReader", "StallWatch", "Watched
 
 _DONE: Final = b"[DONE]"
 
+CHECKS_PER_TIMEOUT: Final = 10
+"""Checks of the requests per (shortest) timeout: a stall is seen at most 10% late;
+each check walks the requests in flight (16K of them: a few ms, every 6 s at the
+default ``stall_timeout_s``)."""
+
 
 @final
 class Progress:
@@ -167,12 +172,6 @@ class StallWatch:
                 now = anyio.current_time()
                 for w in self._watched:
                     w.changed = now
-
-
-CHECKS_PER_TIMEOUT: Final = 10
-"""Checks of the requests per (shortest) timeout: a stall is seen at most 10% late;
-each check walks the requests in flight (16K of them: a few ms, every 6 s at the
-default ``stall_timeout_s``)."""
 
 
 class SSEReader:

@@ -21,13 +21,15 @@ taken out of rotation (and loaded when it answers again); the others go on, each
 server's steps 2-4 apart from the others' (but a broadcast, a collective: it gets
 half the time left, the disk loads of the servers it failed the rest), and the
 report names it (``timed_out``).  Step 5 gets what is left of the deadline, at
-least :data:`RESUME_S`; a server that does not answer its resume by then is taken
-out too.  Cancelled (SIGTERM), a sync ends within :data:`RESUME_S`: its resumes'
+least :data:`RESUME_S`, for the other servers (the late ones, likely hung, are
+resumed when they answer again); a server that does not answer its resume by then
+is taken out too.  Cancelled (SIGTERM), a sync ends within :data:`RESUME_S`: its resumes'
 time, never 600 s per admin call.
 
 Guarantees:
 - No server is left paused: step 5 runs on every way out, cancellation included
-  (a server that cannot be resumed, because it hangs, is out of rotation).
+  (a server that cannot be resumed, because it hangs, is out of rotation, and is
+  resumed before it comes back; so is one whose pause missed the deadline).
 - No server serves a mixed version: a server whose load, flush or version step
   still fails after ``retries`` is taken out of the pool's rotation before resume;
   it is loaded with the current weights when it comes back (the pool calls
@@ -37,8 +39,10 @@ Guarantees:
   weights and none of them ran out of time (those are loaded with them when they
   answer again); otherwise it returns a :class:`SyncReport` naming the servers it
   retried, those it took out, and those of them that ran out of time.
-- It ends within ``timeout_s`` plus the resumes' :data:`RESUME_S` whatever the
-  servers do (hang, die, stop answering mid-transfer).
+- Its steps end within ``timeout_s`` (plus :data:`RESUME_S` if the deadline
+  passed while a resume was due) whatever
+  the servers do (hang, die, stop answering mid-transfer); ``on_version`` and
+  ``restart`` are the caller's.
 
 Other pools over the same servers (rollout shards in other processes) follow the
 sync: ``hold`` keeps them from admitting new turns during it, ``on_version`` tells
@@ -273,14 +277,13 @@ class WeightSync:
             await rnd.step("version", server, lambda s: s.admin.set_weight_version(str(version)))
 
     async def _resume(self, rnd: Round, deadline: float) -> None:
-        """Resume every paused server by ``deadline`` (one that already missed the
-        sync's deadline, likely hung: within :data:`RESUME_S`); one that cannot be
-        resumed (it fails, or hangs) is taken out of rotation, and resumed and
-        loaded when it answers again (:meth:`on_server_back`)."""
-        hung_by = anyio.current_time() + RESUME_S
+        """Resume every paused server by ``deadline``, but those that missed the
+        sync's deadline (likely hung: not waited for); one that cannot be resumed
+        (it fails, or hangs) is taken out of rotation, and resumed and loaded when
+        it answers again (:meth:`on_server_back`), as are the late ones."""
 
         async def one(server: PoolServer) -> None:
-            with anyio.CancelScope(deadline=min(deadline, hung_by) if server.index in rnd.late else deadline) as scope:
+            with anyio.CancelScope(deadline=deadline) as scope:
                 for attempt in range(1 + self.retries):
                     try:
                         await server.admin.resume()
@@ -295,7 +298,8 @@ class WeightSync:
 
         async with anyio.create_task_group() as tg:
             for server in rnd.paused:
-                tg.start_soon(one, server)
+                if server.index not in rnd.late:
+                    tg.start_soon(one, server)
 
     async def on_server_back(self, server: PoolServer) -> None:
         """Before a server re-enters rotation: make sure it serves the current

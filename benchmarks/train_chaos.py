@@ -81,12 +81,22 @@ async def train(config: TrainConfig, where: Path, chaos: Chaos | None = None) ->
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER}
     t0 = time.monotonic()
     with (where / f"{config.run.name}.out").open("w+b") as out, (where / f"{config.run.name}.err").open("w+b") as err:
-        async with await anyio.open_process([RSTAR2, "train", str(toml)], stdout=out, stderr=err, env=env) as proc:
+        proc = await anyio.open_process([RSTAR2, "train", str(toml)], stdout=out, stderr=err, env=env)
+        try:
             async with anyio.create_task_group() as tg:
                 if chaos is not None:
                     tg.start_soon(inject_faults, run_dir, chaos)
                 await proc.wait()
                 tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                if proc.returncode is None:  # failed or cancelled: SIGTERM stops the run and its servers
+                    proc.terminate()
+                    with anyio.move_on_after(120):
+                        await proc.wait()
+                    if proc.returncode is None:
+                        proc.kill()
+                        await proc.wait()
         if proc.returncode != 0:
             err.seek(0)
             raise RuntimeError(f"{config.run.name}: rstar2 train exited {proc.returncode}:\n{err.read().decode()[-3000:]}")

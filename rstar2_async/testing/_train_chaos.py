@@ -157,10 +157,15 @@ async def _next_request(chaos: Chaos, path: str) -> int:
 
 
 async def _kill_workers(chaos: Chaos) -> None:
+    """A SIGKILL a second, to a worker that was there a second ago: one still starting
+    is not yet a worker (a pool gives up on a slot whose starts keep failing, as
+    ``sandbox_soak`` found)."""
     rng = random.Random(chaos.seed)
+    before: set[int] = set()
     while True:
         await anyio.sleep(1.0)
-        pids = [pid for s in chaos.services if s.pool is not None for pid in worker_pids(s.pool.id)]
+        now = {pid for s in chaos.services if s.pool is not None for pid in worker_pids(s.pool.id)}
+        pids, before = sorted(now & before), now
         if pids:
             try:
                 os.kill(rng.choice(pids), signal.SIGKILL)
