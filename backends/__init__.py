@@ -24,19 +24,22 @@ from ._launcher import (
     launch_vllm,
     serve_vllm,
 )
-from ._pool import PoolServer, PoolStatistics, ServerPool, ServerSpec
+from ._pool import ServerPool
+from ._pool_server import PoolServer, PoolStatistics, ServerSpec
 from ._probe import Probe, ProbeVerdict, verify_servers
 from ._proxy import PROXY_LIMITS, serve_proxy
 from ._protocols import ChatBackend, PauseMode, TokenBackend, WeightAdmin
 from ._retry import RetryPolicy
 from ._sglang import SGLangAdmin, SGLangTokenClient, sglang_command
-from ._token_client import TokenClient, TokenClientStatistics
+from ._token_client import TokenClientStatistics
 from ._token_ids import TokenIds
 from ._transformers import TransformersBackend, TransformersStatistics
 from ._transports import BroadcastTransport, DiskTransport, GlooSender, PendingWeights, VLLMNcclSender
 from ._types import ChatCompletion, Completion, FinishReason, SamplingParams
 from ._vllm import VLLM_WORKER_EXTENSION, VLLMAdmin, parse_vllm_metrics
-from ._weight_sync import SyncReport, WeightSync, follow_versions
+from ._vllm_client import TokenClient
+from ._follow import follow_versions
+from ._weight_sync import SyncReport, WeightSync
 
 __all__ = [
     "BackendClosed",

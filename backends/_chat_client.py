@@ -91,9 +91,10 @@ class ChatClient:
 
         key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
         url = base_url or os.environ.get("OPENAI_BASE_URL")
-        if url is not None and url.startswith("http://"):
-            # follow_redirects as the SDK's own client; no proxy from the environment
-            # for a plain-http server (ours, like the token clients')
+        if url is not None and (url.startswith("http://") or (url.startswith("https://") and not _https_proxy())):
+            # follow_redirects as the SDK's own client; our transport for http and
+            # https (httpcore's can hang past a cancellation); no proxy from the
+            # environment for http (a server of ours, like the token clients')
             transport = Http11Transport(max_connections=max_connections)  # each request carries its timeouts
             http = httpx.AsyncClient(transport=transport, follow_redirects=True, trust_env=False)
         else:
@@ -199,3 +200,12 @@ class ChatClient:
             return None
         count = counted.get("count") if isinstance(counted, dict) else None
         return count if isinstance(count, int) else None
+
+
+def _https_proxy() -> bool:
+    """Whether the environment names a proxy for https (``HTTPS_PROXY``,
+    ``ALL_PROXY``): the SDK's own client honours it, our transport speaks no proxy."""
+    import urllib.request
+
+    proxies = urllib.request.getproxies()
+    return "https" in proxies or "all" in proxies

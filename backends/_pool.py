@@ -6,18 +6,21 @@ policy says there is no room (waiting turns are admitted largest remaining
 budget first), and gives the reservation back when the turn ends, and what a
 trajectory holds between turns when the agent loop calls ``end_session``.
 
-Fault tolerance: when a turn's server fails (connection refused or reset, 5xx or
-undecodable answers after the client's short retries, or the pool's per-request
-time budget running out), the server is marked down and the turn is resubmitted to
-another server from the tokens already received (parts of aborted generations);
-the partial output of the request that was lost is regenerated.  The trajectory
-never sees the failure, only a longer latency; its tokens are neither lost nor
+Fault tolerance: a turn's tokens stream in (:class:`backends._progress.Progress`).
+When its server fails (connection refused or reset, 5xx or undecodable answers after
+the client's short retries, or no new token for ``stall_timeout_s``), the server is
+marked down and the turn goes on on another server from every token it has, the
+failed request's streamed ones included: nothing is generated twice and
+``max_tokens`` counts what was generated.  A long healthy turn is never taken for
+a hung one: only progress counts (``request_timeout_s`` is an outer bound on one
+request, past which the turn moves but its server, slow rather than hung, stays).
+The trajectory never sees the failure, only a longer latency; its tokens are neither lost nor
 duplicated.  The poller brings a server back as soon as it answers again (after a
 restart by the fleet), first running ``on_server_back`` (the weight sync uses it
 to load the current weights into a server that restarted on old ones).
 
-Covered: servers dying, hanging, restarting on the same address, all servers
-down for a while (turns wait up to ``unavailable_timeout_s``).  Not covered: a
+Covered: servers dying, hanging (mid-stream too), restarting on the same address,
+all servers down for a while (turns wait up to ``unavailable_timeout_s``).  Not covered: a
 server that answers wrong tokens without an error; requests sent to servers
 behind the pool's back (their KV usage is only seen through polling).
 """
@@ -25,84 +28,27 @@ behind the pool's back (their KV usage is only seen through polling).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from types import TracebackType
-from typing import Final, Literal, Self, final
+from typing import Literal, Self, final
 
 import anyio
 import httpx
-import msgspec
 from anyio.abc import TaskStatus
 
 from httpgate import transport_for
 
 from ._admission import PoolAdmission, PoolState, Waiter
-from ._dispatch import Dispatcher, DispatchStatistics, Policy
+from ._dispatch import Dispatcher, Policy
 from ._errors import BackendError, BadResponse, ServerUnavailable
+from ._pool_server import POLL_TIMEOUT_S, PoolServer, PoolStatistics, ServerSpec
+from ._progress import Progress, StallWatch
 from ._retry import RetryPolicy
-from ._sglang import SGLangAdmin, SGLangTokenClient
-from ._token_client import TokenClient
-from ._types import Completion, FinishReason, SamplingParams
-from ._vllm import VLLMAdmin
+from ._sglang import SGLangTokenClient
+from ._types import Completion, SamplingParams
+from ._vllm_client import TokenClient
 
 __all__ = ["PoolServer", "PoolStatistics", "ServerPool", "ServerSpec"]
-
-Engine = Literal["vllm", "sglang"]
-
-POLL_TIMEOUT_S: Final = 5.0
-"""A load poll slower than this counts as a failure: a server that cannot answer
-``/metrics`` in 5 s is not going to serve a turn promptly either."""
-
-
-class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One server of a pool."""
-
-    url: str
-    """Server root, ``http://host:port`` (a trailing ``/v1`` is accepted)."""
-    engine: Engine = "vllm"
-
-
-@final
-class PoolServer:
-    """A server as the pool sees it: its token client and its admin endpoints.
-
-    Owned by the pool (closed when the pool closes); the weight sync borrows them.
-    """
-
-    def __init__(self, index: int, spec: ServerSpec, client: TokenClient | SGLangTokenClient, admin_http: httpx.AsyncClient) -> None:
-        self.index = index
-        self.url = spec.url.rstrip("/").removesuffix("/v1")
-        self.engine: Engine = spec.engine
-        self.client = client
-        self.admin: VLLMAdmin | SGLangAdmin = VLLMAdmin(admin_http) if spec.engine == "vllm" else SGLangAdmin(admin_http)
-        self._admin_http = admin_http
-
-    def __repr__(self) -> str:
-        return f"PoolServer({self.index}, {self.url!r}, {self.engine})"
-
-
-class PoolStatistics(msgspec.Struct, frozen=True):
-    """A snapshot of the pool's counters and its dispatcher."""
-
-    dispatch: DispatchStatistics
-    servers_up: int
-    turns: int
-    """``generate`` calls that returned."""
-    failovers: int
-    """Requests resubmitted to another server after their server failed."""
-    servers_lost: int
-    """Times a server was marked down (by a failed request or poll)."""
-    servers_back: int
-    """Times a server came back into rotation."""
-    weight_version: int
-    waiting: int = 0
-    """Turns waiting for room (or for a server to come up) now."""
-    resumed: int = 0
-    """Generations a pause cut short and resumed from their tokens, over every server
-    (the servers' clients' counters)."""
-    interrupted: int = 0
-    """Generations a pause interrupted (cut short and resumed, or frozen through a
-    ``keep`` sync), over every server (the clients' counters)."""
 
 
 @final
@@ -130,14 +76,21 @@ class ServerPool(PoolAdmission):
         headroom: fraction of each server's KV cache kept out of admission.
         default_capacity_tokens: capacity assumed for a server until its first poll.
         poll_interval_s: how often each server's load and health are polled.
-        request_timeout_s: budget of one request to one server; past it the
-            server counts as hung and the turn moves.  ``None``: no budget (the
-            transport's read timeout still applies).
+        stall_timeout_s: a request whose server sends no new token for this long
+            is given up: the server counts as hung (taken out of rotation until it
+            answers a poll again) and the turn goes on elsewhere from its tokens.
+            Not counted while a weight sync holds the pool.  ``None``: progress is
+            not watched.
+        request_timeout_s: outer bound on one request, however its tokens flow:
+            past it the turn goes on on another server from its tokens (its server
+            stays in rotation).  ``None``: no bound (the transport's read timeout
+            still applies).
         unavailable_timeout_s: how long a turn waits while no server is up before
             raising :class:`ServerUnavailable`.
         max_failovers: resubmissions of one turn before giving up.
-        retry: the per-server clients' retry policy; short, because moving the
-            turn to another server is the pool's retry.
+        retry: the per-server clients' retry policy; short (by default one retry
+            after at most 0.1 s), because moving the turn to another server is the
+            pool's retry.
         timeout: the per-server clients' httpx timeouts.
         max_connections: size of each per-server client's connection pool.
         api_key: the servers' shared secret (a bearer token on every request).
@@ -161,6 +114,7 @@ class ServerPool(PoolAdmission):
         headroom: float = 0.1,
         default_capacity_tokens: int = 1 << 20,
         poll_interval_s: float = 1.0,
+        stall_timeout_s: float | None = 60.0,
         request_timeout_s: float | None = None,
         unavailable_timeout_s: float = 600.0,
         max_failovers: int = 8,
@@ -177,11 +131,12 @@ class ServerPool(PoolAdmission):
         self.reserve_new_tokens = reserve_new_tokens
         self.expected_reservations = expected_reservations
         self.poll_interval_s = poll_interval_s
-        self.request_timeout_s = request_timeout_s
         self.max_failovers = max_failovers
+        self.stall_timeout_s = stall_timeout_s
+        self.request_timeout_s = request_timeout_s
         self.on_server_back: Callable[[PoolServer], Awaitable[None]] | None = None
         """Run before a down server re-enters rotation (never while a sync holds the pool); raising keeps it down."""
-        retry = retry or RetryPolicy(max_retries=1, initial_s=0.2, max_s=1.0)
+        retry = retry or RetryPolicy(max_retries=1, initial_s=0.1, max_s=0.5)
         timeout = timeout or httpx.Timeout(3600.0, connect=5.0, pool=60.0)
         auth = {"api_key": api_key, "retry": retry, "timeout": timeout, "max_connections": max_connections}
         self.servers: list[PoolServer] = []
@@ -211,6 +166,8 @@ class ServerPool(PoolAdmission):
         super().__init__(dispatcher, order=order, unavailable_timeout_s=unavailable_timeout_s)
         self._weight_version = 0
         self._turns = self._failovers = self._lost = self._back = 0
+        self._stalls = self._overdue = self._kept = 0
+        self._stall_watch = StallWatch(stall_timeout_s, request_timeout_s)
         self._stack = contextlib.AsyncExitStack()
 
     # -- lifecycle -----------------------------------------------------------------
@@ -226,6 +183,7 @@ class ServerPool(PoolAdmission):
                 await stack.enter_async_context(server._admin_http)
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(tg.cancel_scope.cancel)  # runs before the group waits
+            tg.start_soon(self._stall_watch.run)
             for server in self.servers:
                 await tg.start(self._watch, server)
             self._stack = stack.pop_all()
@@ -266,58 +224,69 @@ class ServerPool(PoolAdmission):
 
         Cancellation: safe at any point; the reservation is released.
         """
-        token_ids: list[int] = []
-        logprobs: list[float] = []
-        versions: list[int] = []
-        finish: FinishReason = "abort"
+        progress = Progress()
         avoid: int | None = None
-        failures = 0
+        failures = 0  # in a row, without a token
         while True:
-            remaining = max_tokens - len(token_ids)
+            done = len(progress.token_ids)
+            remaining = max_tokens - done
             if remaining <= 0:
-                finish = "length"
+                progress.finish = "length"
                 break
-            prompt = list(prompt_ids) + token_ids if token_ids else prompt_ids
+            prompt = len(prompt_ids) + done
             reserve = remaining if self.reserve_new_tokens is None else min(remaining, self.reserve_new_tokens)
             if self.expected_reservations:
-                ticket = await self._acquire(Waiter(len(prompt), session, avoid, reserve), remaining)
+                ticket = await self._acquire(Waiter(prompt, session, avoid, reserve), remaining)
             else:
-                ticket = await self._acquire(Waiter(len(prompt) + reserve, session, avoid, None), remaining)
+                ticket = await self._acquire(Waiter(prompt + reserve, session, avoid, None), remaining)
             server = self.servers[ticket.server]
             generated: int | None = None  # reported only for turns that ran to their end
+            hung = True
             try:
-                if self.request_timeout_s is None:  # no cancel scope to enter and leave on every turn
-                    part = await server.client.generate(prompt, max_tokens=remaining, sampling=sampling)
-                else:
-                    with anyio.fail_after(self.request_timeout_s):
-                        part = await server.client.generate(prompt, max_tokens=remaining, sampling=sampling)
-                if part.finish_reason != "abort":
-                    generated = len(part.token_ids)
-            except (ServerUnavailable, BadResponse, TimeoutError) as exc:
-                failures += 1
+                with self._stall_watch.watch(progress) as watched:
+                    await server.client.generate_into(progress, prompt_ids, max_tokens=max_tokens, sampling=sampling)
+                if watched.expired:
+                    hung = watched.stalled  # else past request_timeout_s: slow, not hung
+                    raise self._overtime(server, hung)
+                if progress.finish != "abort":
+                    generated = len(progress.token_ids) - done
+            except (ServerUnavailable, BadResponse) as exc:
                 self._failovers += 1
-                self._set_down(server.index)
+                self._kept += len(progress.token_ids) - done
+                if hung:
+                    self._set_down(server.index)
+                failures = 0 if len(progress.token_ids) > done else failures + 1
                 if failures > self.max_failovers:
                     raise ServerUnavailable(f"turn failed on {failures} servers in a row; last: {exc}") from exc
                 avoid = server.index
                 continue
             finally:
                 self._release(ticket, generated)
-            if versions:  # after a failover or an abort: new lists, the part's are not ours to extend
-                token_ids, logprobs = token_ids + part.token_ids, logprobs + part.logprobs
-            else:  # the first part's lists are the result's (no copy)
-                token_ids, logprobs = part.token_ids, part.logprobs
-            versions.append(part.weight_version)
-            finish = part.finish_reason
-            if finish != "abort":
+            if progress.finish != "abort":
                 break
             avoid = server.index  # aborted past the client's resumes: try another server
             failures += 1
             if failures > self.max_failovers:
                 break
         self._turns += 1
-        version = min(versions) if versions else self._weight_version
-        return Completion(token_ids=token_ids, logprobs=logprobs, finish_reason=finish, weight_version=version)
+        return progress.completion(self._weight_version)
+
+    def _overtime(self, server: PoolServer, stalled: bool) -> ServerUnavailable:
+        """The error of a request its deadline ended (counted)."""
+        if stalled:
+            self._stalls += 1
+            return ServerUnavailable(f"{server.url}: no new token for {self._stall_watch.stall_s:g} s (pool stall_timeout_s)")
+        self._overdue += 1
+        return ServerUnavailable(f"{server.url}: the request outlasted the pool's request_timeout_s ({self._stall_watch.limit_s:g} s)")
+
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        """Admit no new turn inside the block (see :meth:`PoolAdmission.held`); no
+        request in flight counts as stalled meanwhile (a weight sync pauses the
+        servers on purpose)."""
+        with self._stall_watch.paused():
+            async with super().held():
+                yield
 
     # -- health and load -------------------------------------------------------------
 
@@ -397,4 +366,7 @@ class ServerPool(PoolAdmission):
             waiting=len(self._queue),
             resumed=sum(c.resumed for c in clients),
             interrupted=sum(c.interrupted for c in clients),
+            stalls=self._stalls,
+            overdue=self._overdue,
+            tokens_kept=self._kept,
         )

@@ -24,7 +24,7 @@ import anyio
 import msgspec
 
 from ._errors import BackendError
-from ._pool import PoolServer
+from ._pool_server import PoolServer
 
 __all__ = ["Probe", "ProbeVerdict", "verify_servers"]
 

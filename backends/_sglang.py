@@ -9,6 +9,15 @@ double (tests/backends/test_sglang.py).  Shapes follow SGLang's native API:
   "return_logprob": true}`` -> ``{"text", "output_ids", "meta_info":
   {"finish_reason": {"type": "stop"|"length"|"abort", ...},
   "output_token_logprobs": [[logprob, token_id, null], ...], "weight_version"}}``.
+  With ``"stream": true`` (read in SGLang's ``http_server.generate_request`` and
+  its output processor): ``data: {json}`` server-sent events of that shape, then
+  ``data: [DONE]``; ``meta_info.completion_tokens`` counts the tokens so far, and
+  ``output_ids`` / ``output_token_logprobs`` hold all of them, or only the new
+  ones on a server started with ``--incremental-streaming-output`` (servers the
+  fleet launches are: the default makes a turn's stream quadratic in its length),
+  a chunk every ``--stream-interval`` tokens (the fleet's: vLLM's per-request
+  :data:`backends._vllm_client.STREAM_INTERVAL`; SGLang's default is every token).
+  A failure while streaming is a chunk ``{"error": {"message"}}``.
 - ``GET /get_server_info`` -> server args plus ``max_total_num_tokens`` (KV capacity
   in tokens); ``GET /get_load`` -> ``[{"num_reqs", "num_waiting_reqs", "num_tokens"}]``
   per data-parallel rank.
@@ -48,9 +57,11 @@ from ._dispatch import ServerLoad
 from ._errors import BadResponse, ServerUnavailable
 from ._protocols import PauseMode
 from ._retry import RetryPolicy
-from ._token_client import CompletionClient
+from ._progress import Progress
+from ._token_client import FINISH_REASONS, CompletionClient, PartReader
 from ._token_ids import json_ids
-from ._types import Completion, FinishReason, SamplingParams
+from ._types import Completion, SamplingParams
+from ._vllm_client import STREAM_INTERVAL
 
 __all__ = ["SGLangAdmin", "SGLangTokenClient", "sglang_command"]
 
@@ -67,6 +78,8 @@ def sglang_command(
         "--host", host,
         "--port", str(port),
         "--tp-size", str(tensor_parallel_size),
+        "--incremental-streaming-output",  # each streamed chunk holds its new tokens only
+        "--stream-interval", str(STREAM_INTERVAL),  # SGLang's is per server: a chunk a token by default
     ]  # fmt: skip
     if served_model_name:
         cmd += ["--served-model-name", served_model_name]
@@ -194,17 +207,78 @@ class _MetaInfo(msgspec.Struct):
     finish_reason: _FinishReason | None = None
     output_token_logprobs: list[list[Any]] = []
     weight_version: str | None = None
+    completion_tokens: int | None = None
+    """Tokens generated so far (a streamed chunk's count, whatever its lists hold)."""
 
 
 class _GenerateResponse(msgspec.Struct):
-    meta_info: _MetaInfo
-    text: str = ""
+    meta_info: _MetaInfo = msgspec.field(default_factory=_MetaInfo)
     output_ids: list[int] | None = None
+    error: Any = None
+    """A streamed answer's failure (``{"message", ...}``)."""
 
 
 _decoder: Final = msgspec.json.Decoder(_GenerateResponse)
 _encoder: Final = msgspec.json.Encoder()
-_FINISH: Final[dict[str | None, FinishReason]] = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+def _decode(content: bytes | memoryview, where: str) -> _GenerateResponse:
+    try:
+        r = _decoder.decode(content)
+    except msgspec.DecodeError as exc:
+        raise BadResponse(f"{where}: undecodable: {bytes(content[:200])!r}") from exc
+    if r.error is not None:
+        raise ServerUnavailable(f"{where}: the server failed the generation: {str(r.error)[:300]}")
+    return r
+
+
+def _tokens(r: _GenerateResponse, where: str, new: int | None = None) -> tuple[list[int], list[float]]:
+    """The ids and logprobs of an answer; ``new``: only its last ``new`` of each."""
+    entries = r.meta_info.output_token_logprobs
+    ids = r.output_ids
+    if new is not None:
+        entries = entries[len(entries) - new :] if new else []
+        ids = None if ids is None else (ids[len(ids) - new :] if new else [])
+    try:
+        logprobs = [0.0 if e[0] is None else float(e[0]) for e in entries]
+        ids = ids if ids is not None else [int(e[1]) for e in entries]
+    except (IndexError, TypeError, ValueError) as exc:
+        raise BadResponse(f"{where}: malformed output_token_logprobs") from exc
+    if len(ids) != len(logprobs):
+        raise BadResponse(f"{where}: {len(ids)} ids but {len(logprobs)} logprobs")
+    return ids, logprobs
+
+
+def _version(r: _GenerateResponse) -> int | None:
+    v = r.meta_info.weight_version
+    return int(v) if v is not None and v.isdigit() else None
+
+
+@final
+class _Reader(PartReader):
+    """Streamed chunks: by default each holds every token so far (``output_ids`` and
+    ``output_token_logprobs`` whole), with ``--incremental-streaming-output`` only
+    the new ones; ``completion_tokens`` counts them all either way, so the new
+    tokens are the last ``completion_tokens - seen`` of either."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self, where: str, progress: Progress, sent_version: int) -> None:
+        super().__init__(where, progress, sent_version)
+        self.seen = 0
+
+    def event(self, payload: memoryview) -> None:
+        r = _decode(payload, self.where)
+        self.saw_version(_version(r))
+        count = r.meta_info.completion_tokens
+        new = None if count is None else count - self.seen
+        if new is not None and new < 0:
+            raise BadResponse(f"{self.where}: completion_tokens went back from {self.seen} to {count}")
+        ids, logprobs = _tokens(r, self.where, new)
+        self.seen += len(ids)
+        self.tokens(ids, logprobs)
+        if r.meta_info.finish_reason is not None:
+            self.finish = r.meta_info.finish_reason.type
 
 
 @final
@@ -215,10 +289,11 @@ class SGLangTokenClient(CompletionClient):
 
     Args:
         base_url: the server root (``http://host:port``; a trailing ``/v1`` is dropped).
-        api_key, timeout, max_connections, retry, transport: as for ``TokenClient``.
+        api_key, timeout, max_connections, retry, transport, stream: as for ``TokenClient``.
     """
 
     models_path = "/v1/models"  # OpenAI-style cards with max_model_len, beside the native API
+    generate_path = "/generate"
 
     def __init__(
         self,
@@ -230,20 +305,15 @@ class SGLangTokenClient(CompletionClient):
         max_connections: int = 4096,
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        stream: bool = True,
     ) -> None:
         super().__init__(
             base_url.rstrip("/").removesuffix("/v1"), model=model, timeout=timeout,
             headers={"content-type": "application/json"} | ({"authorization": f"Bearer {api_key}"} if api_key else {}),
-            max_connections=max_connections, retry=retry, transport=transport,
+            max_connections=max_connections, retry=retry, transport=transport, stream=stream,
         )  # fmt: skip
 
-    async def _request(
-        self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams, version: int
-    ) -> Completion:
-        return self._parse(await self._exchange("/generate", self._body(prompt, max_tokens, sampling)), version)
-
-    @staticmethod
-    def _body(prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> bytes:
+    def _body(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> bytes:
         params: dict[str, Any] = {
             "max_new_tokens": max_tokens,
             "temperature": sampling.temperature,
@@ -254,23 +324,17 @@ class SGLangTokenClient(CompletionClient):
             params["top_k"] = sampling.top_k
         if sampling.seed is not None:
             params["sampling_seed"] = sampling.seed
-        return _encoder.encode({"input_ids": json_ids(prompt), "sampling_params": params, "return_logprob": True})
+        body = {"input_ids": json_ids(prompt), "sampling_params": params, "return_logprob": True}
+        if self.stream:
+            body["stream"] = True
+        return _encoder.encode(body)
+
+    def _reader(self, progress: Progress, sent_version: int) -> PartReader:
+        return _Reader(self._where, progress, sent_version)
 
     def _parse(self, content: bytes, sent_version: int) -> Completion:
-        try:
-            r = _decoder.decode(content)
-        except msgspec.DecodeError as exc:
-            raise BadResponse(f"{self.base_url}/generate: undecodable: {content[:200]!r}") from exc
-        entries = r.meta_info.output_token_logprobs
-        try:
-            logprobs = [0.0 if e[0] is None else float(e[0]) for e in entries]
-            ids = r.output_ids if r.output_ids is not None else [int(e[1]) for e in entries]
-        except (IndexError, TypeError, ValueError) as exc:
-            raise BadResponse(f"{self.base_url}/generate: malformed output_token_logprobs") from exc
-        if len(ids) != len(logprobs):
-            raise BadResponse(f"{self.base_url}/generate: {len(ids)} ids but {len(logprobs)} logprobs")
-        version = sent_version
-        if r.meta_info.weight_version is not None and r.meta_info.weight_version.isdigit():
-            version = int(r.meta_info.weight_version)
+        r = _decode(content, self._where)
+        ids, logprobs = _tokens(r, self._where)
+        version = _version(r)
         reason = r.meta_info.finish_reason.type if r.meta_info.finish_reason else None
-        return Completion(ids, logprobs, _FINISH.get(reason, "stop"), version, r.text)
+        return Completion(ids, logprobs, FINISH_REASONS.get(reason, "stop"), sent_version if version is None else version)

@@ -1,21 +1,24 @@
-"""Token-id client for one OpenAI-compatible server (the training hot path).
+"""What every token-id client shares (the training hot path): the connection pool and
+its lifecycle, the context length, resumption of aborted generations, retries, and
+one streamed HTTP exchange.
 
-Requests go to ``/v1/completions`` with a token-id prompt; vLLM's extensions
-``return_token_ids`` and ``return_tokens_as_token_ids`` bring back the exact sampled
-ids and their logprobs.  Bodies are encoded and decoded with msgspec, typed
-decoders built once: this path runs tens of thousands of times per step.
-
-The client is layered: :meth:`CompletionClient.generate` resumes aborted
-generations, ``_send`` retries, ``_request`` does one HTTP exchange and translates
-httpx's exceptions into :mod:`backends._errors` at the edge.
+The engines' clients say how a request is made and read: :class:`backends.TokenClient`
+(vLLM's ``/v1/completions``, in ``_vllm_client``) and
+:class:`backends.SGLangTokenClient` (SGLang's ``/generate``).  Both stream: the
+answer's tokens come in chunks as the server samples them, and go into a
+:class:`backends._progress.Progress` at once, so that a request that fails half-way
+keeps what it streamed (the next request continues from it) and the pool can tell a
+server that makes no progress from one that is merely slow.  Bodies are encoded and
+decoded with msgspec, typed decoders built once: this path runs tens of thousands of
+times per step.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from types import TracebackType
-from typing import Any, Final, Generic, Self, TypeVar, final
+from typing import Final, Self
 
 import anyio
 import httpx
@@ -25,31 +28,15 @@ from httpgate import Http11Transport, transport_for
 
 from ._ask_once import AskOnce
 from ._errors import BackendClosed, BadResponse, RequestRejected, ServerUnavailable
+from ._progress import Progress, SSEReader
 from ._retry import RetryPolicy
-from ._token_ids import json_ids
 from ._types import Completion, FinishReason, SamplingParams
-from ._vllm import parse_vllm_weight_version
+
+__all__ = ["FINISH_REASONS", "MAX_RESUMES", "CompletionClient", "PartReader", "State", "TokenClientStatistics"]
 
 MAX_RESUMES: Final = 16
 """Aborted generations resumed per call before giving up with ``abort``: a server that
 aborts every request (stuck paused, shutting down) must not spin a trajectory forever."""
-
-
-_LogprobT = TypeVar("_LogprobT", float, float | None)
-
-
-class _Logprobs(msgspec.Struct, Generic[_LogprobT]):
-    token_logprobs: list[_LogprobT] = []
-    tokens: msgspec.Raw = msgspec.Raw(b"[]")
-    """``"token_id:123"`` strings, read only from a server that sends no ``token_ids``
-    (kept raw: decoding 240 strings nobody reads was a third of the decode)."""
-
-
-class _Choice(msgspec.Struct, Generic[_LogprobT]):
-    text: str = ""
-    token_ids: list[int] | None = None
-    logprobs: _Logprobs[_LogprobT] | None = None
-    finish_reason: str | None = None
 
 
 class _ModelCard(msgspec.Struct):
@@ -62,20 +49,7 @@ class _Models(msgspec.Struct):
     data: list[_ModelCard] = []
 
 
-class _Response(msgspec.Struct, Generic[_LogprobT]):
-    choices: list[_Choice[_LogprobT]]
-    weight_version: int | str | None = None
-    """Ours as an int, or as vLLM keeps versions: a string (``"default"`` is not ours)."""
-
-
-_decoder: Final = msgspec.json.Decoder(_Response[float])
-_nullable_decoder: Final = msgspec.json.Decoder(_Response[float | None])
-"""For an answer with a ``null`` logprob, which the first decoder refuses: the common
-answer then needs no pass of its own to replace them."""
-_tokens_decoder: Final = msgspec.json.Decoder(list[str])
 _models_decoder: Final = msgspec.json.Decoder(_Models)
-_encoder: Final = msgspec.json.Encoder()
-_FINISH: Final[dict[str | None, FinishReason]] = {"stop": "stop", "length": "length", "abort": "abort", None: "abort"}
 
 
 class TokenClientStatistics(msgspec.Struct, frozen=True):
@@ -97,11 +71,55 @@ class State(enum.Enum):
     CLOSED = 3
 
 
+FINISH_REASONS: Final[dict[str | None, FinishReason]] = {"stop": "stop", "length": "length", "abort": "abort", None: "abort"}
+"""A server's finish reason as ours: none is ``abort`` (cut short; resumed from its
+tokens), one we do not know is ``stop``."""
+
+
+class PartReader(SSEReader):
+    """One streamed request's answer, read into a :class:`Progress` chunk by chunk.
+
+    An engine's reader decodes each event (:meth:`event`) and calls :meth:`tokens`
+    and sets ``finish``; ``version`` is the oldest weight version its chunks
+    reported (``None``: they report none, and the version the request was sent
+    with counts).  :meth:`end` runs however the request ends.
+    """
+
+    __slots__ = ("finish", "progress", "sent_version", "start", "version")
+
+    def __init__(self, where: str, progress: Progress, sent_version: int) -> None:
+        super().__init__(where)
+        self.progress = progress
+        self.sent_version = sent_version
+        self.start = len(progress.token_ids)
+        self.version: int | None = None
+        self.finish: str | None = None
+
+    def tokens(self, token_ids: list[int], logprobs: list[float]) -> None:
+        if len(token_ids) != len(logprobs):
+            raise BadResponse(f"{self.where}: {len(token_ids)} token ids but {len(logprobs)} logprobs")
+        self.progress.add(token_ids, logprobs)
+
+    def saw_version(self, version: int | None) -> None:
+        if version is not None and (self.version is None or version < self.version):
+            self.version = version
+
+    def end(self, finished: bool) -> None:
+        """The request is over (``finished``: its answer was read whole).  Its
+        version counts if it added tokens or ended the generation; the generation
+        is finished if it said so (an answer without a finish reason was cut short:
+        ``abort``, resumed from its tokens)."""
+        progress = self.progress
+        finish = FINISH_REASONS.get(self.finish, "stop") if finished else "abort"
+        if len(progress.token_ids) > self.start or finish != "abort":
+            progress.versions.append(self.sent_version if self.version is None else self.version)
+        progress.finish = finish
+
+
 class CompletionClient:
-    """What every token-id client shares: the connection pool and its lifecycle, the
-    resumption of aborted generations, and retries.  A subclass says how one request
-    is made and read (``_request``); :class:`TokenClient` speaks vLLM's completions,
-    :class:`backends._sglang.SGLangTokenClient` SGLang's ``/generate``.
+    """The connection pool and its lifecycle, the resumption of aborted generations,
+    retries, and one streamed exchange; a subclass says how a request is made
+    (``_body``) and read (``_reader``, ``_parse``).
 
     Use as ``async with client``; the client owns its connection pool and closes it
     on exit.
@@ -110,10 +128,16 @@ class CompletionClient:
     after the prompt: the context length (``max_model_len`` on ``GET /v1/models``) is
     learnt once, on the first generation.  A server that does not report it is
     sent ``max_tokens`` unchanged.
+
+    ``stream=False`` asks for each answer whole (servers that do not stream token
+    ids); a request that fails then loses what it generated, and nothing can tell
+    a slow server from a hung one before the answer.
     """
 
     models_path: str = "/models"
     """Where the server lists its models, relative to ``base_url``."""
+    generate_path: str = ""
+    """Where generations are asked for, relative to ``base_url``."""
 
     def __init__(
         self,
@@ -125,10 +149,12 @@ class CompletionClient:
         max_connections: int = 4096,
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        stream: bool = True,
     ) -> None:
         self.base_url = base_url
         self.model = model
         self.retry = retry or RetryPolicy()
+        self.stream = stream
         self.weight_version = 0
         """Stamped on answers without a version to requests sent from now on; the weight
         sync sets it after loading new weights and before resuming the server."""
@@ -142,7 +168,8 @@ class CompletionClient:
         )
         self._raw_headers = list(httpx.Headers(headers).raw)
         self._extensions = {"timeout": timeout.as_dict()}
-        self._urls: dict[str, httpx.URL] = {}
+        self._url = httpx.URL(self.base_url + self.generate_path)
+        self._where = f"{self.base_url}{self.generate_path}"
         self._state = State.UNOPENED
         self._generations = self._resumed = self._interrupted = 0
         self._context = AskOnce(self._ask_context_length, None)
@@ -168,8 +195,9 @@ class CompletionClient:
         accepted for interface compatibility with server pools and ignored.
 
         An aborted generation (server paused with abort, preempted, restarting) is
-        resumed from the tokens it produced, up to :data:`MAX_RESUMES` times; the
-        result then reads as one generation.
+        resumed from the tokens it produced, up to :data:`MAX_RESUMES` times; a
+        request that fails after streaming some tokens is retried from them.  The
+        result reads as one generation whose version is the oldest of its parts.
 
         ``max_tokens`` is clamped to the server's context (:meth:`context_length`)
         minus the prompt; a prompt that fills the context gets no tokens and
@@ -178,43 +206,60 @@ class CompletionClient:
         Raises:
             BackendClosed: the client was closed.
             RequestRejected: the server answered 4xx (a bad request; not retried).
-            ServerUnavailable: connection errors, timeouts or 5xx outlasted the retries.
+            ServerUnavailable: connection errors, timeouts, 5xx or a stream that
+                failed outlasted the retries.
             BadResponse: the answer did not decode, after the retries.
 
         Cancellation: safe at any point and never delayed; the HTTP request is
         abandoned and its connection closed (see :class:`httpgate.Http11Transport`).
         """
-        token_ids: list[int] = []
-        logprobs: list[float] = []
-        versions: list[int] = []
-        finish: FinishReason = "abort"
-        interrupted = False
+        progress = Progress()
+        await self.generate_into(progress, prompt_ids, max_tokens=max_tokens, sampling=sampling)
+        return progress.completion(self.weight_version)
+
+    async def generate_into(
+        self, progress: Progress, prompt_ids: Sequence[int], *, max_tokens: int, sampling: SamplingParams
+    ) -> None:
+        """Go on with the generation ``progress`` holds (its tokens follow
+        ``prompt_ids``; ``max_tokens`` counts them) until it finishes, as
+        :meth:`generate` does; the tokens go into ``progress`` as they stream in,
+        so whatever this raises, ``progress`` keeps them.  The pool calls it on one
+        server after another with the same ``progress``.
+
+        Raises:
+            The errors of :meth:`generate`.
+        """
         context = self._context.value if self._context.known else await self._context.get()  # the hot path: no await
-        for _ in range(MAX_RESUMES + 1):
-            remaining = max_tokens - len(token_ids)
+        interrupted = False
+        attempts = resumes = 0
+        while True:
+            done = len(progress.token_ids)
+            remaining = max_tokens - done
             if context is not None:  # vLLM refuses a request whose prompt + max_tokens exceeds it
-                remaining = min(remaining, context - len(prompt_ids) - len(token_ids))
+                remaining = min(remaining, context - len(prompt_ids) - done)
             if remaining <= 0:
-                finish = "length"
+                progress.finish = "length"
                 break
-            prompt = list(prompt_ids) + token_ids if token_ids else prompt_ids
+            if self._state is not State.OPEN:
+                raise BackendClosed(f"{type(self).__name__} for {self.base_url} is {self._state.name}")
+            prompt = list(prompt_ids) + progress.token_ids if done else prompt_ids
             sent = self.weight_version
-            part = await self._send(prompt, remaining, sampling)
+            try:
+                await self._request(progress, prompt, remaining, sampling, sent)
+            except (ServerUnavailable, BadResponse):
+                attempts += 1
+                if attempts > self.retry.max_retries:
+                    raise
+                await anyio.sleep(self.retry.delay(attempts))
+                continue
             interrupted |= self.weight_version != sent  # a ``keep`` sync froze it meanwhile
-            if versions:  # a resumed part: new lists, the part's are not ours to extend
-                token_ids, logprobs = token_ids + part.token_ids, logprobs + part.logprobs
-            else:  # the first part's lists, fresh from its answer, are the result's (no copy)
-                token_ids, logprobs = part.token_ids, part.logprobs
-            versions.append(part.weight_version)
-            finish = part.finish_reason
-            if finish != "abort":
+            if progress.finish != "abort" or resumes == MAX_RESUMES:
                 break
+            resumes += 1
             self._resumed += 1
             interrupted = True
         self._generations += 1
         self._interrupted += interrupted
-        version = min(versions, default=self.weight_version)  # no part: the prompt filled the context
-        return Completion(token_ids=token_ids, logprobs=logprobs, finish_reason=finish, weight_version=version)
 
     async def context_length(self) -> int | None:
         """The server's context length (prompt plus generation), asked once and
@@ -242,39 +287,57 @@ class CompletionClient:
     def statistics(self) -> TokenClientStatistics:
         return TokenClientStatistics(generations=self._generations, resumed=self._resumed, interrupted=self._interrupted)
 
-    async def _send(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Completion:
-        attempt = 0
-        while True:
-            if self._state is not State.OPEN:
-                raise BackendClosed(f"{type(self).__name__} for {self.base_url} is {self._state.name}")
-            try:
-                return await self._request(prompt, max_tokens, sampling, self.weight_version)
-            except (ServerUnavailable, BadResponse):
-                attempt += 1
-                if attempt > self.retry.max_retries:
-                    raise
-            await anyio.sleep(self.retry.delay(attempt))
+    # -- one request -------------------------------------------------------------------
 
-    async def _request(
-        self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams, version: int
-    ) -> Completion:
-        """One exchange with the server, errors translated into :mod:`backends._errors`;
-        ``version`` (the client's as the request is sent) goes on an answer without one."""
+    def _body(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> bytes:
+        """The request's JSON (streamed or not, as ``self.stream`` says)."""
         raise NotImplementedError
 
-    async def _exchange(self, path: str, body: bytes) -> bytes:
-        """POST a JSON ``body`` to ``path``: the answer's content; errors made ours (``_errors``)."""
+    def _reader(self, progress: Progress, sent_version: int) -> PartReader:
+        """A reader of one streamed answer into ``progress``."""
+        raise NotImplementedError
+
+    def _parse(self, content: bytes, sent_version: int) -> Completion:
+        """A whole (not streamed) answer; ``sent_version`` goes on an answer without one."""
+        raise NotImplementedError
+
+    async def _request(
+        self, progress: Progress, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams, version: int
+    ) -> None:
+        """One request, its tokens added to ``progress`` as they come and
+        ``progress.finish`` set from its end; errors are :mod:`backends._errors`'.
+        ``version`` (the client's as the request is sent) counts for an answer without one."""
+        body = self._body(prompt, max_tokens, sampling)
+        if not self.stream:
+            c = self._parse(await self._exchange(body), version)
+            progress.add(c.token_ids, c.logprobs)
+            progress.versions.append(c.weight_version)
+            progress.finish = c.finish_reason
+            return
+        reader = self._reader(progress, version)
+        finished = False
         try:
-            status, content = await self._post(path, body)
+            await self._exchange(body, reader.feed)
+            reader.close()
+            finished = True
+        finally:
+            reader.end(finished)
+
+    async def _exchange(self, body: bytes, on_part: Callable[[bytes], None] | None = None) -> bytes:
+        """POST a JSON ``body`` to the generation path: the answer's content (with
+        ``on_part``, a 2xx answer's body goes to it part by part instead); errors
+        made ours (``_errors``)."""
+        try:
+            status, content = await self._post(body, on_part)
         except httpx.TransportError as exc:  # connect/read/write/pool errors and timeouts
-            raise ServerUnavailable(f"{self.base_url}{path}: {type(exc).__name__}: {exc}") from exc
+            raise ServerUnavailable(f"{self._where}: {type(exc).__name__}: {exc}") from exc
         if status >= 400:
-            text = f"{self.base_url}{path}: HTTP {status}: {content[:500].decode(errors='replace')}"
+            text = f"{self._where}: HTTP {status}: {content[:500].decode(errors='replace')}"
             raise ServerUnavailable(text) if status >= 500 else RequestRejected(text, status)
         return content
 
-    async def _post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        """POST ``body`` to ``base_url + path`` straight through the transport:
+    async def _post(self, body: bytes, on_part: Callable[[bytes], None] | None) -> tuple[int, bytes]:
+        """POST ``body`` to the generation path straight through the transport:
         ``(status, content)``.  It skips httpx's client layer (URL merging, cookies,
         auth, redirects, event hooks: most of the orchestrator's CPU per turn in
         ``benchmarks/paper_scale.py``), and on our :class:`Http11Transport` httpx's
@@ -285,116 +348,18 @@ class CompletionClient:
         Raises:
             httpx.TransportError: connection errors and timeouts (the caller translates).
         """
-        if (url := self._urls.get(path)) is None:
-            url = self._urls[path] = httpx.URL(self.base_url + path)
+        url = self._url
         if isinstance(self._transport, Http11Transport):
-            return await self._transport.post((url.host, url.port or 80), url.raw_path, self._raw_headers, body)
+            return await self._transport.post(url, self._raw_headers, body, on_part)
         headers = [(b"Host", url.netloc), *self._raw_headers, (b"Content-Length", b"%d" % len(body))]
         request = httpx.Request("POST", url, headers=headers, stream=httpx.ByteStream(body), extensions=self._extensions)
         request.read()  # as content= would: the body is there for transports that read .content
         response = await self._transport.handle_async_request(request)
         try:
-            content = await response.aread()
+            if on_part is None or response.status_code >= 300:
+                return response.status_code, await response.aread()
+            async for part in response.stream:  # type: ignore[union-attr]
+                on_part(part)
+            return response.status_code, b""
         finally:
             await response.aclose()
-        return response.status_code, content
-
-
-@final
-class TokenClient(CompletionClient):
-    """One OpenAI-compatible server (vLLM), token ids in and out over ``/v1/completions``.
-
-    Args:
-        base_url: the server's base URL ending in ``/v1``.
-        model: model name sent with each request.
-        api_key: bearer token, if the server wants one.
-        timeout: httpx timeouts (connect / read / write / pool kept separate).
-        max_connections: size of the connection pool.
-        retry: backoff policy for connection errors, timeouts and 5xx answers.
-        transport: an httpx transport (tests plug in a mock here).
-    """
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        model: str,
-        api_key: str | None = None,
-        timeout: httpx.Timeout | None = None,
-        max_connections: int = 4096,
-        retry: RetryPolicy | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        headers = {"content-type": "application/json"}
-        if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
-        super().__init__(
-            base_url.rstrip("/"), model=model, headers=headers, timeout=timeout,
-            max_connections=max_connections, retry=retry, transport=transport,
-        )  # fmt: skip
-
-    def _body(self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams) -> bytes:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "prompt": json_ids(prompt),  # a TokenIds' JSON is spliced in, not encoded again
-            "max_tokens": max_tokens,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "logprobs": 0,
-            "return_token_ids": True,
-            "return_tokens_as_token_ids": True,
-            "skip_special_tokens": False,
-        }
-        if sampling.top_k > 0:
-            body["top_k"] = sampling.top_k
-        if sampling.seed is not None:
-            body["seed"] = sampling.seed
-        return _encoder.encode(body)
-
-    async def _request(
-        self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams, version: int
-    ) -> Completion:
-        return self._parse(await self._exchange("/completions", self._body(prompt, max_tokens, sampling)), version)
-
-    def _parse(self, content: bytes, sent_version: int) -> Completion:
-        parsed: _Response[float] | _Response[float | None]
-        try:
-            try:
-                parsed = _decoder.decode(content)
-                logprobs_of = _logprobs
-            except msgspec.ValidationError:  # a null logprob (or a bad answer: decoded again to tell)
-                parsed = _nullable_decoder.decode(content)
-                logprobs_of = _nullable_logprobs
-            choice = parsed.choices[0]
-        except (msgspec.DecodeError, IndexError) as exc:
-            raise BadResponse(f"{self.base_url}: undecodable completion: {content[:200]!r}") from exc
-        lp = choice.logprobs
-        ids = choice.token_ids
-        if ids is None:  # servers without return_token_ids: "token_id:123" strings
-            try:
-                ids = [int(t.removeprefix("token_id:")) for t in _tokens_decoder.decode(lp.tokens if lp else b"[]")]
-            except (msgspec.DecodeError, ValueError) as exc:
-                raise BadResponse(f"{self.base_url}: no token ids in the completion") from exc
-        logprobs = logprobs_of(lp)
-        if len(logprobs) != len(ids):
-            raise BadResponse(f"{self.base_url}: {len(ids)} token ids but {len(logprobs)} logprobs")
-        version = parsed.weight_version
-        if isinstance(version, str):
-            version = parse_vllm_weight_version(version)
-        if version is None:
-            version = sent_version
-        return Completion(
-            token_ids=ids,
-            logprobs=logprobs,
-            finish_reason=_FINISH.get(choice.finish_reason, "stop"),
-            weight_version=version,
-            text=choice.text,
-        )
-
-
-def _logprobs(lp: _Logprobs[float] | None) -> list[float]:
-    return lp.token_logprobs if lp else []
-
-
-def _nullable_logprobs(lp: _Logprobs[float | None] | None) -> list[float]:
-    return [0.0 if x is None else x for x in (lp.token_logprobs if lp else [])]

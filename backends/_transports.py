@@ -13,6 +13,8 @@ must load from disk waits for the directory).
 from __future__ import annotations
 
 import itertools
+import logging
+import math
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -27,6 +29,8 @@ __all__ = [
     "BroadcastTransport", "DiskTransport", "GlooSender", "PendingWeights", "Transport", "VLLMNcclSender",
     "weights_directory",
 ]
+
+log = logging.getLogger("backends")
 
 
 @final
@@ -76,12 +80,20 @@ async def weights_directory(weights: Any) -> str | None:
 class Transport(Protocol):
     name: str
 
-    async def load(self, servers: Sequence[PoolServer], weights: Any, version: int) -> dict[int, BaseException]:
-        """Load ``weights`` into ``servers``; return the failures by server index."""
+    def collective(self, servers: Sequence[PoolServer], weights: Any) -> bool:
+        """Whether this sync's load is one collective over ``servers`` (:meth:`load`);
+        False: each server loads on its own (:meth:`load_one`)."""
+        ...
+
+    async def load(
+        self, servers: Sequence[PoolServer], weights: Any, version: int, deadline: float = math.inf
+    ) -> dict[int, BaseException]:
+        """Load ``weights`` into ``servers`` by ``deadline`` (the event loop's clock);
+        return the failures by server index (a server out of time is one)."""
         ...
 
     async def load_one(self, server: PoolServer, weights: Any) -> None:
-        """Retry one server (raise if this transport cannot)."""
+        """Load one server on its own (raise if this transport cannot)."""
         ...
 
 
@@ -92,14 +104,22 @@ class DiskTransport:
 
     name: Final = "disk"
 
-    async def load(self, servers: Sequence[PoolServer], weights: Any, version: int) -> dict[int, BaseException]:
+    def collective(self, servers: Sequence[PoolServer], weights: Any) -> bool:
+        return False
+
+    async def load(
+        self, servers: Sequence[PoolServer], weights: Any, version: int, deadline: float = math.inf
+    ) -> dict[int, BaseException]:
         failures: dict[int, BaseException] = {}
 
         async def one(server: PoolServer) -> None:
-            try:
-                await self.load_one(server, weights)
-            except BackendError as exc:
-                failures[server.index] = exc
+            with anyio.CancelScope(deadline=deadline) as scope:
+                try:
+                    await self.load_one(server, weights)
+                except BackendError as exc:
+                    failures[server.index] = exc
+            if scope.cancelled_caught:
+                failures[server.index] = _late(server)
 
         async with anyio.create_task_group() as tg:
             for server in servers:
@@ -235,26 +255,32 @@ class BroadcastTransport:
                 tg.start_soon(lambda s=server, r=offset: s.admin.init_weight_transfer(
                     master_address=self.master_address, master_port=self.master_port, rank_offset=r, world_size=world
                 ))
-            await anyio.to_thread.run_sync(self.sender.open, self.master_address, self.master_port, world)
+            await anyio.to_thread.run_sync(
+                self.sender.open, self.master_address, self.master_port, world, abandon_on_cancel=True
+            )
         self._members = members
 
-    async def load(self, servers: Sequence[PoolServer], weights: Any, version: int) -> dict[int, BaseException]:
+    async def load(
+        self, servers: Sequence[PoolServer], weights: Any, version: int, deadline: float = math.inf
+    ) -> dict[int, BaseException]:
+        """Broadcast ``weights`` to ``servers`` (forming the group on the first call)
+        within half the time left before ``deadline``.  The send runs in a worker
+        thread that this bound abandons (a collective cannot be interrupted; gloo's
+        own timeout ends it later): a
+        receiver that dies or stops mid-transfer costs at most that.  Then the
+        group is taken for broken (every member has left: later syncs load from
+        disk), and the servers that did not receive it all are failures, which
+        the sync loads from disk in the other half (one that cannot be, e.g. the
+        stopped one, stays out and is loaded when it answers again)."""
         members = tuple(s.index for s in servers)
-        if self._members is not None:
-            self._left.update(set(self._members) - set(members))
-        if self._left:
-            # A member that was out of rotation, failed a receive or was restarted
-            # may have lost its side of the group, and a broadcast to a rank that
-            # never joins hangs: the group is not re-formed, every later sync
-            # loads from disk.
-            directory = await self._directory(weights)
-            if directory is None:
-                raise WeightSyncError(f"servers {sorted(self._left)} left the broadcast group and there is no "
-                                      "directory to load from: pass a directory or fallback_dir")
-            self.name = "disk"
-            return await DiskTransport().load(servers, directory, version)
+        now = anyio.current_time()
+        half = now + (deadline - now) / 2  # the rest for the disk loads of its failures
         if self._members is None:
-            await self._open(servers)
+            with anyio.CancelScope(deadline=half) as scope:
+                await self._open(servers)
+            if scope.cancelled_caught:  # the rendezvous hung: a member never joined
+                self._left.update(members)
+                return {s.index: _late(s) for s in servers}
         tensors: Mapping[str, Any] = (
             weights.tensors if isinstance(weights, PendingWeights)
             else _read_safetensors(weights) if isinstance(weights, (str, Path))
@@ -264,12 +290,14 @@ class BroadcastTransport:
         dtypes = [str(t.dtype).removeprefix("torch.") for t in tensors.values()]
         shapes = [list(t.shape) for t in tensors.values()]
         failures: dict[int, BaseException] = {}
+        received: set[int] = set()
 
         async def receive(server: PoolServer) -> None:
             try:
                 await server.admin.start_weight_update()
                 await server.admin.receive_weights(names, dtypes, shapes)
                 await server.admin.finish_weight_update(str(version))
+                received.add(server.index)
             except BackendError as exc:
                 failures[server.index] = exc
 
@@ -277,11 +305,45 @@ class BroadcastTransport:
             for t in tensors.values():
                 self.sender.broadcast(t)
 
-        async with anyio.create_task_group() as tg:
-            for server in servers:
-                tg.start_soon(receive, server)
-            await anyio.to_thread.run_sync(send)
+        sent = False
+        with anyio.CancelScope(deadline=half):
+            async with anyio.create_task_group() as tg:
+                for server in servers:
+                    tg.start_soon(receive, server)
+                try:
+                    await anyio.to_thread.run_sync(send, abandon_on_cancel=True)
+                    sent = True
+                except Exception as exc:  # noqa: BLE001 - the collective failed: a receiver is gone
+                    log.warning("weight broadcast failed: %s: %s", type(exc).__name__, exc)
+                    tg.cancel_scope.cancel()  # the receivers wait for tensors that will not come
+        if not sent:  # failed, or abandoned mid-collective: the group is broken, no one has it all
+            self._left.update(members)
+            received.clear()
+        for server in servers:
+            if server.index not in received and server.index not in failures:
+                failures[server.index] = _late(server)
         return failures
+
+    def collective(self, servers: Sequence[PoolServer], weights: Any) -> bool:
+        """True while every member of the group is among ``servers``.  Once one
+        has left (out of rotation at a sync, a failed receive, a restart), its
+        side of the group may be gone, and a broadcast to a rank that never joins
+        hangs: the group is not re-formed, every later sync loads from disk
+        (``name`` becomes ``disk``).
+
+        Raises:
+            WeightSyncError: a member left and ``weights`` names no directory to
+                load from, nor is there a ``fallback_dir``.
+        """
+        if self._members is not None:
+            self._left.update(set(self._members) - {s.index for s in servers})
+        if not self._left:
+            return True
+        if not isinstance(weights, (str, Path, PendingWeights)) and self.fallback_dir is None:
+            raise WeightSyncError(f"servers {sorted(self._left)} left the broadcast group and there is no "
+                                  "directory to load from: pass a directory or fallback_dir")
+        self.name = "disk"
+        return False
 
     async def load_one(self, server: PoolServer, weights: Any) -> None:
         self._left.add(server.index)
@@ -310,3 +372,5 @@ def _read_safetensors(directory: str | Path) -> dict[str, Any]:
     return tensors
 
 
+def _late(server: PoolServer) -> WeightSyncError:
+    return WeightSyncError(f"server {server.index}: not loaded by the sync's deadline")

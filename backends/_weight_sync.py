@@ -14,26 +14,43 @@
            every request sent from now on; a request keeps the version it was
            sent to, whenever it ends);
 5. resume  every paused server, always (shielded), whatever failed before;
-6. verify  (with a :class:`~backends.Probe`, ``_probe``) every server scores it before
-           the pool admits a turn (a paused vLLM schedules nothing, so after step 5;
-           with ``abort``/``keep`` the interrupted turns go on beside the probe).
+6. verify  every server scores a :class:`~backends.Probe` (``_probe``) before the
+           pool admits a turn (after step 5: a paused vLLM schedules nothing).
+
+A deadline bounds it all (``timeout_s`` from the start): a server that has not
+paused by half of it, or not finished its load, flush and version by all of it, is
+taken out of rotation (and loaded when it answers again); the others go on, each
+server's steps 2-4 apart from the others' (but a broadcast, a collective: it gets
+half the time left, the disk loads of the servers it failed the rest), and the
+report names it (``timed_out``).  Steps 5 and 6 get what is left of the deadline, at
+least :data:`RESUME_S`, for the other servers (the late ones, likely hung, are
+resumed when they answer again); a server that does not answer its resume by then
+is taken out too.  Cancelled (SIGTERM), a sync ends within :data:`RESUME_S`: its resumes'
+time, never 600 s per admin call.
 
 Guarantees:
-- No server is left paused: step 5 runs on every way out, cancellation included.
+- No server is left paused: step 5 runs on every way out, cancellation included
+  (a server that cannot be resumed, because it hangs, is out of rotation, and is
+  resumed before it comes back; so is one whose pause missed the deadline).
 - No server serves a mixed version: a server whose load, flush or version step
   still fails after ``retries`` is taken out of the pool's rotation before resume;
   it is loaded with the current weights when it comes back (the pool calls
   :meth:`WeightSync.on_server_back` before reusing a server that was down, e.g.
   after the fleet restarted it), and only then re-enters rotation.
 - ``sync`` raises :class:`WeightSyncError` only if *no* server took the new
-  weights (its message names every server's failure); otherwise it returns a
-  :class:`SyncReport` naming the servers it retried and those it took out, and why.
+  weights and none of them ran out of time (those are loaded with them when they
+  answer again); otherwise it returns a :class:`SyncReport` naming the servers it
+  retried, those it took out and why (each named), and those of them that ran
+  out of time.
 - A server that failed the probe stays out until it restarts; one that comes back
   is loaded and verified before it re-enters.
+- Its steps end within ``timeout_s`` (plus :data:`RESUME_S` if the deadline passed
+  while a resume was due) whatever the servers do (hang, die, stop answering
+  mid-transfer); ``on_version`` and ``restart`` are the caller's.
 
 Other pools over the same servers (rollout shards in other processes) follow the
 sync: ``hold`` keeps them from admitting new turns during it, ``on_version`` tells
-them the new version before the servers resume, and :func:`follow_versions` keeps a
+them the new version before the servers resume, and :func:`follow_versions` (``_follow``) keeps a
 server out of their rotation until this sync's pool has loaded it.
 
 Not covered: servers that are down when ``sync`` starts are skipped (they are
@@ -47,10 +64,12 @@ later sync loads all servers from disk: the group is not re-formed.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -58,16 +77,20 @@ import anyio
 import msgspec
 
 from ._errors import BackendError, WeightSyncError
-from ._pool import PoolServer, ServerPool
+from ._pool import ServerPool
+from ._pool_server import PoolServer
 from ._probe import Probe, verify_servers
 from ._protocols import PauseMode
+from ._sync_round import RETRY_DELAY_S, Round
 from ._transports import BroadcastTransport, DiskTransport, PendingWeights, weights_directory
 
-__all__ = ["SyncReport", "WeightSync", "follow_versions"]
+__all__ = ["RESUME_S", "SyncReport", "WeightSync"]
 
-_RETRY_DELAY_S: Final = 0.5
-"""Pause between retries of one server's step: long enough for a transient
-connection reset to clear, short next to a reload (seconds)."""
+log = logging.getLogger("backends")
+
+RESUME_S: Final = 5.0
+"""The least time the resumes get, even past the deadline: a healthy server answers
+``/resume`` in milliseconds; one that does not in 5 s is taken out."""
 
 
 class SyncReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,6 +110,8 @@ class SyncReport(msgspec.Struct, frozen=True, kw_only=True):
     version_s: float
     resume_s: float
     total_s: float
+    timed_out: list[int] = []
+    """Of ``removed``, the servers that missed the deadline (``timeout_s``)."""
     errors: list[str] = []
     """Why each server in ``removed`` was taken out (loud: it names the server)."""
     probe_diff_max: float = math.nan
@@ -117,6 +142,8 @@ class WeightSync:
         on_version: tells those pools each new version: awaited with ``(version,
             servers)`` (the indexes in ``pool`` that took it) before the servers
             resume, so that what they generate next is stamped with it.
+        timeout_s: the deadline of one sync (see the module docstring), and of
+            loading one server that comes back (:meth:`on_server_back`).
     """
 
     def __init__(
@@ -129,8 +156,12 @@ class WeightSync:
         restart: Callable[[int], Awaitable[None]] | None = None,
         hold: Callable[[], AbstractAsyncContextManager[None]] | None = None,
         on_version: Callable[[int, list[int]], Awaitable[None]] | None = None,
+        timeout_s: float = 300.0,
     ) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s: expected > 0, got {timeout_s}")
         self.pool = pool
+        self.timeout_s = timeout_s
         self.transport = transport
         self.pause_mode = pause_mode
         self.retries = retries
@@ -142,6 +173,7 @@ class WeightSync:
         # Servers a failed or cancelled load may have left with part of its weights:
         # none re-enters rotation until the current weights are loaded whole.
         self._partial: set[int] = set()
+        self._unresumed: set[int] = set()  # paused by a sync that could not resume them
         self._probe: Probe | None = None  # the current weights' probe, to verify a server that comes back
         self._failed_probe: set[int] = set()  # out until they restart: they hold this version, wrongly
         pool.on_server_back = self.on_server_back
@@ -155,10 +187,11 @@ class WeightSync:
 
         Raises:
             WeightSyncError: no server is in rotation, or none took the weights (or
-                passed the probe); the message names each server's failure.
+                passed the probe) and none ran out of time (or there is no directory
+                to load those from); the message names each server's failure.
 
-        Cancellation: servers paused so far are resumed (shielded); a server that
-        may hold partial weights is taken out of rotation.
+        Cancellation: servers paused so far are resumed (shielded, within the deadline
+        or :data:`RESUME_S`); one that may hold partial weights is out of rotation.
         """
         t0 = time.monotonic()
         servers = [s for s in self.pool.servers if self.pool.is_up(s.index)]
@@ -168,90 +201,90 @@ class WeightSync:
             self._source = weights
         elif isinstance(self.transport, BroadcastTransport):
             self._source = self.transport.fallback_dir
-        retried: set[int] = set()
-        removed: set[int] = set()
-        errors: dict[int, str] = {}
-        paused: list[PoolServer] = []
-        times = dict.fromkeys(("pause", "load", "flush", "version", "resume", "verify"), 0.0)
+        begun = anyio.current_time()
+        rnd = Round(begun + self.timeout_s, self.retries)
+        ok: list[int] = []
         diff = math.nan
+        ended = False  # else cancelled (SIGTERM) or failed: the resumes get RESUME_S, not the deadline
         async with self.pool.held(), self.hold() if self.hold is not None else contextlib.nullcontext():
             try:
-                start = time.monotonic()
-                await self._each(servers, self._pause, retried, removed, errors, paused)
-                times["pause"] = time.monotonic() - start
-                start = time.monotonic()
-                live = [s for s in servers if s.index not in removed]
+                # Half the deadline at most: the others' loads need the rest.
+                await rnd.each(servers, partial(self._pause, rnd), by=begun + self.timeout_s / 2)
+                live = [s for s in servers if s.index not in rnd.removed]
+                self._partial.update(s.index for s in live)  # until each has loaded whole
                 try:
-                    failures = await self.transport.load(live, weights, version)
+                    failures: dict[int, BaseException] | None = None
+                    if self.transport.collective(live, weights):
+                        start = anyio.current_time()
+                        failures = await self.transport.load(live, weights, version, rnd.deadline)
+                        rnd.seconds["load"] = anyio.current_time() - start
+                    await rnd.each(live, partial(self._settle, rnd, weights, version, failures))
                 except BaseException:
-                    removed.update(s.index for s in live)
-                    self._partial.update(s.index for s in live)
+                    rnd.removed.update(s.index for s in live if s.index in self._partial)
                     raise
-                for server in live:
-                    if server.index in failures:
-                        retried.add(server.index)
-                        errors[server.index] = f"server {server.index} ({server.url}): {failures[server.index]}"
-                        if not await self._retry(lambda s: self.transport.load_one(s, weights), server, errors):
-                            removed.add(server.index)
-                            self._partial.add(server.index)
-                times["load"] = time.monotonic() - start
-                start = time.monotonic()
-                await self._each([s for s in servers if s.index not in removed],
-                                 lambda s: s.admin.reset_prefix_cache(), retried, removed, errors)
-                times["flush"] = time.monotonic() - start
-                start = time.monotonic()
-                await self._each([s for s in servers if s.index not in removed],
-                                 lambda s: s.admin.set_weight_version(str(version)), retried, removed, errors)
-                ok = [s.index for s in servers if s.index not in removed]
+                ok = [s.index for s in servers if s.index not in rnd.removed]
                 if ok:
                     self.pool.set_weight_version(version, ok)
                     self._version = version
                     if self.on_version is not None:
                         await self.on_version(version, ok)
-                times["version"] = time.monotonic() - start
+                ended = True
             finally:
-                for index in removed:
+                for index in rnd.removed:
                     self.pool.set_up(index, False)
                 with anyio.CancelScope(shield=True):
-                    start = time.monotonic()
-                    await self._resume(paused)
-                    times["resume"] = time.monotonic() - start
+                    start = anyio.current_time()
+                    await self._resume(rnd, max(rnd.deadline if ended else 0.0, start + RESUME_S))
+                    rnd.seconds["resume"] = anyio.current_time() - start
+                # A pause that missed the deadline may still reach it (a stopped
+                # process reads it once continued): resumed again on its way back.
+                self._unresumed.update(s.index for s in rnd.paused if s.index in rnd.removed or s.index in rnd.late)
             if ok and probe is not None:  # still held: no turn is admitted before this passes
-                start = time.monotonic()
-                ok, diff = await self._verify(ok, weights, version, probe, retried, removed, errors)
-                times["verify"] = time.monotonic() - start
+                start = anyio.current_time()
+                resumed = [i for i in ok if i not in rnd.late and i not in self._unresumed]
+                ok, diff = await self._verify(rnd, resumed, weights, version, probe)
+                rnd.seconds["verify"] = anyio.current_time() - start
         if not ok:
-            why = "; ".join(errors[i] for i in sorted(errors)) or f"removed: {sorted(removed)}"
-            raise WeightSyncError(f"no server took weights version {version}: {why}")
+            if not rnd.late or self._source is None:
+                why = "; ".join(rnd.errors[i] for i in sorted(rnd.errors)) or f"removed: {sorted(rnd.removed)}"
+                raise WeightSyncError(f"no server took weights version {version}: {why}")
+            # Out of time, not failed: each is loaded with this version when it answers
+            # again (turns wait for a server meanwhile, up to the pool's unavailable_timeout_s).
+            self.pool.set_weight_version(version, [])
+            self._version = version
+            if self.on_version is not None:
+                await self.on_version(version, [])
         if self.restart is not None:
-            for index in sorted(removed):
+            for index in sorted(rnd.removed):
                 await self.restart(index)
+        if rnd.late:
+            log.warning("weight sync v%d: servers %s missed the %g s deadline; taken out, loaded when they answer again",
+                        version, sorted(rnd.late), self.timeout_s)
+        t = rnd.seconds
         return SyncReport(
             version=version,
             transport=self.transport.name,
-            servers=ok,
-            retried=sorted(retried),
-            removed=sorted(removed),
-            pause_s=times["pause"],
-            load_s=times["load"],
-            flush_s=times["flush"],
-            version_s=times["version"],
-            resume_s=times["resume"],
+            servers=[i for i in ok if i not in rnd.late],
+            retried=sorted(rnd.retried),
+            removed=sorted(rnd.removed | rnd.late),
+            timed_out=sorted(rnd.late),
+            pause_s=t.get("pause", 0.0),
+            load_s=t.get("load", 0.0),
+            flush_s=t.get("flush", 0.0),
+            version_s=t.get("version", 0.0),
+            resume_s=t.get("resume", 0.0),
             total_s=time.monotonic() - t0,
-            errors=[errors[i] for i in sorted(removed) if i in errors],
+            errors=[rnd.errors[i] for i in sorted(rnd.removed | rnd.late) if i in rnd.errors],
             probe_diff_max=diff,
-            verify_s=times["verify"],
+            verify_s=t.get("verify", 0.0),
         )
 
-    async def _verify(
-        self, ok: list[int], weights: Any, version: int, probe: Probe,
-        retried: set[int], removed: set[int], errors: dict[int, str],
-    ) -> tuple[list[int], float]:  # fmt: skip
-        """Step 6: the servers in ``ok`` that pass the probe (each failing one reloaded
-        once first), and the largest difference."""
+    async def _verify(self, rnd: Round, ok: list[int], weights: Any, version: int, probe: Probe) -> tuple[list[int], float]:
+        """Step 6: the servers in ``ok`` that pass the probe (a failing one reloaded
+        once) by the deadline (at least :data:`RESUME_S`), and the largest difference."""
 
         async def reload(server: PoolServer) -> None:
-            await self._pause(server)
+            await self._pause_one(server)
             try:
                 await self.transport.load_one(server, weights)
                 await server.admin.reset_prefix_cache()
@@ -259,82 +292,69 @@ class WeightSync:
                 with anyio.CancelScope(shield=True):
                     await server.admin.resume()
 
-        verdict = await verify_servers([self.pool.servers[i] for i in ok], probe, reload=reload)
-        retried.update(verdict.retried)
-        for index, why in verdict.failed.items():
-            removed.add(index)
-            errors[index] = why
-            self._failed_probe.add(index)
-            self.pool.set_up(index, False)
-        passed = [i for i in ok if i not in verdict.failed]
+        diff = await rnd.verify([self.pool.servers[i] for i in ok], probe, reload, by=max(rnd.deadline, anyio.current_time() + RESUME_S))
+        for index in ok:
+            if index in rnd.removed:
+                self.pool.set_up(index, False)
+                if index not in rnd.late:
+                    self._failed_probe.add(index)
+        passed = [i for i in ok if i not in rnd.removed]
         self._probe = probe
-        if verdict.failed and passed and self.on_version is not None:
+        if len(passed) < len(ok) and passed and self.on_version is not None:
             await self.on_version(version, passed)  # the other pools drop the failed ones too
-        return passed, verdict.diff_max
+        return passed, diff
 
-    async def _pause(self, server: PoolServer) -> None:
+    async def _pause(self, rnd: Round, server: PoolServer) -> None:
+        rnd.paused.append(server)  # resumed even if the pause itself failed half-way
+        await rnd.step("pause", server, self._pause_one)
+
+    async def _pause_one(self, server: PoolServer) -> None:
         if self.pause_mode == "wait" and not server.admin.native_wait:
             await self.pool.drained(server.index)
         await server.admin.pause(self.pause_mode)
 
-    async def _each(
-        self,
-        servers: Sequence[PoolServer],
-        step: Callable[[PoolServer], Awaitable[None]],
-        retried: set[int],
-        removed: set[int],
-        errors: dict[int, str],
-        paused: list[PoolServer] | None = None,
+    async def _settle(
+        self, rnd: Round, weights: Any, version: int, failures: dict[int, BaseException] | None, server: PoolServer
     ) -> None:
-        """Run ``step`` on every server concurrently, with retries; failures are removed
-        (their last error kept in ``errors``)."""
+        """The rest of one server's sync, apart from the others': its load (from
+        disk; or again, after a failed broadcast), flush and version."""
+        if failures is None or server.index in failures:
+            failed = None if failures is None else failures[server.index]
+            if not await rnd.step("load", server, lambda s: self.transport.load_one(s, weights), failed=failed):
+                return
+        self._partial.discard(server.index)
+        if await rnd.step("flush", server, lambda s: s.admin.reset_prefix_cache()):
+            await rnd.step("version", server, lambda s: s.admin.set_weight_version(str(version)))
+
+    async def _resume(self, rnd: Round, deadline: float) -> None:
+        """Resume every paused server by ``deadline``, but those that missed the
+        sync's deadline (likely hung: not waited for); one that cannot be resumed
+        (it fails, or hangs) is taken out of rotation, and resumed and loaded when
+        it answers again (:meth:`on_server_back`), as are the late ones."""
 
         async def one(server: PoolServer) -> None:
-            if paused is not None:
-                paused.append(server)  # resume even if the pause itself failed half-way
-            try:
-                await step(server)
-            except BackendError as exc:
-                retried.add(server.index)
-                errors[server.index] = f"server {server.index} ({server.url}): {exc}"
-                if not await self._retry(step, server, errors):
-                    removed.add(server.index)
+            with anyio.CancelScope(deadline=deadline) as scope:
+                for attempt in range(1 + self.retries):
+                    try:
+                        await server.admin.resume()
+                        self._unresumed.discard(server.index)
+                        return
+                    except BackendError:
+                        await anyio.sleep(RETRY_DELAY_S * (attempt + 1))
+            if scope.cancelled_caught:
+                rnd.late.add(server.index)
+            self._unresumed.add(server.index)
+            self.pool.set_up(server.index, False)  # unreachable now; resumed and loaded when it returns
 
         async with anyio.create_task_group() as tg:
-            for server in servers:
-                tg.start_soon(one, server)
-
-    async def _retry(
-        self, step: Callable[[PoolServer], Awaitable[None]], server: PoolServer, errors: dict[int, str]
-    ) -> bool:
-        for _ in range(self.retries):
-            await anyio.sleep(_RETRY_DELAY_S)
-            try:
-                await step(server)
-                errors.pop(server.index, None)
-                return True
-            except BackendError as exc:
-                errors[server.index] = f"server {server.index} ({server.url}): {exc}"
-        return False
-
-    async def _resume(self, paused: Sequence[PoolServer]) -> None:
-        async def one(server: PoolServer) -> None:
-            for attempt in range(1 + self.retries):
-                try:
-                    await server.admin.resume()
-                    return
-                except BackendError:
-                    await anyio.sleep(_RETRY_DELAY_S * (attempt + 1))
-            self.pool.set_up(server.index, False)  # unreachable now; loaded when it returns
-
-        async with anyio.create_task_group() as tg:
-            for server in paused:
-                tg.start_soon(one, server)
+            for server in rnd.paused:
+                if server.index not in rnd.late:
+                    tg.start_soon(one, server)
 
     async def on_server_back(self, server: PoolServer) -> None:
         """Before a server re-enters rotation: make sure it serves the current
-        version, loading the current weights from disk if it does not, and passes the
-        current probe.
+        version, loading the current weights from disk if it does not (and resume
+        it first if a sync could not).
 
         A server a failed load may have left with part of its weights is loaded
         whatever version it reports; before any sync has completed there is no
@@ -342,10 +362,20 @@ class WeightSync:
 
         Raises:
             WeightSyncError: it is on another version, or may hold partial weights,
-                and no directory holds the current weights, or it failed the probe (now,
-                or at the sync and has not restarted since): it stays out of rotation.
+                and no directory holds the current weights; it failed the probe (now,
+                or at the sync and has not restarted since); or the load outlasted
+                ``timeout_s`` (it stays out of rotation).
             BackendError: the server failed while being loaded.
         """
+        with anyio.move_on_after(self.timeout_s) as scope:
+            await self._bring_up_to_date(server)
+        if scope.cancelled_caught:
+            raise WeightSyncError(f"server {server.index}: not loaded within {self.timeout_s:g} s; it stays out of rotation")
+
+    async def _bring_up_to_date(self, server: PoolServer) -> None:
+        if server.index in self._unresumed:  # a sync may have left it paused
+            await server.admin.resume()
+            self._unresumed.discard(server.index)
         partial = server.index in self._partial
         if self._version is None and not partial:
             return
@@ -368,22 +398,3 @@ class WeightSync:
                 raise WeightSyncError(verdict.failed[server.index])
         self._failed_probe.discard(server.index)
         server.client.weight_version = self._version
-
-
-def follow_versions(pool: ServerPool) -> None:
-    """Make ``pool`` follow a :class:`WeightSync` of another pool over the same
-    servers (a rollout shard's pool, moved by the trainer's sync): a server that was
-    down re-enters ``pool``'s rotation only once it reports the version ``pool`` was
-    told (:meth:`ServerPool.set_weight_version`), i.e. once the sync's own pool has
-    loaded it; until then each poll leaves it out.  Before the first version
-    (``weight_version == 0``: the servers hold their initial weights) any server is
-    taken back, as :meth:`WeightSync.on_server_back` does before its first sync.
-    Installs itself as ``pool.on_server_back``.
-    """
-
-    async def check(server: PoolServer) -> None:
-        expected = pool.weight_version
-        if expected and await server.admin.weight_version() != str(expected):
-            raise WeightSyncError(f"server {server.index} is not on version {expected} yet")
-
-    pool.on_server_back = check

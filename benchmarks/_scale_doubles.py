@@ -19,7 +19,7 @@ import msgspec
 from backends import Completion, SamplingParams
 from rstar2_async.config import RolloutConfig
 from rstar2_async.rollout import Toolbox, problem_messages
-from rstar2_async.testing import IM_END, FakeByteTokenizer
+from rstar2_async.testing import IM_END, FakeByteTokenizer, sse_answer
 from rstar2_async.types import Problem
 from sandbox import ExecResult
 
@@ -75,6 +75,8 @@ def problem_text(i: int) -> str:
 class _Request(msgspec.Struct):
     prompt: msgspec.Raw
     max_tokens: int
+    stream: bool = False
+    stream_interval: int = 1
 
 
 _request: Final = msgspec.json.Decoder(_Request)
@@ -98,16 +100,18 @@ class SimServer:
             f'num_gpu_blocks="{self.capacity // 16}"}} 1.0\n'
         ).encode()
 
-    def begin(self, body: bytes) -> tuple[int, int]:
-        """A request starts: its prompt's length and the KV it holds while it runs."""
-        prompt = bytes(_request.decode(body).prompt).count(b",") + 1
+    def begin(self, body: bytes) -> tuple[int, int, int | None]:
+        """A request starts: its prompt's length, the KV it holds while it runs, and
+        the tokens a chunk of its streamed answer (None: answered whole)."""
+        request = _request.decode(body)
+        prompt = bytes(request.prompt).count(b",") + 1
         tokens = prompt + GEN_TOKENS
         self.running += 1
         self.used += tokens
         if self.used > self.capacity:
             self.overflows += 1
         self.peak = max(self.peak, self.used)
-        return prompt, tokens
+        return prompt, tokens, request.stream_interval if request.stream else None
 
 
 class Doubles(httpx.AsyncBaseTransport):
@@ -119,6 +123,7 @@ class Doubles(httpx.AsyncBaseTransport):
     def __init__(self, servers: int, capacity: int) -> None:
         self.servers = {f"10.0.{i // 256}.{i % 256}": SimServer(capacity) for i in range(servers)}
         self.own_ns = 0
+        self._streamed: dict[tuple[bytes, int], bytes] = {}
 
     @property
     def urls(self) -> list[str]:
@@ -133,7 +138,7 @@ class Doubles(httpx.AsyncBaseTransport):
             response = httpx.Response(200, content=server.metrics())
             self.own_ns += time.thread_time_ns() - t
             return response
-        prompt, tokens = server.begin(request.content)
+        prompt, tokens, interval = server.begin(request.content)
         self.own_ns += time.thread_time_ns() - t
         try:
             answer = await self.generate(server, prompt)
@@ -142,6 +147,11 @@ class Doubles(httpx.AsyncBaseTransport):
             server.used -= tokens
         server.served += 1
         t = time.thread_time_ns()
+        if interval is not None:  # streamed as vLLM cuts it, in one body (no sockets here)
+            key = (answer, interval)
+            if (streamed := self._streamed.get(key)) is None:
+                streamed = self._streamed[key] = sse_answer(msgspec.json.decode(answer), interval)
+            answer = streamed
         response = httpx.Response(200, content=answer)  # the server writing its answer: its own work too
         self.own_ns += time.thread_time_ns() - t
         return response

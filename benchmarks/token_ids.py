@@ -80,13 +80,13 @@ def bodies(engine: str) -> dict[str, Body]:
     """How each side builds a turn's request from its context."""
     sampling = SamplingParams(temperature=1.0)
     if engine == "vllm":
-        client = TokenClient("http://unused/v1", model="m")  # only its request encoding runs
+        client = TokenClient("http://unused/v1", model="m", stream=False)  # only its request encoding runs
 
         def vllm(ids: Sequence[int]) -> object:
             return client._body(ids, MAX_TOKENS, sampling)  # splices a TokenIds' JSON, encodes a list whole
 
         return {"list": vllm, "token_ids": vllm}
-    encode = SGLangTokenClient._body
+    encode = SGLangTokenClient("http://unused", stream=False)._body  # the body before streaming, as the baseline's
     params = msgspec.json.decode(encode([], MAX_TOKENS, sampling))["sampling_params"]
     http = httpx.AsyncClient(base_url="http://unused", headers={"authorization": "Bearer k"})
 

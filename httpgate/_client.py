@@ -1,7 +1,7 @@
-"""``Http11Transport``: a lean HTTP/1.1 client transport (h11 over anyio sockets) for
-our services on plain ``http://``: the inference servers (token and chat clients,
-the pool's admin calls, the fleet's proxy and health checks) and the sandbox
-service (``sandbox.SandboxClient``).
+"""``Http11Transport``: a lean HTTP/1.1 client transport (h11 over anyio sockets, TLS
+over anyio's ``TLSStream`` for ``https://``) for our services: the inference servers
+(token and chat clients, the pool's admin calls, the fleet's proxy and health
+checks) and the sandbox service (``sandbox.SandboxClient``).
 
 Why not httpx's default transport (httpcore): under load and cancellation a turn
 could stay stuck forever past the pool's ``request_timeout_s``.  httpcore closes a
@@ -12,38 +12,44 @@ cancellation from ending that wait (``benchmarks/pool_chaos.py`` at concurrency
 128 lost 15-17 of 2,000 trajectories that way).  Here nothing awaits under a
 shield and no lock is held across an await: a connection belongs to one request
 from checkout to return, and any error or cancellation during the exchange closes
-its socket at once (the close itself is synchronous on both backends).
+its socket at once (the close itself is synchronous on both backends).  Over TLS
+the same: a connection is closed without the TLS closing handshake (nothing to
+wait for), and the handshake itself is part of the connect timeout.
 
 Also the hot path's CPU: :meth:`Http11Transport.post` skips httpx's request and
-response models (``backends.CompletionClient`` uses it).  Through
+response models (``backends.CompletionClient`` uses it), and hands a streamed
+answer's body to its reader part by part as it arrives.  Through
 :meth:`handle_async_request` the same transport serves an ``httpx.AsyncClient``
 (everything else), the answer's body streamed.
 
-Covered: keep-alive reuse, ``content-length`` and chunked bodies, connect / read /
+Covered: ``http`` and ``https`` (certificates checked as httpx checks them: its
+CA bundle, ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``; or the ``ssl_context`` given),
+keep-alive reuse, ``content-length`` and chunked bodies, connect / read /
 write / pool timeouts (``httpx.Timeout``), a cap on open connections.  A request
 whose reused idle connection turns out closed by the server before any answer
 (a keep-alive timeout, a restart) is sent again on the next one, idle or new,
 each stale one discarded; on a new connection nothing is retried.  The server
 may have read a request it then dropped unanswered: for completions a second
-generation is only wasted work.  Not covered: TLS, proxies, HTTP/2, streamed request bodies.
+generation is only wasted work.  Not covered: proxies, HTTP/2, streamed request bodies.
 Errors are httpx's (``httpx.ConnectError``, ``ReadTimeout``, ...), so callers
 translate them as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import ssl
+from collections.abc import Callable, Iterable
 from typing import Final, final
 
 import anyio
 import h11
 import httpx
-from anyio.abc import SocketStream
+
+from ._connect import Connection, Origin, connect, host_header, origin_of
 
 __all__ = ["Http11Transport", "transport_for"]
 
 _CHUNK: Final = 65536
-_Origin = tuple[str, int]
 
 
 class _StaleConnection(Exception):
@@ -51,23 +57,15 @@ class _StaleConnection(Exception):
 
 
 @final
-class _Connection:
-    __slots__ = ("h11", "origin", "stream")
-
-    def __init__(self, origin: _Origin, stream: SocketStream) -> None:
-        self.origin = origin
-        self.stream = stream
-        self.h11 = h11.Connection(our_role=h11.CLIENT)
-
-
-@final
 class Http11Transport(httpx.AsyncBaseTransport):
-    """Connections to any number of ``http://host:port`` origins, kept alive
-    between requests.
+    """Connections to any number of ``http://`` and ``https://`` origins, kept
+    alive between requests.
 
     Args:
         timeout: connect / read / write / pool timeouts for :meth:`post`; an
             ``httpx.AsyncClient``'s requests carry their own.
+        ssl_context: for ``https://`` origins; default: httpx's (its CA bundle,
+            or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``), made once per process.
         max_connections: open connections at most, all origins together; a request
             beyond waits up to the pool timeout for one to close or go idle (an idle
             one to another origin is closed to make room).
@@ -79,10 +77,13 @@ class Http11Transport(httpx.AsyncBaseTransport):
     delayed: the socket of an interrupted exchange is closed without waiting.
     """
 
-    def __init__(self, *, timeout: httpx.Timeout | None = None, max_connections: int = 4096) -> None:
+    def __init__(
+        self, *, timeout: httpx.Timeout | None = None, max_connections: int = 4096, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         self.timeout = timeout or httpx.Timeout(3600.0, connect=10.0, pool=60.0)
         self.max_connections = max_connections
-        self._idle: dict[_Origin, list[_Connection]] = {}
+        self.ssl_context = ssl_context
+        self._idle: dict[Origin, list[Connection]] = {}
         self._open = 0
         self._freed: anyio.Event | None = None  # made by the first request waiting at the cap
         self._closed = False
@@ -90,15 +91,22 @@ class Http11Transport(httpx.AsyncBaseTransport):
     # -- the hot path ---------------------------------------------------------------
 
     async def post(
-        self, origin: _Origin, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+        self,
+        url: httpx.URL,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        on_part: Callable[[bytes], object] | None = None,
     ) -> tuple[int, bytes]:
-        """POST ``body`` to ``target`` on ``origin`` (``(host, port)``): ``(status, content)``.
+        """POST ``body`` to ``url``: ``(status, content)``.  With ``on_part``, a 2xx
+        answer's body goes to it part by part as it arrives (``content`` is then
+        empty); whatever ``on_part`` raises ends the exchange (its connection
+        closed) and propagates.
 
         Raises:
             httpx.TransportError: connect / read / write / pool errors and timeouts,
                 or a malformed answer (``httpx.RemoteProtocolError``).
         """
-        status, _, content = await self._exchange(origin, b"POST", target, headers, body, self.timeout)
+        status, _, content = await self._exchange(origin_of(url), b"POST", url.raw_path, headers, body, self.timeout, on_part)
         return status, content
 
     # -- as an httpx transport ------------------------------------------------------
@@ -108,8 +116,6 @@ class Http11Transport(httpx.AsyncBaseTransport):
         connection stays this request's until the body is read whole or the response
         is closed (closed early, the connection is closed, not reused)."""
         url = request.url
-        if url.scheme != "http":
-            raise httpx.UnsupportedProtocol(f"Http11Transport speaks plain http, not {url.scheme!r}")
         timeout = request.extensions.get("timeout")
         t = httpx.Timeout(**timeout) if isinstance(timeout, dict) else self.timeout
         body = await request.aread()
@@ -118,8 +124,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
             for k, v in request.headers.raw
             if k.lower() not in (b"host", b"content-length", b"transfer-encoding")
         ]
-        origin = (url.host, url.port or 80)
-        connection, status, rheaders = await self._start(origin, request.method, url.raw_path, headers, body, t)
+        connection, status, rheaders = await self._start(origin_of(url), request.method, url.raw_path, headers, body, t)
         return httpx.Response(
             status, headers=rheaders, stream=_Body(self, connection, t), extensions={"http_version": b"HTTP/1.1"}
         )
@@ -143,14 +148,19 @@ class Http11Transport(httpx.AsyncBaseTransport):
     # -- one exchange -----------------------------------------------------------------
 
     async def _exchange(
-        self, origin: _Origin, method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes,
-        timeout: httpx.Timeout,
+        self, origin: Origin, method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes,
+        timeout: httpx.Timeout, on_part: Callable[[bytes], object] | None = None,
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:  # fmt: skip
         connection, status, rheaders = await self._start(origin, method, target, headers, body, timeout)
         chunks = []
+        if status >= 300:
+            on_part = None  # an error's body is read whole, for its message
         try:
             while (part := await self._next_part(connection, timeout)) is not None:
-                chunks.append(part)
+                if on_part is None:
+                    chunks.append(part)
+                else:
+                    on_part(part)
         except BaseException:
             await self._discard(connection)  # cancelled or failed mid-body: its state is unknown
             raise
@@ -158,12 +168,12 @@ class Http11Transport(httpx.AsyncBaseTransport):
         return status, rheaders, b"".join(chunks)
 
     async def _start(
-        self, origin: _Origin, method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes,
+        self, origin: Origin, method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes,
         timeout: httpx.Timeout,
-    ) -> tuple[_Connection, int, list[tuple[bytes, bytes]]]:  # fmt: skip
+    ) -> tuple[Connection, int, list[tuple[bytes, bytes]]]:  # fmt: skip
         """Send the request and read the answer's head: the connection (now the
         caller's, to :meth:`_release`), the status and the headers."""
-        head = [(b"host", _host_header(origin)), (b"content-length", str(len(body)).encode()), *headers]
+        head = [(b"host", host_header(origin)), (b"content-length", str(len(body)).encode()), *headers]
         while True:
             connection, reused = await self._checkout(origin, timeout)
             try:
@@ -178,7 +188,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 raise
             return connection, status, rheaders
 
-    async def _release(self, connection: _Connection) -> None:
+    async def _release(self, connection: Connection) -> None:
         """Back to the idle list if its exchange is complete and may go on; else closed."""
         h = connection.h11
         if h.our_state is h11.DONE and h.their_state is h11.DONE and not self._closed:
@@ -189,7 +199,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
             await self._discard(connection)
 
     async def _send_and_read_head(
-        self, connection: _Connection, method: bytes, target: bytes, head: list[tuple[bytes, bytes]], body: bytes,
+        self, connection: Connection, method: bytes, target: bytes, head: list[tuple[bytes, bytes]], body: bytes,
         timeout: httpx.Timeout, reused: bool,
     ) -> tuple[int, list[tuple[bytes, bytes]]]:  # fmt: skip
         h = connection.h11
@@ -227,7 +237,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 raise httpx.RemoteProtocolError("the server closed the connection without an answer")
             # h11.InformationalResponse (1xx): keep reading
 
-    async def _next_part(self, connection: _Connection, timeout: httpx.Timeout) -> bytes | None:
+    async def _next_part(self, connection: Connection, timeout: httpx.Timeout) -> bytes | None:
         """The next part of the answer's body; None at its end."""
         h = connection.h11
         while True:
@@ -242,7 +252,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 raise httpx.RemoteProtocolError("the server closed the connection mid-answer")
 
     @staticmethod
-    async def _receive(connection: _Connection, timeout: httpx.Timeout) -> bytes:
+    async def _receive(connection: Connection, timeout: httpx.Timeout) -> bytes:
         """The next bytes; ``b""`` at the end of the stream."""
         try:
             with anyio.fail_after(timeout.read):
@@ -256,7 +266,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
 
     # -- the connections --------------------------------------------------------------
 
-    async def _checkout(self, origin: _Origin, timeout: httpx.Timeout) -> tuple[_Connection, bool]:
+    async def _checkout(self, origin: Origin, timeout: httpx.Timeout) -> tuple[Connection, bool]:
         """An idle connection to ``origin`` (``reused`` True) or a new one."""
         if self._closed:
             raise RuntimeError("Http11Transport is closed")
@@ -283,18 +293,13 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 return idle.pop(), True
         self._open += 1  # counted before the connect, so concurrent checkouts respect the cap
         try:
-            with anyio.fail_after(timeout.connect):
-                stream = await anyio.connect_tcp(*origin)
-        except BaseException as exc:
+            stream = await connect(origin, timeout.connect, self.ssl_context)
+        except BaseException:
             self._closed_one()
-            if isinstance(exc, TimeoutError):
-                raise httpx.ConnectTimeout(f"connecting to {origin[0]}:{origin[1]} timed out") from exc
-            if isinstance(exc, OSError):
-                raise httpx.ConnectError(f"{origin[0]}:{origin[1]}: {exc}") from exc
             raise
-        return _Connection(origin, stream), False
+        return Connection(origin, stream), False
 
-    async def _discard(self, connection: _Connection) -> None:
+    async def _discard(self, connection: Connection) -> None:
         self._closed_one()
         # Closes the socket at once, then returns at once (anyio closes synchronously
         # before any await; the forceful close does not wait for a graceful end).
@@ -318,11 +323,6 @@ def _next_event(h: h11.Connection) -> type[h11.PAUSED | h11.NEED_DATA] | h11.Eve
         raise httpx.RemoteProtocolError(str(exc)) from exc
 
 
-def _host_header(origin: _Origin) -> bytes:
-    name = f"[{origin[0]}]" if ":" in origin[0] else origin[0]  # an IPv6 literal goes in brackets
-    return name.encode() if origin[1] == 80 else f"{name}:{origin[1]}".encode()
-
-
 @final
 class _Body(httpx.AsyncByteStream):
     """An answer's body as it comes, for an ``httpx.AsyncClient``.  Closing it
@@ -330,9 +330,9 @@ class _Body(httpx.AsyncByteStream):
     early, e.g. the proxy's when its own client left, closes the socket, so the
     server sees the request abandoned (vLLM aborts its generation)."""
 
-    def __init__(self, transport: Http11Transport, connection: _Connection, timeout: httpx.Timeout) -> None:
+    def __init__(self, transport: Http11Transport, connection: Connection, timeout: httpx.Timeout) -> None:
         self._transport = transport
-        self._connection: _Connection | None = connection
+        self._connection: Connection | None = connection
         self._timeout = timeout
 
     def __aiter__(self) -> _Body:
@@ -363,9 +363,11 @@ class _Body(httpx.AsyncByteStream):
 def transport_for(
     base_url: str, *, timeout: httpx.Timeout | None = None, max_connections: int = 4096
 ) -> httpx.AsyncBaseTransport:
-    """The transport for a server at ``base_url``: ours for ``http://``, httpx's
-    default (TLS and the rest) for anything else, e.g. a hosted ``https://`` endpoint."""
-    if base_url.startswith("http://"):
-        return Http11Transport(timeout=timeout, max_connections=max_connections)
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-    return httpx.AsyncHTTPTransport(limits=limits)
+    """The transport for a server at ``base_url`` (``http://`` or ``https://``): ours.
+
+    Raises:
+        ValueError: another scheme.
+    """
+    if not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"{base_url!r}: expected an http:// or https:// URL")
+    return Http11Transport(timeout=timeout, max_connections=max_connections)

@@ -8,7 +8,7 @@ Calls that arrive together are sent together: a batch closes when it holds
 the addresses in turn, skipping one for ``cooldown_s`` after it failed to
 connect; a batch whose address fails is retried on the next ones, up to
 ``retries`` more times.  The HTTP I/O is an ``httpx`` transport, so tests plug in
-``httpx.MockTransport``; by default, on plain ``http://`` addresses,
+``httpx.MockTransport``; by default, on ``http://`` and ``https://`` addresses,
 :class:`httpgate.Http11Transport`: httpx's default transport (httpcore) closes a
 response in a shielded wait that anyio's asyncio Lock (< 4.14) can leave hanging past
 any timeout or cancellation (agronholm/anyio#1145), so a batch could hang forever.
@@ -98,9 +98,9 @@ class SandboxClient:
         read_margin_s: a batch may take its longest call's timeout plus this (queueing).
         api_key: the services' shared secret (sent as a bearer token); see ``read_secret``.
         transport: an ``httpx.AsyncBaseTransport`` (tests: ``httpx.MockTransport``);
-            default :class:`httpgate.Http11Transport` when every address is plain
-            ``http://`` (proxy variables in the environment are not used then),
-            else httpx's (``https://``, e.g. behind a TLS proxy).
+            default :class:`httpgate.Http11Transport` (``http://`` and ``https://``,
+            the certificates checked against httpx's CA bundle or
+            ``SSL_CERT_FILE``; proxy variables in the environment are not used).
 
     Resource handling: an async context manager; owns its HTTP connections and one
     task group for the batches in flight.  On exit, unsent calls get ``internal``,
@@ -129,7 +129,7 @@ class SandboxClient:
         self.batch_size, self.batch_window_s = batch_size, batch_window_s
         self.retries, self.cooldown_s = retries, cooldown_s
         self.read_margin_s = read_margin_s
-        if transport is None and all(a.startswith("http://") for a in self.addresses):
+        if transport is None:
             transport = Http11Transport(max_connections=MAX_CONNECTIONS)  # each request carries its timeouts
         self._http = httpx.AsyncClient(
             transport=transport,

@@ -66,10 +66,12 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "rstar2_async.cli": ["main"],
     "rstar2_async.testing": [
-        "CHATML_TEMPLATE", "DropConnection", "FakeByteTokenizer", "FakeExactReward", "FakeModelServer",
-        "FakeRawServer", "FakeSGLang", "FakeSandbox", "FakeVLLM", "IM_END", "IM_START", "Recorded", "STALLS",
-        "arithmetic_policy", "fake_logprobs", "hung_server", "last_user_message", "perturbed_weights", "pool_chaos",
-        "raw_head", "sandbox_soak", "serve_http", "sync_report", "write_byte_tokenizer",
+        "CHATML_TEMPLATE", "Chaos", "DropConnection", "FakeByteTokenizer", "FakeExactReward", "FakeModelServer",
+        "FakeRawServer", "FakeSGLang", "FakeSandbox", "FakeVLLM", "IM_END", "IM_START", "ProcessGroup", "Recorded",
+        "RestartableService", "STALLS", "arithmetic_policy", "chaos_figures", "completion_events", "fake_logprobs",
+        "hung_server", "inject_faults", "join_events", "last_user_message", "perturbed_weights", "pool_chaos",
+        "raw_head", "sandbox_soak", "serve_http", "sse_answer", "stalling_stream", "sync_report",
+        "write_byte_tokenizer",
     ],
     "fleetsim": ["DIAGNOSTICS", "PAUSE_S", "POLICIES", "Params", "Setup", "Sim", "Trainer", "lower_bound", "workload"],
 }

@@ -39,12 +39,15 @@ class InferenceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     max_connections: PositiveInt = 4096
     """Connections per server (the HTTP pool's size, both modes); rollouts keep
     thousands of requests in flight."""
-    max_retries: Annotated[int, msgspec.Meta(ge=0)] = 5
-    """Retries of a request to one server on connection errors and 5xx answers (chat
-    mode: the OpenAI SDK's own retries, with its own backoff)."""
-    backoff_initial_s: PositiveFloat = 0.5
+    max_retries: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """Retries of a request to one server on connection errors and 5xx answers.
+    Token mode: on the same server, before the pool moves the turn to another (its
+    own retry); omit for 1, so that a dead server costs an in-flight turn at most
+    ``backoff_initial_s`` before it moves.  Chat mode: the OpenAI SDK's own retries,
+    with its own backoff; omit for 5."""
+    backoff_initial_s: PositiveFloat = 0.1
     """Token mode: first retry delay; doubles each retry, with jitter."""
-    backoff_max_s: PositiveFloat = 30.0
+    backoff_max_s: PositiveFloat = 0.5
     """Token mode: upper bound on a retry delay."""
 
 
@@ -63,12 +66,21 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     trajectory's (streaming: the group the learner waits for finishes first, and new
     groups do not overtake it; ``benchmarks/streaming.py`` measured the difference).
     Omit for ``session`` in streaming mode and ``budget`` otherwise."""
-    request_timeout_s: PositiveFloat | None = 900.0
-    """Budget of one request on one server: past it the server counts as hung (not
-    only dead), is taken out of rotation, and the turn moves to another server from
-    the tokens it has.  Must exceed the longest healthy generation (a 12K-token turn
-    at ~30 tokens/s per sequence is ~400 s).  Omit for no budget (the read timeout
-    still applies)."""
+    stall_timeout_s: PositiveFloat | None = 60.0
+    """A request whose server streams no new token for this long counts as hung: the
+    server is taken out of rotation (until it answers a poll again) and the turn goes
+    on on another server from every token it has, those the hung server streamed
+    included.  Progress, not duration: a long healthy turn never trips it.  Must
+    exceed the longest silence of a healthy server: its first token after a long
+    prompt's prefill, or a preempted request's wait (not counted while a weight sync
+    holds the servers).  Checked ten times per timeout: seen at most 10% late.  Omit
+    to not watch progress."""
+    request_timeout_s: PositiveFloat | None = 3600.0
+    """Outer bound on one request to one server, however its tokens flow: past it the
+    turn goes on on another server from its tokens, and the server stays in rotation
+    (slow, not hung: ``stall_timeout_s`` finds hung ones).  Must exceed the longest
+    healthy generation (a 12K-token turn at ~10 tokens/s per sequence on a loaded
+    server is ~1,200 s).  Omit for no bound (the read timeout still applies)."""
     unavailable_timeout_s: PositiveFloat = 600.0
     """How long a turn waits while no server is up before its trajectory fails."""
     max_failovers: Annotated[int, msgspec.Meta(ge=0)] = 8
@@ -172,6 +184,15 @@ class WeightSyncConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     servers are checked the same way at start-up, where a model they cannot serve
     exactly is refused.  Costs one forward pass of a few hundred tokens per server and
     one on the learner per sync; ``false`` skips both."""
+
+    timeout_s: PositiveFloat = 300.0
+    """Deadline of one sync: a server that has not paused within half of it, or not
+    loaded, flushed and versioned within all of it, is taken out of rotation (and
+    loaded when it answers again) while the others go on (``sync/timed_out``); a
+    broadcast gets half of the time left, the disk loads of the servers it failed
+    the rest.  SIGTERM during a sync ends it within seconds.  Must exceed a healthy
+    load (a 14B model from a shared filesystem: ~1 min) and, in ``wait`` mode, the
+    wait for the turns in flight."""
 
     def __post_init__(self) -> None:
         if self.transport == "broadcast" and self.master_port is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 import httpx
 
@@ -28,10 +28,17 @@ from ..config import ConfigError, InferenceConfig, LocalServerConfig, PoolConfig
 from ..reward import Grader
 from ..rollout import ChatTokenizer, RolloutEngine
 
-__all__ = ["Engine", "api_key", "client_timeout", "fleet_config", "rollout_engine", "server_pool", "weight_transport"]
+__all__ = ["CHAT_RETRIES", "Engine", "api_key", "client_timeout", "fleet_config", "rollout_engine", "server_pool", "weight_transport"]
 
 Engine = Literal["vllm", "sglang"]
 """What a pool's servers speak (launched servers: the fleet's engine; endpoints: vLLM)."""
+
+TOKEN_RETRIES: Final = 1
+"""``inference.max_retries`` when omitted, in token mode: one quick retry on the same
+server (a reset connection), then the pool moves the turn."""
+CHAT_RETRIES: Final = 5
+"""``inference.max_retries`` when omitted, in chat mode (the OpenAI SDK's retries,
+against one endpoint: nothing else to move to)."""
 
 
 async def rollout_engine(
@@ -117,10 +124,15 @@ def server_pool(inference: InferenceConfig, pool: PoolConfig, engine: Engine) ->
         headroom=pool.headroom,
         default_capacity_tokens=pool.default_capacity_tokens,
         poll_interval_s=pool.poll_interval_s,
+        stall_timeout_s=pool.stall_timeout_s,
         request_timeout_s=pool.request_timeout_s,
         unavailable_timeout_s=pool.unavailable_timeout_s,
         max_failovers=pool.max_failovers,
-        retry=RetryPolicy(max_retries=inference.max_retries, initial_s=inference.backoff_initial_s, max_s=inference.backoff_max_s),
+        retry=RetryPolicy(
+            max_retries=TOKEN_RETRIES if inference.max_retries is None else inference.max_retries,
+            initial_s=inference.backoff_initial_s,
+            max_s=inference.backoff_max_s,
+        ),
         timeout=client_timeout(inference),
         max_connections=inference.max_connections,
     )
@@ -137,7 +149,7 @@ def weight_transport(config: WeightSyncConfig, local: LocalServerConfig) -> Disk
         master_address=config.master_address,
         master_port=config.master_port,
         ranks_per_server=ranks,
-        sender=VLLMNcclSender() if config.sender == "nccl" else GlooSender(),
+        sender=VLLMNcclSender() if config.sender == "nccl" else GlooSender(timeout_s=config.timeout_s),
     )
 
 

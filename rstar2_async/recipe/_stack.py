@@ -31,7 +31,7 @@ from ..config import (
 )
 from ..reward import Grader
 from ..rollout import ChatTokenizer, HFChatTokenizer, RolloutEngine, ShardedEngine
-from ._builders import Engine, api_key, client_timeout, fleet_config, rollout_engine, weight_transport
+from ._builders import CHAT_RETRIES, Engine, api_key, client_timeout, fleet_config, rollout_engine, weight_transport
 from ._builders import server_pool as server_pool_of
 from ._shard_stack import ShardStackConfig, shard_specs
 
@@ -168,7 +168,7 @@ async def rollout_stack(
                         inference.base_urls[0],
                         model=inference.model,
                         api_key=api_key(inference),
-                        max_retries=inference.max_retries,
+                        max_retries=CHAT_RETRIES if inference.max_retries is None else inference.max_retries,
                         timeout=client_timeout(inference),
                         max_connections=inference.max_connections,
                     )
@@ -192,9 +192,11 @@ async def rollout_stack(
             transport = weight_transport(weight_sync, local)
             if isinstance(engine, ShardedEngine):  # the workers' pools hold and learn the version too
                 tell = _tell(engine, len(server_pool.servers))
-                sync = WeightSync(server_pool, transport, pause_mode=pause, hold=engine.held, on_version=tell)
+                sync = WeightSync(
+                    server_pool, transport, pause_mode=pause, hold=engine.held, on_version=tell, timeout_s=weight_sync.timeout_s
+                )
             else:
-                sync = WeightSync(server_pool, transport, pause_mode=pause)
+                sync = WeightSync(server_pool, transport, pause_mode=pause, timeout_s=weight_sync.timeout_s)
         yield RolloutStack(engine=engine, grader=grader, pool=server_pool, sync=sync, fleet=fleet)
 
 

@@ -40,6 +40,8 @@ import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
+from backends import SyncReport
+
 from ..config import InferenceConfig, StageConfig, TrainConfig, to_toml
 from ..errors import TrainError
 from ..rollout import collect_frozen_garbage
@@ -315,8 +317,9 @@ class Trainer:
             stats = await self._learn(self.driver.grpo_step, fresh, self.state.weight_version)
             update_s = time.monotonic() - t1
             values.update({f"learner/{k}": v for k, v in msgspec.structs.asdict(stats).items()})
-            sync_s = await self._export_and_sync()
+            sync_s, report = await self._export_and_sync()
             values["sync/probe_diff_max"] = self.publisher.probe_diff_max
+            values["sync/removed"], values["sync/timed_out"] = len(report.removed), len(report.timed_out)
         timings = {"rollout": done.seconds, "reward": done.reward_seconds, "update": update_s, "sync": sync_s}
         for phase, seconds in timings.items():
             values[f"time/{phase}_s"] = seconds
@@ -337,13 +340,13 @@ class Trainer:
 
     # --- weights, evaluation, checkpoints --------------------------------------------
 
-    async def _export_and_sync(self) -> float:
+    async def _export_and_sync(self) -> tuple[float, SyncReport]:
         t0 = time.monotonic()
         version = self.state.weight_version + 1
         out = self.run_dir / "weights" / f"v{version:06d}"
-        await self.publisher.publish(out, version, self.config.stage_rollout(self.state.stage))
+        report = await self.publisher.publish(out, version, self.config.stage_rollout(self.state.stage))
         self.state.weight_version, self.state.weights_dir = version, str(out)
-        return time.monotonic() - t0
+        return time.monotonic() - t0, report
 
     async def _evaluate(self, stack: RolloutStack, metrics: MetricsWriter, label: str) -> None:
         if not self.config.eval.data:

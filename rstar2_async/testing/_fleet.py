@@ -4,7 +4,9 @@ with the shapes the real engines use (measured for vLLM, documented for SGLang).
 
 ``FakeVLLM`` generates with a :class:`FakeModelServer`; knobs:
 ``dead`` (drop every connection), ``hang`` (never answer completions),
-``fail_paths`` (paths answered 500), ``capacity_tokens`` / ``used_tokens``
+:meth:`FakeVLLM.stop` / :meth:`FakeVLLM.cont` (a SIGSTOPped process: every request
+waits, admin and polls included, until ``cont``),
+``fail_paths`` (paths answered 500), ``load_s`` (a reload's time), ``capacity_tokens`` / ``used_tokens``
 (reported in ``/metrics``).  While paused, completions wait for ``/resume``; a
 completion that a ``/pause?mode=abort`` overlapped answers the first half of its
 tokens with ``finish_reason: "abort"`` (vLLM ends it at once; the double when its
@@ -35,6 +37,7 @@ from backends import SyncReport
 
 from ._http import DropConnection
 from ._model import FakeModelServer
+from ._sse import join_events, sse_answer
 
 
 def fake_logprobs(weights: str, token_ids: Sequence[int]) -> list[float]:
@@ -81,10 +84,14 @@ class FakeVLLM:
     loads: str | None = None
     """The directory every reload loads, whatever it is asked (a server handed the
     wrong directory); None: the one asked."""
+    load_s: float = 0.0
+    """How long ``/collective_rpc`` (a reload) takes."""
 
     def __post_init__(self) -> None:
         self._resumed = anyio.Event()
         self._resumed.set()
+        self._continued = anyio.Event()  # cleared while stopped
+        self._continued.set()
         self._abort_pauses = 0
         self._pause_mode = ""
 
@@ -92,10 +99,19 @@ class FakeVLLM:
     def paused(self) -> bool:
         return not self._resumed.is_set()
 
+    def stop(self) -> None:
+        """As SIGSTOP: requests from now on wait (unanswered) until :meth:`cont`."""
+        if self._continued.is_set():
+            self._continued = anyio.Event()
+
+    def cont(self) -> None:
+        self._continued.set()
+
     def paths(self) -> list[str]:
         return [r.path for r in self.log if r.path not in ("/metrics", "/health", "/v1/completions", "/v1/models")]
 
     async def __call__(self, method: str, target: str, body: bytes) -> tuple[int, bytes]:
+        await self._continued.wait()
         if self.dead:
             raise DropConnection
         url = urlsplit(target)
@@ -121,13 +137,17 @@ class FakeVLLM:
                 status, payload = await self.scripted(method, path, body)
             finally:
                 self.running -= 1
+            await self._continued.wait()  # stopped while generating: no answer until continued
             if self.dead:  # killed while generating
                 raise DropConnection
             if self.paused and self._pause_mode == "keep":  # frozen until the resume
                 await self._resumed.wait()
             if status != 200 or (version == "default" and pauses == self._abort_pauses):
                 return status, payload
-            return status, self._stamp(payload, version, aborted=pauses != self._abort_pauses)
+            return status, self._stamp(payload, version, aborted=pauses != self._abort_pauses, stream=isinstance(parsed, dict) and bool(parsed.get("stream")))
+        if path == "/collective_rpc" and self.load_s:  # a reload takes its time; stopped meanwhile, it waits
+            await anyio.sleep(self.load_s)
+            await self._continued.wait()
         return self.admin(path, query, parsed)
 
     def admin(self, path: str, query: dict[str, str], body: object) -> tuple[int, bytes]:
@@ -179,8 +199,8 @@ class FakeVLLM:
                 return 200, ok
         return 404, b'{"error": "not found"}'
 
-    def _stamp(self, payload: bytes, version: str, *, aborted: bool) -> bytes:
-        answer = json.loads(payload)
+    def _stamp(self, payload: bytes, version: str, *, aborted: bool, stream: bool) -> bytes:
+        answer = join_events(payload) if stream else json.loads(payload)
         if version != "default" and self.stamps_versions:
             answer["weight_version"] = version
         if aborted:
@@ -190,7 +210,7 @@ class FakeVLLM:
             choice["token_ids"] = choice["token_ids"][:keep]
             choice["logprobs"] = {k: v[:keep] for k, v in choice["logprobs"].items()}
             choice["text"], choice["finish_reason"] = self.scripted.tokenizer.decode(choice["token_ids"]), "abort"
-        return msgspec.json.encode(answer)
+        return sse_answer(answer) if stream else msgspec.json.encode(answer)
 
 
 @dataclass
@@ -201,6 +221,9 @@ class FakeSGLang:
     used_tokens: int = 1000
     log: list[Recorded] = field(default_factory=list)
     version: str = "0"
+    incremental: bool = False
+    """Streamed chunks hold only their new tokens (a server started with
+    ``--incremental-streaming-output``); else every token so far."""
 
     async def __call__(self, method: str, target: str, body: bytes) -> tuple[int, bytes]:
         url = urlsplit(target)
@@ -217,8 +240,11 @@ class FakeSGLang:
                 assert isinstance(parsed, dict)
                 n = min(3, parsed["sampling_params"]["max_new_tokens"])
                 ids = [7 + i for i in range(n)]
+                finish = {"type": "length" if n == parsed["sampling_params"]["max_new_tokens"] else "stop"}
+                if parsed.get("stream"):
+                    return 200, self._stream(ids, finish)
                 meta = {
-                    "finish_reason": {"type": "length" if n == parsed["sampling_params"]["max_new_tokens"] else "stop"},
+                    "finish_reason": finish,
                     "output_token_logprobs": [[-0.5, t, None] for t in ids],
                     "weight_version": self.version,
                 }
@@ -230,3 +256,18 @@ class FakeSGLang:
             case "/get_weight_version":
                 return 200, msgspec.json.encode({"weight_version": self.version})
         return 200, b'{"success": true, "message": "ok"}'
+
+    def _stream(self, ids: list[int], finish: dict) -> bytes:
+        """One chunk a token, each holding every token so far (SGLang's default) or,
+        ``incremental``, only its own (``--incremental-streaming-output``)."""
+        events = []
+        for i in range(len(ids)):
+            held = ids[i : i + 1] if self.incremental else ids[: i + 1]
+            meta = {
+                "finish_reason": finish if i == len(ids) - 1 else None,
+                "output_token_logprobs": [[-0.5, t, None] for t in held],
+                "completion_tokens": i + 1,
+                "weight_version": self.version,
+            }
+            events.append(b"data: " + msgspec.json.encode({"text": "", "output_ids": held, "meta_info": meta}) + b"\n\n")
+        return b"".join(events) + b"data: [DONE]\n\n"

@@ -8,12 +8,14 @@ writes raw bytes instead, so a test can stall or cut it anywhere in a response.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
 
 import anyio
 import h11
-from anyio.abc import SocketAttribute, SocketStream, TaskStatus
+from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskStatus
+from anyio.streams.tls import TLSStream
 
 from httpgate import serve_listeners
 
@@ -32,7 +34,7 @@ async def serve_http(handler: Handler, *, task_status: TaskStatus[int] = anyio.T
         await serve_listeners(listener, partial(_connection, handler))
 
 
-async def read_request(conn: h11.Connection, stream: SocketStream) -> tuple[h11.Request, bytes] | None:
+async def read_request(conn: h11.Connection, stream: ByteStream) -> tuple[h11.Request, bytes] | None:
     """The next whole request on ``stream``; None once the client has gone."""
     request, body = None, b""
     while True:
@@ -74,16 +76,20 @@ async def _connection(handler: Handler, stream: SocketStream) -> None:
             conn.start_next_cycle()
 
 
-Answer = Callable[[SocketStream, h11.Request, bytes], Awaitable[bool]]
+Answer = Callable[[ByteStream, h11.Request, bytes], Awaitable[bool]]
 """Answers one request on the stream; False closes the connection."""
 
 
 class FakeRawServer:
     """An HTTP/1.1 server double on 127.0.0.1 whose ``answer`` writes raw bytes, so
-    a test can stall it anywhere in a response."""
+    a test can stall it anywhere in a response; over TLS with ``ssl_context`` (a
+    server context with its certificate loaded; ``handshake=False`` accepts the TCP
+    connection and never answers the TLS handshake)."""
 
-    def __init__(self, answer: Answer) -> None:
+    def __init__(self, answer: Answer, *, ssl_context: ssl.SSLContext | None = None, handshake: bool = True) -> None:
         self.answer = answer
+        self.ssl_context = ssl_context
+        self.handshake = handshake
         self.connections = 0
         self.requests = 0
         self.port = 0
@@ -98,8 +104,20 @@ class FakeRawServer:
             task_status.started()
             await serve_listeners(listener, self._connection)
 
-    async def _connection(self, stream: SocketStream) -> None:
+    async def _connection(self, stream: ByteStream) -> None:
         self.connections += 1
+        if self.ssl_context is not None:
+            if not self.handshake:
+                async with stream:
+                    await self.stall(stream)
+                return
+            try:
+                stream = await TLSStream.wrap(stream, server_side=True, ssl_context=self.ssl_context, standard_compatible=False)
+            except BaseException as exc:  # cancelled too: no socket left to the garbage collector
+                await anyio.aclose_forcefully(stream)
+                if isinstance(exc, (anyio.BrokenResourceError, ssl.SSLError)):  # the client refused our certificate
+                    return
+                raise
         async with stream:
             while received := await read_request(h11.Connection(h11.SERVER), stream):
                 # the answers are raw bytes: a fresh parser for each request
@@ -108,7 +126,7 @@ class FakeRawServer:
                     return
             self._client_left()
 
-    async def stall(self, stream: SocketStream) -> None:
+    async def stall(self, stream: ByteStream) -> None:
         """Never answer more, until the client goes away."""
         self.stalled += 1
         try:
@@ -158,4 +176,36 @@ def hung_server(where: str, stalling: anyio.Event, *, only: bytes = b"") -> Fake
         return False
 
     server = FakeRawServer(answer)
+    return server
+
+
+_METRICS = b'vllm:cache_config_info{kv_cache_size_tokens="131072"} 1.0\nvllm:num_requests_running 0\n'
+
+
+def stalling_stream(
+    events: Callable[[bytes], Awaitable[list[bytes]]], *, ssl_context: ssl.SSLContext | None = None
+) -> FakeRawServer:
+    """A vLLM double whose completions stream ``await events(body)`` (server-sent
+    events, each its own HTTP chunk) and then stall until the client goes, unless
+    they end with ``data: [DONE]`` (then the answer ends there).  ``/metrics``
+    answers a KV capacity; anything else 404."""
+
+    async def answer(stream: ByteStream, request: h11.Request, body: bytes) -> bool:
+        if request.target.endswith(b"/metrics"):
+            await stream.send(raw_head(200, len(_METRICS)) + _METRICS)
+            return True
+        if not request.target.endswith(b"/completions"):
+            await stream.send(raw_head(404, 2) + b"{}")
+            return True
+        parts = await events(body)
+        await stream.send(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        for event in parts:
+            await stream.send(b"%x\r\n%s\r\n" % (len(event), event))
+        if parts and parts[-1].startswith(b"data: [DONE]"):
+            await stream.send(b"0\r\n\r\n")
+            return True
+        await server.stall(stream)
+        return False
+
+    server = FakeRawServer(answer, ssl_context=ssl_context)
     return server

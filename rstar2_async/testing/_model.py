@@ -21,6 +21,7 @@ from rstar2_async.types import Problem
 from sandbox import ExecResult
 
 from ._http import DropConnection
+from ._sse import sse_answer
 
 IM_START, IM_END = 256, 257
 _SPECIAL = {IM_START: "<|im_start|>", IM_END: "<|im_end|>"}
@@ -156,6 +157,9 @@ class FakeModelServer:
     request returns half its tokens with ``finish_reason: "abort"``), ``garbage_first``
     requests answered with bytes that are not JSON.
 
+    A request with ``"stream": true`` is answered as vLLM streams it (server-sent
+    events of ``stream_interval`` tokens, then ``[DONE]``), in one body.
+
     ``GET /v1/models`` and ``POST /tokenize`` are answered before the knobs and not
     recorded in ``requests``: 404, or with ``max_model_len`` set, a model card that
     reports it and the count of a chat's prompt (one token a byte); a request whose
@@ -221,6 +225,8 @@ class FakeModelServer:
         payload: dict = {"id": f"cmpl-{n}", "object": "text_completion", "choices": [choice]}
         if self.weight_version is not None:
             payload["weight_version"] = self.weight_version
+        if request.get("stream"):
+            return 200, sse_answer(payload, request.get("stream_interval", 1))
         return 200, msgspec.json.encode(payload)
 
     def _too_long(self, max_tokens: int, prompt_tokens: int) -> bytes:

@@ -4,11 +4,13 @@ trajectories of several turns run through the pool.
 
 Each double is a real HTTP server on 127.0.0.1 (``httpgate.HTTPServer``) speaking
 the part of vLLM the pool uses (``/v1/completions`` with token ids, ``/metrics``).
-It answers each token as its absolute position in the sequence, so a trajectory
-whose tokens are not exactly ``0, 1, 2, ...`` lost or repeated part of a turn.
+It answers each token as its absolute position in the sequence, streamed in chunks
+(the first token, then the rest of the turn), so a trajectory whose tokens are not exactly ``0, 1, 2, ...`` lost or
+repeated part of a turn (a turn that fails over mid-stream goes on from the tokens
+it has: ``tokens_kept``).
 A chaos task, every 0.2 s, puts one server (never more than 3 at once) into a
 fault for 0.3-1.5 s: ``dead`` (port closed, connections in flight cut), ``hang``
-(requests and polls never answered), ``garbage`` (200 with an undecodable body)
+(requests and polls never answered: the pool's ``stall_timeout_s`` moves them), ``garbage`` (200 with an undecodable body)
 or ``error`` (500), then brings it back.
 
 Invariants (keys of :func:`pool_chaos`'s result): ``lost`` (trajectories that failed,
@@ -26,7 +28,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
@@ -34,6 +36,8 @@ import msgspec
 
 from backends import RetryPolicy, SamplingParams, ServerPool, ServerUnavailable
 from httpgate import HTTPLimits, HTTPRequest, HTTPResponse, HTTPServer
+
+from ._sse import DONE, completion_events
 
 __all__ = ["pool_chaos"]
 
@@ -65,15 +69,30 @@ class FakeChaosServer:
         if request.path == b"/v1/models":  # asked once per client: no context length to clamp to
             return HTTPResponse(200, b'{"data": []}')
         self.requests += 1
+        body = _decode(request.body)
+        stream = body.get("stream", False)
         if self.fault == "garbage":
-            return HTTPResponse(200, b'{"choices": [{"token_ids": [1, 2], "logprobs": nul')
+            return HTTPResponse(200, b'%s{"choices": [{"token_ids": [1, 2], "logprobs": nul' % (b"data: " if stream else b""))
         if self.fault == "error":
             return HTTPResponse(500, b'{"error": "injected"}')
-        body = _decode(request.body)
         start = len(body["prompt"])
         ids = list(range(start, start + min(body["max_tokens"], TURN_TOKENS)))
         choice = {"token_ids": ids, "text": "", "logprobs": {"token_logprobs": [0.0] * len(ids)}, "finish_reason": "stop"}
+        if stream:  # in chunks as vLLM cuts them
+            events = completion_events({"choices": [choice]}, body.get("stream_interval", 1))
+            return HTTPResponse(200, b"", b"text/event-stream", stream=self._stream(events))
         return HTTPResponse(200, _encode({"choices": [choice]}))
+
+    async def _stream(self, events: list[bytes]) -> AsyncIterator[bytes]:
+        """The events one by one, so that faults strike mid-answer: a hang stops the
+        stream, death or an error cuts it."""
+        for i, event in enumerate(events):
+            await anyio.lowlevel.checkpoint()  # the chaos task may strike here
+            if self.fault == "hang":
+                await self.back.wait()
+            if self.fault in ("dead", "error"):
+                raise OSError(f"{self.fault} mid-stream")
+            yield event + DONE if i == len(events) - 1 else event
 
     async def run(self) -> None:
         """Serve, going down while ``dead`` (the port closes, connections are cut)."""
@@ -192,6 +211,8 @@ async def pool_chaos(
             "p50_s": round(statistics.median(latencies), 4) if latencies else None,
             "p99_s": round(sorted(latencies)[int(0.99 * (len(latencies) - 1))], 4) if latencies else None,
             "failovers": stats.failovers,
+            "stalls": stats.stalls,
+            "tokens_kept": stats.tokens_kept,
             "servers_lost": stats.servers_lost,
             "servers_back": stats.servers_back,
             "faults": faults,
@@ -212,7 +233,7 @@ async def pool_chaos(
                     except OSError:
                         await anyio.sleep(0.01)
         async with ServerPool(
-            urls, model="m", poll_interval_s=0.1, request_timeout_s=1.0, unavailable_timeout_s=60.0, max_failovers=50,
+            urls, model="m", poll_interval_s=0.1, stall_timeout_s=1.0, unavailable_timeout_s=60.0, max_failovers=50,
             retry=RetryPolicy(max_retries=1, initial_s=0.05, max_s=0.2),
         ) as pool:  # fmt: skip
             pools.append(pool)

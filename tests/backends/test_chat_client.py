@@ -51,8 +51,13 @@ async def test_cancelling_a_turn_on_a_hung_server_closes_its_connection_at_once(
     assert server.stalled == 1
 
 
-def test_plain_http_goes_through_our_transport_and_https_through_the_sdks() -> None:
+def test_http_and_https_go_through_our_transport_and_a_proxy_through_the_sdks(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
     local = ChatClient.from_url("http://127.0.0.1:8000/v1", model="m")
     hosted = ChatClient.from_url("https://api.example.com/v1", model="m")
     assert isinstance(local._client._client._transport, Http11Transport)  # type: ignore[attr-defined]
-    assert not isinstance(hosted._client._client._transport, Http11Transport)  # type: ignore[attr-defined]
+    assert isinstance(hosted._client._client._transport, Http11Transport)  # type: ignore[attr-defined]
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example.com:3128")  # ours speaks no proxy: the SDK's does
+    proxied = ChatClient.from_url("https://api.example.com/v1", model="m")
+    assert not isinstance(proxied._client._client._transport, Http11Transport)  # type: ignore[attr-defined]

@@ -11,7 +11,7 @@ import pytest
 from anyio.abc import SocketStream
 
 from backends import RetryPolicy, SamplingParams, ServerPool
-from rstar2_async.testing import FakeRawServer, pool_chaos, raw_head
+from rstar2_async.testing import FakeRawServer, pool_chaos, raw_head, sse_answer
 
 pytestmark = pytest.mark.anyio
 
@@ -25,12 +25,12 @@ async def test_short_chaos_run_finishes_every_trajectory_once() -> None:
 
 
 def _completion(body: bytes) -> bytes:
-    """The vLLM double's answer: each token is its absolute position."""
+    """The vLLM double's answer, streamed a chunk a token: each token is its absolute position."""
     request = msgspec.json.decode(body)
     start = len(request["prompt"])
     ids = list(range(start, start + request["max_tokens"]))
     choice = {"token_ids": ids, "logprobs": {"token_logprobs": [0.0] * len(ids)}, "finish_reason": "stop"}
-    return msgspec.json.encode({"choices": [choice]})
+    return sse_answer({"choices": [choice]})
 
 
 async def _plain(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
@@ -49,8 +49,8 @@ async def _plain(stream: SocketStream, request: h11.Request, body: bytes) -> boo
 async def test_turns_stalled_on_a_hung_server_fail_over_and_all_finish(where: str) -> None:
     """Many trajectories at once through a server that stalls every other answer
     mid-way (headers or body) and keeps coming back, beside a healthy one: each
-    stalled turn is cancelled by the pool's request timeout, fails over and
-    finishes; none stays stuck in the client past its cancellation (httpx's default
+    stalled turn is cancelled by the pool's stall timeout, fails over and
+    finishes from the tokens it has; none stays stuck in the client past its cancellation (httpx's default
     transport lost turns here: a shielded close waiting on a lock wake-up that
     anyio's asyncio Lock lost, see httpgate/_client.py)."""
     trajectories, turns = 200, 3
@@ -72,7 +72,7 @@ async def test_turns_stalled_on_a_hung_server_fail_over_and_all_finish(where: st
         await tg.start(healthy.serve)
         urls = [f"http://127.0.0.1:{hung.port}", f"http://127.0.0.1:{healthy.port}"]
         async with ServerPool(
-            urls, model="m", poll_interval_s=0.05, request_timeout_s=2.0, max_failovers=50, policy="round_robin",
+            urls, model="m", poll_interval_s=0.05, stall_timeout_s=2.0, max_failovers=50, policy="round_robin",
             retry=RetryPolicy(max_retries=0),
         ) as pool:  # fmt: skip
 

@@ -23,19 +23,22 @@ from rstar2_async.testing import FakeSGLang, serve_http
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.parametrize("mode", ["cumulative", "incremental", "whole"])
 @pytest.mark.parametrize("kind", ["list", "TokenIds"])
-async def test_generate_sends_token_ids_and_reads_ids_logprobs_and_the_servers_version(kind: str) -> None:
+async def test_generate_sends_token_ids_and_reads_ids_logprobs_and_the_servers_version(kind: str, mode: str) -> None:
     """A later turn's context (a ``TokenIds`` whose JSON was made, then extended) goes
-    out as the same body as a plain list."""
+    out as the same body as a plain list.  Streamed, chunks that hold every token so
+    far (SGLang's default) read as chunks of new tokens only
+    (``--incremental-streaming-output``) and as the whole answer."""
     prompt = [1, 2, 3]
     if kind == "TokenIds":
         prompt = TokenIds([1])
         assert prompt.json() == b"[1]"
         prompt.extend([2, 3])
-    fake = FakeSGLang(version="3")
+    fake = FakeSGLang(version="3", incremental=mode == "incremental")
     async with anyio.create_task_group() as tg:
         port = await tg.start(serve_http, fake)
-        async with SGLangTokenClient(f"http://127.0.0.1:{port}/v1", model="m") as client:
+        async with SGLangTokenClient(f"http://127.0.0.1:{port}/v1", model="m", stream=mode != "whole") as client:
             c = await client.generate(prompt, max_tokens=5, sampling=SamplingParams(temperature=0.5, seed=9))
             fake.version = "default"  # not one of ours: the version the request was sent to
             client.weight_version = 4
@@ -47,7 +50,7 @@ async def test_generate_sends_token_ids_and_reads_ids_logprobs_and_the_servers_v
         "sampling_params": {"max_new_tokens": 5, "temperature": 0.5, "top_p": 1.0, "skip_special_tokens": False,
                             "sampling_seed": 9},
         "return_logprob": True,
-    }  # fmt: skip
+    } | ({} if mode == "whole" else {"stream": True})  # fmt: skip
     assert (c.token_ids, c.logprobs, c.finish_reason, c.weight_version) == ([7, 8, 9], [-0.5] * 3, "stop", 3)
     assert (d.token_ids, d.finish_reason, d.weight_version) == ([7, 8], "length", 4)
 

@@ -58,7 +58,8 @@ async def test_the_token_client_sends_the_same_body_for_token_ids_as_for_a_list(
         if request.url.path.endswith("/models"):
             return httpx.Response(200, json={"data": []})
         sent.append(request.content)
-        return httpx.Response(200, json={"choices": [{"token_ids": [7], "logprobs": {"token_logprobs": [-1]}, "finish_reason": "stop"}]})
+        chunk = {"choices": [{"token_ids": [7], "logprobs": {"token_logprobs": [-1]}, "finish_reason": "stop"}]}
+        return httpx.Response(200, content=b"data: " + msgspec.json.encode(chunk) + b"\n\ndata: [DONE]\n\n")
 
     prompt = [random.Random(1).randrange(151_936) for _ in range(3000)]
     transport = httpx.MockTransport(handler)

@@ -90,7 +90,7 @@ DISTINCT: dict[str, Any] = {
         "max_connections": 77, "max_retries": 3, "backoff_initial_s": 0.125, "backoff_max_s": 2.5,
     },
     "pool": {
-        "policy": "round_robin", "request_timeout_s": 321.0, "unavailable_timeout_s": 45.0, "max_failovers": 5,
+        "policy": "round_robin", "stall_timeout_s": 12.5, "request_timeout_s": 321.0, "unavailable_timeout_s": 45.0, "max_failovers": 5,
         "poll_interval_s": 0.75, "headroom": 0.15, "hold_headroom": 0.03, "hold_reports": 3, "affinity_slack": 0.4,
         "affinity_queue_slack": 6, "expected_reservations": False, "expected_new_tokens": 555,
         "reserve_new_tokens": 444, "default_capacity_tokens": 99999,
@@ -120,6 +120,7 @@ async def test_inference_pool_and_reward_values_arrive_where_they_act(tmp_path: 
             p, i = DISTINCT["pool"], DISTINCT["inference"]
             assert (pool.model, pool.request_timeout_s, pool.unavailable_timeout_s) == (i["model"], p["request_timeout_s"], p["unavailable_timeout_s"])
             assert (pool.max_failovers, pool.poll_interval_s) == (p["max_failovers"], p["poll_interval_s"])
+            assert (pool._stall_watch.stall_s, pool._stall_watch.limit_s) == (p["stall_timeout_s"], p["request_timeout_s"])
             assert (pool.expected_reservations, pool.reserve_new_tokens) == (False, p["reserve_new_tokens"])
             d = pool._dispatcher
             assert (d.policy, d.affinity_slack, d.affinity_queue_slack, d.headroom) == ("round_robin", 0.4, 6, 0.15)

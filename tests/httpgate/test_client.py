@@ -16,10 +16,14 @@ import pytest
 from anyio.abc import SocketStream
 
 from httpgate import Http11Transport
-from httpgate._client import _host_header
+from httpgate._connect import host_header
 from rstar2_async.testing import FakeRawServer, raw_head
 
 pytestmark = pytest.mark.anyio
+
+
+def url(port: int, path: str = "/") -> httpx.URL:
+    return httpx.URL(f"http://127.0.0.1:{port}{path}")
 
 
 async def test_keeps_connections_alive_and_reads_chunked_bodies() -> None:
@@ -34,9 +38,8 @@ async def test_keeps_connections_alive_and_reads_chunked_bodies() -> None:
     async with anyio.create_task_group() as tg:
         await tg.start(server.serve)
         transport = Http11Transport()
-        origin = ("127.0.0.1", server.port)
-        assert await transport.post(origin, b"/echo", [], b"one") == (201, b"one")
-        assert await transport.post(origin, b"/chunked", [], b"") == (200, b"abcde")
+        assert await transport.post(url(server.port, "/echo"), [], b"one") == (201, b"one")
+        assert await transport.post(url(server.port, "/chunked"), [], b"") == (200, b"abcde")
         async with httpx.AsyncClient(transport=transport, base_url=f"http://127.0.0.1:{server.port}") as client:
             response = await client.post("/echo", content=b"two")
         assert (response.status_code, response.content) == (201, b"two")
@@ -53,9 +56,8 @@ async def test_an_idle_connection_the_server_closed_is_replaced_once() -> None:
     async with anyio.create_task_group() as tg:
         await tg.start(server.serve)
         async with Http11Transport() as transport:  # closed: its last idle connection too
-            origin = ("127.0.0.1", server.port)
             for _ in range(3):
-                assert await transport.post(origin, b"/", [], b"") == (200, b"ok")
+                assert await transport.post(url(server.port), [], b"") == (200, b"ok")
         assert server.connections == 3
         tg.cancel_scope.cancel()
 
@@ -70,9 +72,11 @@ async def test_errors_are_httpx_transport_errors() -> None:
         await tg.start(server.serve)
         async with Http11Transport(timeout=httpx.Timeout(5.0)) as transport:
             with pytest.raises(httpx.RemoteProtocolError):
-                await transport.post(("127.0.0.1", server.port), b"/", [], b"")
+                await transport.post(url(server.port), [], b"")
             with pytest.raises(httpx.ConnectError):
-                await transport.post(("127.0.0.1", 1), b"/", [], b"")
+                await transport.post(url(1), [], b"")
+            with pytest.raises(httpx.UnsupportedProtocol):
+                await transport.post(httpx.URL(f"ftp://127.0.0.1:{server.port}/"), [], b"")
             assert transport._open == 0
         tg.cancel_scope.cancel()
 
@@ -90,7 +94,7 @@ async def test_cancelling_a_stalled_request_closes_its_connection_at_once(where:
         async with Http11Transport() as transport:  # a read timeout of an hour: only the cancellation ends the wait
             with anyio.CancelScope() as scope:
                 async with anyio.create_task_group() as requests:
-                    requests.start_soon(transport.post, ("127.0.0.1", server.port), b"/", [], b"")
+                    requests.start_soon(transport.post, url(server.port), [], b"")
                     await anyio.wait_all_tasks_blocked()
                     assert server.stalled == 1
                     scope.cancel()
@@ -119,18 +123,18 @@ async def test_a_request_waiting_for_a_connection_takes_one_that_goes_idle() -> 
         answers: list[tuple[int, bytes]] = []
         async with Http11Transport(timeout=httpx.Timeout(30.0, pool=5.0), max_connections=1) as transport:
 
-            async def post(origin: tuple[str, int], target: bytes) -> None:
-                answers.append(await transport.post(origin, target, [], b""))
+            async def post(target: httpx.URL) -> None:
+                answers.append(await transport.post(target, [], b""))
 
             with anyio.fail_after(20):
                 async with anyio.create_task_group() as requests:
-                    requests.start_soon(post, ("127.0.0.1", a.port), b"/slow")
+                    requests.start_soon(post, url(a.port, "/slow"))
                     await anyio.wait_all_tasks_blocked()
-                    requests.start_soon(post, ("127.0.0.1", a.port), b"/")  # waits for the one connection
+                    requests.start_soon(post, url(a.port))  # waits for the one connection
                     await anyio.wait_all_tasks_blocked()
                     release.set()
                 # the one connection is idle on a; b needs it closed, not a pool timeout
-                assert await transport.post(("127.0.0.1", b.port), b"/", [], b"") == (200, b"ok")
+                assert await transport.post(url(b.port), [], b"") == (200, b"ok")
             assert answers == [(200, b"ok")] * 2 and a.connections == 1
             assert transport._open == 1
         tg.cancel_scope.cancel()
@@ -180,10 +184,12 @@ async def _first_then(parts: AsyncIterator[bytes], event: anyio.Event) -> AsyncI
 
 def test_an_ipv6_host_goes_in_brackets() -> None:
     """``host: ::1:8000`` is no host and port; ``[::1]:8000`` is (RFC 9110 section 7.2)."""
-    assert _host_header(("::1", 8000)) == b"[::1]:8000"
-    assert _host_header(("fe80::1", 80)) == b"[fe80::1]"
-    assert _host_header(("127.0.0.1", 8000)) == b"127.0.0.1:8000"
-    assert _host_header(("engine", 80)) == b"engine"
+    assert host_header(("http", "::1", 8000)) == b"[::1]:8000"
+    assert host_header(("http", "fe80::1", 80)) == b"[fe80::1]"
+    assert host_header(("http", "127.0.0.1", 8000)) == b"127.0.0.1:8000"
+    assert host_header(("http", "engine", 80)) == b"engine"
+    assert host_header(("https", "engine", 443)) == b"engine"
+    assert host_header(("https", "engine", 80)) == b"engine:80"
 
 
 async def test_closing_the_transport_fails_the_requests_waiting_for_a_connection() -> None:
@@ -200,17 +206,16 @@ async def test_closing_the_transport_fails_the_requests_waiting_for_a_connection
     async with anyio.create_task_group() as tg:
         await tg.start(server.serve)
         transport = Http11Transport(timeout=httpx.Timeout(3600.0), max_connections=1)
-        origin = ("127.0.0.1", server.port)
         failed: list[BaseException] = []
 
         async def waits() -> None:
             with pytest.raises(RuntimeError, match="closed while this request waited") as caught:
-                await transport.post(origin, b"/", [], b"")
+                await transport.post(url(server.port), [], b"")
             failed.append(caught.value)
 
         with anyio.fail_after(20):
             async with anyio.create_task_group() as requests:
-                requests.start_soon(transport.post, origin, b"/", [], b"")  # holds the one connection
+                requests.start_soon(transport.post, url(server.port), [], b"")  # holds the one connection
                 await anyio.wait_all_tasks_blocked()
                 requests.start_soon(waits)
                 await anyio.wait_all_tasks_blocked()
@@ -242,11 +247,51 @@ async def test_closing_the_transport_when_cancelled_still_closes_every_idle_conn
         with anyio.fail_after(20):
             async with anyio.create_task_group() as requests:
                 for _ in range(3):
-                    requests.start_soon(transport.post, ("127.0.0.1", server.port), b"/", [], b"")
+                    requests.start_soon(transport.post, url(server.port), [], b"")
             assert transport._open == 3 and server.gone == 0
             with anyio.CancelScope() as scope:
                 scope.cancel()
                 await transport.aclose()  # raises the cancellation on asyncio, not on trio (no checkpoint)
             await server.wait_gone(3)
         assert transport._open == 0
+        tg.cancel_scope.cancel()
+
+
+async def test_post_hands_a_streamed_body_over_part_by_part_as_it_arrives() -> None:
+    """``on_part`` gets each part as it arrives (the server sends the second only
+    once the first was handed over); an error answer is read whole instead; and
+    what ``on_part`` raises ends the exchange and closes its connection."""
+    seen = anyio.Event()
+
+    async def parts(stream: SocketStream, request: h11.Request, body: bytes) -> bool:
+        if request.target == b"/error":
+            await stream.send(raw_head(503, 4) + b"busy")
+            return True
+        await stream.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n")
+        await seen.wait()
+        await stream.send(b"2\r\nde\r\n0\r\n\r\n")
+        return True
+
+    class Refused(Exception):
+        pass
+
+    def refuse(part: bytes) -> None:
+        raise Refused(part)
+
+    server = FakeRawServer(parts)
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        got: list[bytes] = []
+
+        def on_part(part: bytes) -> None:
+            got.append(part)
+            seen.set()
+
+        async with Http11Transport() as transport:
+            with anyio.fail_after(20):
+                assert await transport.post(url(server.port, "/stream"), [], b"", on_part) == (200, b"")
+                assert await transport.post(url(server.port, "/error"), [], b"", on_part) == (503, b"busy")
+                with pytest.raises(Refused):
+                    await transport.post(url(server.port, "/stream"), [], b"", refuse)
+            assert got == [b"abc", b"de"] and server.connections == 1 and transport._open == 0  # kept, then closed
         tg.cancel_scope.cancel()

@@ -24,6 +24,7 @@ from rstar2_async.demo import answer_text, tool_call_text
 from rstar2_async.reward import Grader
 from rstar2_async.rollout import HFChatTokenizer, RolloutEngine
 from rstar2_async.rollout.tools import jupyter, python
+from rstar2_async.testing import join_events
 from rstar2_async.types import Problem
 from sandbox import SandboxConfig, SandboxPool
 from tests.integration.conftest import restore_weights
@@ -106,8 +107,9 @@ class Recorder(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self.inner.handle_async_request(request)
         body = await response.aread()
-        if request.url.path.endswith("/completions"):
-            self.completions.append(json.loads(body)["choices"][0])
+        if request.url.path.endswith("/completions"):  # streamed: its chunks joined
+            answer = join_events(body) if body.startswith(b"data:") else json.loads(body)
+            self.completions.append(answer["choices"][0])
         return httpx.Response(response.status_code, headers=response.headers, content=body)
 
     async def aclose(self) -> None:

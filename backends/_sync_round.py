@@ -1,0 +1,102 @@
+"""One weight sync's bookkeeping (:class:`Round`): which servers it paused, retried,
+took out (and why), and which of those ran out of its deadline; and the steps it
+runs on each server, concurrently, with retries, each bounded by the deadline, the
+probe's verification included."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final, final
+
+import math
+
+import anyio
+
+from ._errors import BackendError
+from ._pool_server import PoolServer
+from ._probe import Probe, ProbeVerdict, verify_servers
+
+__all__ = ["RETRY_DELAY_S", "Round"]
+
+RETRY_DELAY_S: Final = 0.5
+"""Pause between retries of one server's step: long enough for a transient
+connection reset to clear, short next to a reload (seconds)."""
+
+Step = Callable[[PoolServer], Awaitable[None]]
+
+
+@final
+class Round:
+    """A sync's servers' fates.  ``removed`` are out of this sync (taken out of
+    rotation at its end); ``late`` are those of them that missed the deadline;
+    ``paused`` are resumed at its end, whatever happened; ``seconds`` holds each
+    step's longest time on one server."""
+
+    def __init__(self, deadline: float, retries: int) -> None:
+        self.deadline = deadline
+        self.retries = retries
+        self.paused: list[PoolServer] = []
+        self.retried: set[int] = set()
+        self.removed: set[int] = set()
+        self.late: set[int] = set()
+        self.errors: dict[int, str] = {}  # the last failure of each server, naming it
+        self.seconds: dict[str, float] = {}
+
+    async def each(self, servers: Sequence[PoolServer], run: Step, by: float | None = None) -> None:
+        """``run`` on every server concurrently, each within ``by`` (default: the
+        deadline); a server that runs out of time is removed and late (``run``
+        removes those that fail)."""
+
+        async def one(server: PoolServer) -> None:
+            with anyio.CancelScope(deadline=self.deadline if by is None else by) as scope:
+                await run(server)
+            if scope.cancelled_caught:
+                self.removed.add(server.index)
+                self.late.add(server.index)
+                self.errors[server.index] = f"server {server.index} ({server.url}): missed the sync's deadline"
+
+        async with anyio.create_task_group() as tg:
+            for server in servers:
+                tg.start_soon(one, server)
+
+    async def step(self, name: str, server: PoolServer, run: Step, *, failed: BaseException | None = None) -> bool:
+        """``run`` on ``server`` with retries (``failed``: its first try already
+        failed so); False, and the server removed, when every try failed."""
+        start = anyio.current_time()
+        try:
+            if failed is None:
+                try:
+                    await run(server)
+                    return True
+                except BackendError as exc:
+                    failed = exc
+            self.retried.add(server.index)
+            self.errors[server.index] = f"server {server.index} ({server.url}): {name}: {failed}"
+            for _ in range(self.retries):
+                await anyio.sleep(RETRY_DELAY_S)
+                try:
+                    await run(server)
+                    self.errors.pop(server.index, None)
+                    return True
+                except BackendError as exc:
+                    self.errors[server.index] = f"server {server.index} ({server.url}): {name}: {exc}"
+            self.removed.add(server.index)
+            return False
+        finally:
+            self.seconds[name] = max(self.seconds.get(name, 0.0), anyio.current_time() - start)
+
+    async def verify(self, servers: Sequence[PoolServer], probe: Probe, reload: Step, *, by: float) -> float:
+        """Score ``probe`` on every server, each by ``by`` (one beyond the tolerance
+        reloaded once with ``reload``); those that still fail are removed, their reason
+        kept.  Returns the largest difference (NaN if none was scored)."""
+        verdicts: list[ProbeVerdict] = []
+
+        async def one(server: PoolServer) -> None:
+            verdicts.append(await verify_servers([server], probe, reload=reload))
+
+        await self.each(servers, one, by=by)
+        for verdict in verdicts:
+            self.retried.update(verdict.retried)
+            self.errors.update(verdict.failed)
+            self.removed.update(verdict.failed)
+        return max((d for v in verdicts for d in v.diffs.values()), default=math.nan)
