@@ -85,7 +85,7 @@ async def test_a_short_run_under_the_benchmarks_chaos_loses_nothing_and_trains_n
         for service in services:
             await service.start()
         trainer = Trainer(config(tmp_path, ports, [s.url for s in services], key), resume=False)
-        trainer.driver = FakeLearnerDriver()  # type: ignore[assignment]
+        trainer.driver = FakeLearnerDriver(base)  # type: ignore[assignment]
         trainer._check_run_dir()
         chaos = Chaos(
             servers=lambda: fakes, requests=lambda i, path: sum(r.path == path for r in fakes[i].log),

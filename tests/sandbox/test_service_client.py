@@ -155,8 +155,8 @@ async def test_closing_the_client_ends_a_batch_a_hung_service_holds(where: str) 
     assert [r.status for r in results] == ["internal"] and "closed while the call was in flight" in results[0].stderr
 
 
-def test_plain_http_addresses_go_through_our_transport() -> None:
+def test_http_and_https_addresses_go_through_our_transport() -> None:
     local = SandboxClient(["http://10.0.0.5:8089", "http://10.0.0.6:8089"])
     behind_tls = SandboxClient(["http://10.0.0.5:8089", "https://sandbox.example.com"])
     assert isinstance(local._http._transport, Http11Transport)
-    assert not isinstance(behind_tls._http._transport, Http11Transport)
+    assert isinstance(behind_tls._http._transport, Http11Transport)
