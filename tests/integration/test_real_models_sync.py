@@ -198,10 +198,8 @@ class NativeReload:
 
     name = "disk"
 
-    async def load(self, servers: Sequence[PoolServer], weights: Any, version: int) -> dict[int, BaseException]:
-        for server in servers:
-            await self.load_one(server, weights)
-        return {}
+    def collective(self, servers: Sequence[PoolServer], weights: Any) -> bool:
+        return False  # each server loads on its own (load_one)
 
     async def load_one(self, server: PoolServer, weights: Any) -> None:
         rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(weights)}}

@@ -276,10 +276,16 @@ async def test_keep_mode_sync_goes_on_with_the_turn_in_flight_on_the_new_weights
             # lagged a whole turn at times on CI; a try whose sync came after the turn
             # had ended is undone and made again (each one's figures are its own).
             for attempt in range(3):
+                with anyio.fail_after(60):  # a poll slowed by a loaded box (or the restore) marks it down a while
+                    while not pool.is_up(0):
+                        await anyio.sleep(0.05)
                 try:
                     completion, report, interrupted = await _keep_sync_during_a_turn(http, pool, prompt, new_dir, attempt + 1)
                 finally:
                     with anyio.CancelScope(shield=True):
+                        # This try's sync would load its version again into a server
+                        # a slow poll marked down: the restore is on purpose.
+                        pool.on_server_back = None
                         await anyio.to_thread.run_sync(restore_weights, vllm_server, tiny_model_dir, original_version)
                         pool.set_weight_version(0)
                 if interrupted:
