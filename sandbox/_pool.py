@@ -225,6 +225,11 @@ class SandboxPool:
         assert job.result is not None
         return job.result
 
+    def ready_pids(self) -> list[int]:
+        """Host pids of the workers serving the slots now (each jail's outermost
+        process; started and ready, spares not counted): where fault injection aims."""
+        return [worker.pid for worker in self._workers.values()]
+
     def statistics(self) -> PoolStatistics:
         """A frozen snapshot of the pool (never waits)."""
         return PoolStatistics(

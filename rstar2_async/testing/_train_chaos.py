@@ -39,7 +39,7 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 
-from sandbox import SandboxConfig, SandboxPool, SandboxService, worker_pids
+from sandbox import SandboxConfig, SandboxPool, SandboxService
 
 __all__ = ["Chaos", "ProcessGroup", "RestartableService", "chaos_figures", "inject_faults"]
 
@@ -157,15 +157,13 @@ async def _next_request(chaos: Chaos, path: str) -> int:
 
 
 async def _kill_workers(chaos: Chaos) -> None:
-    """A SIGKILL a second, to a worker that was there a second ago: one still starting
-    is not yet a worker (a pool gives up on a slot whose starts keep failing, as
-    ``sandbox_soak`` found)."""
+    """A SIGKILL a second, to a worker serving a slot: never one still starting (under
+    load a start outlasts the second, and a pool gives up on a slot whose starts keep
+    failing, as ``sandbox_soak`` found)."""
     rng = random.Random(chaos.seed)
-    before: set[int] = set()
     while True:
         await anyio.sleep(1.0)
-        now = {pid for s in chaos.services if s.pool is not None for pid in worker_pids(s.pool.id)}
-        pids, before = sorted(now & before), now
+        pids = sorted(pid for s in chaos.services if s.pool is not None for pid in s.pool.ready_pids())
         if pids:
             try:
                 os.kill(rng.choice(pids), signal.SIGKILL)
