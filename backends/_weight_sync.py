@@ -23,10 +23,10 @@ taken out of rotation (and loaded when it answers again); the others go on, each
 server's steps 2-4 apart from the others' (but a broadcast, a collective: it gets
 half the time left, the disk loads of the servers it failed the rest), and the
 report names it (``timed_out``).  Steps 5 and 6 get what is left of the deadline, at
-least :data:`RESUME_S`, for the other servers (the late ones, likely hung, are
-resumed when they answer again); a server that does not answer its resume by then
-is taken out too.  Cancelled (SIGTERM), a sync ends within :data:`RESUME_S`: its resumes'
-time, never 600 s per admin call.
+least :data:`RESUME_S` (a late server, likely hung: :data:`RESUME_S` at most, so that a
+stop shorter than that does not leave it paused); a server that does not answer its
+resume by then is taken out too, and resumed when it answers again.  Cancelled
+(SIGTERM), a sync ends within :data:`RESUME_S`: its resumes' time, never 600 s per call.
 
 Guarantees:
 - No server is left paused: step 5 runs on every way out, cancellation included
@@ -327,13 +327,14 @@ class WeightSync:
             await rnd.step("version", server, lambda s: s.admin.set_weight_version(str(version)))
 
     async def _resume(self, rnd: Round, deadline: float) -> None:
-        """Resume every paused server by ``deadline``, but those that missed the
-        sync's deadline (likely hung: not waited for); one that cannot be resumed
-        (it fails, or hangs) is taken out of rotation, and resumed and loaded when
-        it answers again (:meth:`on_server_back`), as are the late ones."""
+        """Resume every paused server by ``deadline`` (one that already missed the
+        sync's deadline, likely hung: within :data:`RESUME_S`); one that cannot be
+        resumed is taken out of rotation, and resumed and loaded when it answers
+        again (:meth:`on_server_back`)."""
+        hung_by = anyio.current_time() + RESUME_S
 
         async def one(server: PoolServer) -> None:
-            with anyio.CancelScope(deadline=deadline) as scope:
+            with anyio.CancelScope(deadline=min(deadline, hung_by) if server.index in rnd.late else deadline) as scope:
                 for attempt in range(1 + self.retries):
                     try:
                         await server.admin.resume()
@@ -348,8 +349,7 @@ class WeightSync:
 
         async with anyio.create_task_group() as tg:
             for server in rnd.paused:
-                if server.index not in rnd.late:
-                    tg.start_soon(one, server)
+                tg.start_soon(one, server)
 
     async def on_server_back(self, server: PoolServer) -> None:
         """Before a server re-enters rotation: make sure it serves the current
