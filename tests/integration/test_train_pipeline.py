@@ -41,6 +41,7 @@ LAUNCHER_ENV = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"
 def config(
     tmp_path: Path, policy: SftPolicy, *, rl_steps: int, max_staleness: int = 0, sft: bool = False,
     hard_stage: bool = False, checkpoint_every: int = 1, mode: str = "on_policy", shards: int = 0,
+    temperature: float = 1.0,
 ) -> TrainConfig:
     data = policy.data
     # rStar2's stage 3: the policy samples each problem twice, problems solved both
@@ -58,7 +59,7 @@ def config(
             "server": {"max_model_len": 512, "kv_cache_gib": 0.25},
             "rollout": {
                 "max_turns": 3, "max_response_tokens": 160, "system_prompt": SFT_SYSTEM, "list_tools": False,
-                "sampling": {"temperature": 1.0}, "shards": shards,
+                "sampling": {"temperature": temperature}, "shards": shards,
             },
             "sandbox": {"workers": 1},
             "learner": {"zero_stage": 0, "precision": "fp32", "gradient_checkpointing": False, "lr": 1e-3, "warmup_steps": 0,
@@ -166,11 +167,12 @@ def test_sft_then_rl_stopped_by_sigterm_and_resumed(tmp_path: Path, sft_policy: 
     assert [r["stage"] for r in records if r.get("stage") == "hard"] == ["hard"]
 
 
-# The kill waits for a checkpoint whose queue holds a finished group; the session's
-# policy is weak at temperature 1 (rewards 0.04-0.12: most groups all-wrong, dropped),
-# and 4 steps once went by without one (a clean-clone run at 7733807).  The run ends at the first such
-# checkpoint, so more steps cost time only when they are needed (and in the resume).
+# The kill waits for a checkpoint whose queue holds a finished group, and a group whose
+# samples all score the same is dropped.  At temperature 1 the session's policy scores
+# 0-0.04 a step (seeded: the same every run), and 12 steps went by without one (clean
+# clones at 7733807 and d407969); sampled cooler it solves some of each group's tries.
 STREAM_STEPS = 12
+STREAM_TEMPERATURE = 0.6
 
 
 @pytest.mark.parametrize("shards", [0, 1])
@@ -181,7 +183,8 @@ def test_streaming_killed_mid_stage_resumes_without_losing_or_repeating_a_group(
     checkpoint that holds finished-but-untrained groups: the resumed run trains every
     group of the stream exactly once, none staler than the bound; with the rollout in
     the trainer's process, and in a worker process (``rollout.shards = 1``)."""
-    cfg = config(tmp_path, sft_policy, rl_steps=STREAM_STEPS, max_staleness=1, mode="streaming", shards=shards)
+    cfg = config(tmp_path, sft_policy, rl_steps=STREAM_STEPS, max_staleness=1, mode="streaming", shards=shards,
+                 temperature=STREAM_TEMPERATURE)
     toml = tmp_path / "run.toml"
     toml.write_text(to_toml(cfg))
     run = Path(cfg.run.out_dir) / cfg.run.name
