@@ -1,4 +1,4 @@
-"""One weight sync's bookkeeping (:class:`Round`): which servers it paused, retried,
+"""One weight sync's bookkeeping (:class:`Round`) and its report (:class:`SyncReport`): which servers it paused, retried,
 took out (and why), and which of those ran out of its deadline; and the steps it
 runs on each server, concurrently, with retries, each bounded by the deadline, the
 probe's verification included."""
@@ -11,16 +11,45 @@ from typing import Final, final
 import math
 
 import anyio
+import msgspec
 
 from ._errors import BackendError
 from ._pool_server import PoolServer
 from ._probe import Probe, ProbeVerdict, verify_servers
 
-__all__ = ["RETRY_DELAY_S", "Round"]
+__all__ = ["RETRY_DELAY_S", "Round", "SyncReport"]
 
 RETRY_DELAY_S: Final = 0.5
 """Pause between retries of one server's step: long enough for a transient
 connection reset to clear, short next to a reload (seconds)."""
+
+
+class SyncReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What one sync did and how long each phase took (seconds, wall clock)."""
+
+    version: int
+    transport: str
+    servers: list[int]
+    """Servers that now serve ``version``."""
+    retried: list[int]
+    """Servers that needed more than one try of some step."""
+    removed: list[int]
+    """Servers taken out of rotation (loaded later, when they come back)."""
+    pause_s: float
+    load_s: float
+    flush_s: float
+    version_s: float
+    resume_s: float
+    total_s: float
+    timed_out: list[int] = []
+    """Of ``removed``, the servers that missed the deadline (``timeout_s``)."""
+    errors: list[str] = []
+    """Why each server in ``removed`` was taken out (loud: it names the server)."""
+    probe_diff_max: float = math.nan
+    """The largest ``|server - learner|`` log-prob on the probe over the servers that
+    took the weights (NaN without a probe)."""
+    verify_s: float = 0.0
+
 
 Step = Callable[[PoolServer], Awaitable[None]]
 

@@ -23,15 +23,17 @@ taken out of rotation (and loaded when it answers again); the others go on, each
 server's steps 2-4 apart from the others' (but a broadcast, a collective: it gets
 half the time left, the disk loads of the servers it failed the rest), and the
 report names it (``timed_out``).  Steps 5 and 6 get what is left of the deadline, at
-least :data:`RESUME_S` (a late server, likely hung: :data:`RESUME_S` at most, so that a
-stop shorter than that does not leave it paused); a server that does not answer its
-resume by then is taken out too, and resumed when it answers again.  Cancelled
+least :data:`RESUME_S`, for the servers in time (a late one, likely hung, is not
+waited for: it is resumed when it answers again, or by :meth:`WeightSync.release`);
+a server that does not answer its resume by then is taken out too.  Cancelled
 (SIGTERM), a sync ends within :data:`RESUME_S`: its resumes' time, never 600 s per call.
 
 Guarantees:
-- No server is left paused: step 5 runs on every way out, cancellation included
-  (a server that cannot be resumed, because it hangs, is out of rotation, and is
-  resumed before it comes back; so is one whose pause missed the deadline).
+- No server is left paused: step 5 runs on every way out, cancellation included;
+  a server that cannot be resumed then (it hangs, or its pause missed the deadline)
+  is out of rotation, resumed before it comes back, and resumed by
+  :meth:`WeightSync.release` when the run ends first (a warning names one that
+  still cannot be).
 - No server serves a mixed version: a server whose load, flush or version step
   still fails after ``retries`` is taken out of the pool's rotation before resume;
   it is loaded with the current weights when it comes back (the pool calls
@@ -44,8 +46,8 @@ Guarantees:
   out of time.
 - A server that failed the probe stays out until it restarts; one that comes back
   is loaded and verified before it re-enters.
-- Its steps end within ``timeout_s`` (plus :data:`RESUME_S` if the deadline passed
-  while a resume was due) whatever the servers do (hang, die, stop answering
+- Its steps end within ``timeout_s`` (plus :data:`RESUME_S` when cancelled, or when
+  the deadline passed while a server in time was resuming) whatever the servers do (hang, die, stop answering
   mid-transfer); ``on_version`` and ``restart`` are the caller's.
 
 Other pools over the same servers (rollout shards in other processes) follow the
@@ -74,14 +76,13 @@ from pathlib import Path
 from typing import Any, Final, final
 
 import anyio
-import msgspec
 
 from ._errors import BackendError, WeightSyncError
 from ._pool import ServerPool
 from ._pool_server import PoolServer
 from ._probe import Probe, verify_servers
 from ._protocols import PauseMode
-from ._sync_round import RETRY_DELAY_S, Round
+from ._sync_round import RETRY_DELAY_S, Round, SyncReport
 from ._transports import BroadcastTransport, DiskTransport, PendingWeights, weights_directory
 
 __all__ = ["RESUME_S", "SyncReport", "WeightSync"]
@@ -91,33 +92,6 @@ log = logging.getLogger("backends")
 RESUME_S: Final = 5.0
 """The least time the resumes get, even past the deadline: a healthy server answers
 ``/resume`` in milliseconds; one that does not in 5 s is taken out."""
-
-
-class SyncReport(msgspec.Struct, frozen=True, kw_only=True):
-    """What one sync did and how long each phase took (seconds, wall clock)."""
-
-    version: int
-    transport: str
-    servers: list[int]
-    """Servers that now serve ``version``."""
-    retried: list[int]
-    """Servers that needed more than one try of some step."""
-    removed: list[int]
-    """Servers taken out of rotation (loaded later, when they come back)."""
-    pause_s: float
-    load_s: float
-    flush_s: float
-    version_s: float
-    resume_s: float
-    total_s: float
-    timed_out: list[int] = []
-    """Of ``removed``, the servers that missed the deadline (``timeout_s``)."""
-    errors: list[str] = []
-    """Why each server in ``removed`` was taken out (loud: it names the server)."""
-    probe_diff_max: float = math.nan
-    """The largest ``|server - learner|`` log-prob on the probe over the servers that
-    took the weights (NaN without a probe)."""
-    verify_s: float = 0.0
 
 
 @final
@@ -327,14 +301,13 @@ class WeightSync:
             await rnd.step("version", server, lambda s: s.admin.set_weight_version(str(version)))
 
     async def _resume(self, rnd: Round, deadline: float) -> None:
-        """Resume every paused server by ``deadline`` (one that already missed the
-        sync's deadline, likely hung: within :data:`RESUME_S`); one that cannot be
-        resumed is taken out of rotation, and resumed and loaded when it answers
-        again (:meth:`on_server_back`)."""
-        hung_by = anyio.current_time() + RESUME_S
+        """Resume every paused server by ``deadline`` but those that missed the
+        sync's deadline (likely hung: not waited for); one that cannot be resumed
+        is taken out of rotation, and resumed and loaded when it answers again
+        (:meth:`on_server_back`), as are the late ones, or at :meth:`release`."""
 
         async def one(server: PoolServer) -> None:
-            with anyio.CancelScope(deadline=min(deadline, hung_by) if server.index in rnd.late else deadline) as scope:
+            with anyio.CancelScope(deadline=deadline) as scope:
                 for attempt in range(1 + self.retries):
                     try:
                         await server.admin.resume()
@@ -349,7 +322,34 @@ class WeightSync:
 
         async with anyio.create_task_group() as tg:
             for server in rnd.paused:
-                tg.start_soon(one, server)
+                if server.index not in rnd.late:
+                    tg.start_soon(one, server)
+
+    async def release(self) -> list[int]:
+        """Resume the servers syncs left paused (late or unanswering ones, not back
+        yet), each within :data:`RESUME_S`, shielded: at the end of a run, so that a
+        server the run does not own is not left paused.  Returns those still
+        paused, after a warning naming them."""
+        left: list[int] = []
+
+        async def one(server: PoolServer) -> None:
+            with anyio.move_on_after(RESUME_S):
+                try:
+                    await server.admin.resume()
+                    self._unresumed.discard(server.index)
+                    return
+                except BackendError:
+                    pass
+            left.append(server.index)
+
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for index in sorted(self._unresumed):
+                    tg.start_soon(one, self.pool.servers[index])
+        if left:
+            log.warning("weight sync: servers %s could not be resumed at the end of the run; they stay paused "
+                        "(vLLM: POST /resume; SGLang: POST /continue_generation)", sorted(left))
+        return sorted(left)
 
     async def on_server_back(self, server: PoolServer) -> None:
         """Before a server re-enters rotation: make sure it serves the current

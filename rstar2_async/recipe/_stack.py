@@ -197,6 +197,7 @@ async def rollout_stack(
                 )
             else:
                 sync = WeightSync(server_pool, transport, pause_mode=pause, timeout_s=weight_sync.timeout_s)
+            stack.push_async_callback(sync.release)  # before the pool closes: no server left paused
         yield RolloutStack(engine=engine, grader=grader, pool=server_pool, sync=sync, fleet=fleet)
 
 

@@ -153,3 +153,32 @@ async def test_a_sync_whose_every_server_ran_out_of_time_loads_them_when_they_an
         fakes[0].cont()
         await until_up(pool, 0)
         assert fakes[0].version == "4" and not fakes[0].paused and pool.servers[0].client.weight_version == 4
+
+
+async def test_a_late_server_is_not_waited_for_and_release_resumes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server stopped mid-load misses the deadline: the sync does not wait for its
+    resume (it stays paused), and ``release`` (the run's end) resumes it once it
+    answers, naming it while it does not."""
+    monkeypatch.setattr(weight_sync, "RESUME_S", 0.2)
+    fakes = [FakeVLLM(), FakeVLLM()]
+    async with fleet(*fakes) as pool:
+        original = pool.servers[1].admin.load_weights_from_disk
+
+        async def stop_then(path: str) -> None:
+            fakes[1].stop()
+            await original(path)
+
+        pool.servers[1].admin.load_weights_from_disk = stop_then  # type: ignore[method-assign]
+        sync = WeightSync(pool, DiskTransport(), timeout_s=1.0)
+        pool.on_server_back = None  # the run ends before the poller could bring it back
+        with anyio.fail_after(60):  # a hang guard
+            report = await sync.sync(tmp_path, version=2)
+            assert report.timed_out == [1] and fakes[1].paused and not fakes[0].paused
+            assert await sync.release() == [1]  # still stopped: named, not waited for past RESUME_S
+        assert "servers [1] could not be resumed" in caplog.text
+        fakes[1].cont()
+        with anyio.fail_after(60):
+            assert await sync.release() == []
+        assert not fakes[1].paused
