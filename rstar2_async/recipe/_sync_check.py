@@ -69,6 +69,8 @@ class SyncCheck:
 
 
 def report_sync(report: SyncReport) -> None:
-    """Print, loudly, each server a sync took out of rotation, with why."""
+    """Print, loudly, each server a sync took out of rotation, with why (a warning:
+    the run goes on with the others; no server at all raises instead)."""
     for error in report.errors:
-        print(f"rstar2 train: error: weight sync to version {report.version}: {error}", file=sys.stderr, flush=True)
+        print(f"rstar2 train: warning: weight sync to version {report.version}: {error}; out of rotation "
+              "until it is loaded again (the run goes on)", file=sys.stderr, flush=True)  # fmt: skip

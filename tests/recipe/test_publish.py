@@ -170,3 +170,18 @@ async def test_servers_that_cannot_serve_the_learners_weights_are_refused_at_sta
     async with fleet(FakeVLLM()) as pool:  # a server that can: loaded in place and verified
         stack = FakeStack(WeightSync(pool, DiskTransport()))
         await check_servers(stack, tmp_path, 0, check)  # type: ignore[arg-type]
+
+
+async def test_a_server_the_sync_takes_out_is_a_warning_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One server of two fails its load: the other takes the weights, and stderr says
+    which server is out and why, as a warning (the run goes on)."""
+    from rstar2_async.recipe import SyncCheck, check_servers
+
+    check = SyncCheck(learn, FakeProbingDriver(tmp_path), "fp32", enabled=True)  # type: ignore[arg-type]
+    async with fleet(FakeVLLM(), FakeVLLM(fail_paths={"/collective_rpc"})) as pool:
+        stack = FakeStack(WeightSync(pool, DiskTransport(), retries=0))
+        await check_servers(stack, tmp_path, 0, check)  # type: ignore[arg-type]
+        assert pool.is_up(0) and not pool.is_up(1)
+    err = capsys.readouterr().err
+    assert "rstar2 train: warning: weight sync to version 0: server 1 (http://127.0.0.1:" in err
+    assert "(the run goes on)" in err and "error" not in err.split("warning:")[0]
