@@ -1,14 +1,13 @@
-"""One weight sync's bookkeeping (:class:`Round`) and its report (:class:`SyncReport`): which servers it paused, retried,
-took out (and why), and which of those ran out of its deadline; and the steps it
-runs on each server, concurrently, with retries, each bounded by the deadline, the
-probe's verification included."""
+"""One weight sync's bookkeeping (:class:`Round`) and its report (:class:`SyncReport`):
+which servers it paused, retried, took out (and why), and which of those ran out of
+its deadline; and the steps it runs on each server, concurrently, with retries, each
+bounded by the deadline, the probe's verification included."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, final
-
-import math
 
 import anyio
 import msgspec

@@ -47,8 +47,9 @@ Guarantees:
 - A server that failed the probe stays out until it restarts; one that comes back
   is loaded and verified before it re-enters.
 - Its steps end within ``timeout_s`` (plus :data:`RESUME_S` when cancelled, or when
-  the deadline passed while a server in time was resuming) whatever the servers do (hang, die, stop answering
-  mid-transfer); ``on_version`` and ``restart`` are the caller's.
+  the deadline passed while a server in time was resuming) whatever the servers do
+  (hang, die, stop answering mid-transfer); ``on_version`` and ``restart`` are the
+  caller's.
 
 Other pools over the same servers (rollout shards in other processes) follow the
 sync: ``hold`` keeps them from admitting new turns during it, ``on_version`` tells
@@ -301,21 +302,14 @@ class WeightSync:
             await rnd.step("version", server, lambda s: s.admin.set_weight_version(str(version)))
 
     async def _resume(self, rnd: Round, deadline: float) -> None:
-        """Resume every paused server by ``deadline`` but those that missed the
-        sync's deadline (likely hung: not waited for); one that cannot be resumed
-        is taken out of rotation, and resumed and loaded when it answers again
-        (:meth:`on_server_back`), as are the late ones, or at :meth:`release`."""
+        """Resume every paused server by ``deadline`` but the late ones (likely hung:
+        not waited for); one that cannot be resumed is out of rotation, resumed and
+        loaded when it answers again (:meth:`on_server_back`), or at :meth:`release`."""
 
         async def one(server: PoolServer) -> None:
-            with anyio.CancelScope(deadline=deadline) as scope:
-                for attempt in range(1 + self.retries):
-                    try:
-                        await server.admin.resume()
-                        self._unresumed.discard(server.index)
-                        return
-                    except BackendError:
-                        await anyio.sleep(RETRY_DELAY_S * (attempt + 1))
-            if scope.cancelled_caught:
+            if await self._try_resume(server, deadline):
+                return
+            if anyio.current_time() >= deadline:
                 rnd.late.add(server.index)
             self._unresumed.add(server.index)
             self.pool.set_up(server.index, False)  # unreachable now; resumed and loaded when it returns
@@ -333,14 +327,8 @@ class WeightSync:
         left: list[int] = []
 
         async def one(server: PoolServer) -> None:
-            with anyio.move_on_after(RESUME_S):
-                try:
-                    await server.admin.resume()
-                    self._unresumed.discard(server.index)
-                    return
-                except BackendError:
-                    pass
-            left.append(server.index)
+            if not await self._try_resume(server, anyio.current_time() + RESUME_S):
+                left.append(server.index)
 
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as tg:
@@ -350,6 +338,18 @@ class WeightSync:
             log.warning("weight sync: servers %s could not be resumed at the end of the run; they stay paused "
                         "(vLLM: POST /resume; SGLang: POST /continue_generation)", sorted(left))
         return sorted(left)
+
+    async def _try_resume(self, server: PoolServer, deadline: float) -> bool:
+        """Resume ``server`` by ``deadline``, a failing call tried again; whether it is."""
+        with anyio.CancelScope(deadline=deadline):
+            for attempt in range(1 + self.retries):
+                try:
+                    await server.admin.resume()
+                    self._unresumed.discard(server.index)
+                    return True
+                except BackendError:
+                    await anyio.sleep(RETRY_DELAY_S * (attempt + 1))
+        return False
 
     async def on_server_back(self, server: PoolServer) -> None:
         """Before a server re-enters rotation: make sure it serves the current

@@ -33,8 +33,8 @@ MODES = {"compiled": (), "O0": ("-O0",)}
 
 async def one(model: Path, mode: str, args: argparse.Namespace, log: Path) -> dict[str, float]:
     config = VLLMServerConfig(
-        model=str(model), python=os.environ.get("RSTAR2_VLLM_PYTHON"), served_model_name="tiny", max_model_len=512,
-        kv_cache_gib=0.25, extra_args=MODES[mode], log_path=str(log),
+        model=str(model), served_model_name="tiny", max_model_len=512, kv_cache_gib=0.25, extra_args=MODES[mode],
+        log_path=str(log),
     )  # fmt: skip
     t0 = time.perf_counter()
     async with anyio.create_task_group() as tg:
@@ -44,6 +44,7 @@ async def one(model: Path, mode: str, args: argparse.Namespace, log: Path) -> di
                 "ignore_eos": True}  # fmt: skip
         async with httpx.AsyncClient(base_url=server.base_url, timeout=600) as http:
             t1 = time.perf_counter()
+
             async def post(seed: int) -> None:
                 (await http.post("/v1/completions", json={**body, "seed": seed})).raise_for_status()
 
