@@ -95,8 +95,8 @@ class GroupScheduling(LoadScopeScheduling):
 
     def __init__(self, config: pytest.Config, log: Any = None) -> None:
         super().__init__(config, log)
-        config.option.loadscopereorder = False  # the order is add_node_collection's
         self._units: dict[str, str] | None = None
+        self._ordered = False
 
     @property
     def units(self) -> dict[str, str]:
@@ -108,16 +108,18 @@ class GroupScheduling(LoadScopeScheduling):
     def _split_scope(self, nodeid: str) -> str:
         return self.units.get(nodeid, nodeid)
 
-    def add_node_collection(self, node: Any, collection: Sequence[str]) -> None:
-        shared = list(SHARED_FIXTURES.values())
-        sizes: dict[str, int] = defaultdict(int)
-        for nodeid in collection:
-            sizes[self._split_scope(nodeid)] += 1
+    def _assign_work_unit(self, node: Any) -> None:
+        # The queue, not the collection, is reordered: a worker reads the tests it is
+        # sent as indices into its own collection.
+        if not self._ordered:
+            self._ordered = True
+            shared, grouped = list(SHARED_FIXTURES.values()), set(self.units.values())
 
-        def rank(nodeid: str) -> tuple[int, int, int]:
-            unit = self._split_scope(nodeid)
-            if unit in shared:
-                return (0, shared.index(unit), 0)
-            return (1, -sizes[unit], 0) if unit != nodeid else (2, 0, 0)
+            def rank(scope: str) -> tuple[int, int]:
+                if scope in shared:
+                    return (0, shared.index(scope))
+                return (1, -len(self.workqueue[scope])) if scope in grouped else (2, 0)
 
-        super().add_node_collection(node, sorted(collection, key=rank))  # stable: collection order within a rank
+            for scope in sorted(self.workqueue, key=rank):  # stable: collection order within a rank
+                self.workqueue.move_to_end(scope)
+        super()._assign_work_unit(node)
