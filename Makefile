@@ -43,14 +43,16 @@ vllm: $(VLLM_VENV)/bin/.installed
 demo: venv vllm
 	$(BIN)/rstar2 demo
 
+# Two xdist workers, scheduled by tests/conftest.py's GroupScheduling: the pipeline
+# runs behind the SFT policy on one, the session vLLM server's tests on the other,
+# everything else around them.
 test: venv vllm browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # The inner loop: everything that needs no vLLM server, DeepSpeed engine or browser
 # (markers set in tests/conftest.py).  No vLLM interpreter is given, so a test that
 # starts a server without its marker fails here instead of slowing the loop.  Two
-# xdist workers: 347 s against 525 s serial on the 2-core machine (`make test` stays
-# serial: its session vLLM server and SFT policy would be made once per worker).
+# xdist workers: 347 s against 525 s serial on the 2-core machine.
 test-fast: venv
 	RSTAR2_VLLM_PYTHON=/nonexistent/test-fast $(BIN)/python -m pytest -q -n 2 -m "not vllm and not deepspeed and not browser"
 
