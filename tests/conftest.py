@@ -40,6 +40,15 @@ GROUPS_ENV = "RSTAR2_TEST_GROUPS"
 which ``nodeid`` no longer reads)."""
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread() -> None:
+    """One intra-op thread in the test process: two workers share two cores.  Beside
+    one busy core, the agent tests' policy fit takes 57 s with two threads, 29 with one."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return request.param

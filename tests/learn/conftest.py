@@ -1,4 +1,4 @@
-"""Fixtures of the learner tests: one thread, loopback rendezvous, tiny models."""
+"""Fixtures of the learner tests: loopback rendezvous, tiny models (one torch thread: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,6 @@ sys.path.insert(0, str(Path(__file__).parent))  # _learnkit, _dist_worker
 
 # Two busy cores: one thread per process keeps timings stable and runs reproducible.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _one_thread() -> None:
-    import torch
-
-    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
