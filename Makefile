@@ -43,7 +43,7 @@ vllm: $(VLLM_VENV)/bin/.installed
 demo: venv vllm
 	$(BIN)/rstar2 demo
 
-# Serial: on two xdist workers the suite took 20-24 min instead of 40, but the keep-mode
+# Serial: on two xdist workers the suite took 20-24 min instead of 32-42, but the keep-mode
 # sync test (tests/integration/test_vllm_server.py) cannot place its sync inside a turn
 # while the other worker loads the box (3 of 3 tries missed beside one busy core).
 test: venv vllm browser
