@@ -19,8 +19,10 @@ DEEPSPEED_FIXTURES = frozenset({"single_process_env", "sft_policy"})
 @pytest.fixture(scope="session", autouse=True)
 def _one_torch_thread() -> None:
     """One intra-op thread in the test process: it shares two cores with the servers
-    and learners it starts (and with the other worker in ``make test-fast``).  Beside
-    one busy core, the agent tests' policy fit takes 57 s with two threads, 29 with one."""
+    and learners it starts (and with the other worker in ``make test-fast``), and
+    OpenMP threads spinning on a busy core slow a tiny model's step many times over.
+    Beside one busy core, the agent tests' policy fit takes 57 s with two threads, 29
+    with one."""
     import torch
 
     torch.set_num_threads(1)

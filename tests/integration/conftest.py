@@ -146,12 +146,7 @@ def sft_policy(tmp_path_factory: pytest.TempPathFactory) -> SftPolicy:
     write_problems(make_problems(8, seed=3, digits=(1, 1)), data / "heldout.jsonl")
     base = build_tiny_model(root / "base", hidden_size=128, num_layers=2, seed=0)
     config = LearnerConfig(zero_stage=0, precision="fp32", gradient_checkpointing=False, lr=3e-3, warmup_steps=0)
-    import torch
-
-    threads = torch.get_num_threads()
-    # One thread, as train() runs the learner beside CPU servers: OpenMP spinning on two
-    # busy cores made each step take seconds instead of a fraction of one.
-    torch.set_num_threads(1)
+    # One torch thread (tests/conftest.py), as train() runs the learner beside CPU servers.
     with pytest.MonkeyPatch.context() as mp:  # a one-process rendezvous, not left to other tests' subprocesses
         for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
             mp.delenv(name, raising=False)
@@ -164,6 +159,5 @@ def sft_policy(tmp_path_factory: pytest.TempPathFactory) -> SftPolicy:
             weights = driver.export(root / "weights")
         finally:
             driver.close()
-            torch.set_num_threads(threads)
     assert weights is not None
     return SftPolicy(weights=weights, losses=[st.loss for st in stats], data=data)
