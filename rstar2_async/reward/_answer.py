@@ -12,7 +12,7 @@ import re
 
 import msgspec
 
-__all__ = ["AnswerFormat", "answer_format", "answer_region", "boxed_answers", "extract_answer"]
+__all__ = ["AnswerFormat", "answer_format", "answer_region", "boxed_answers", "extract_answer", "last_answer_block"]
 
 
 class AnswerFormat(msgspec.Struct, frozen=True):
@@ -92,6 +92,12 @@ def answer_region(text: str) -> tuple[int, int]:
     if blocks and boxed_answers(text[blocks[-1][0] : blocks[-1][1]]):
         return blocks[-1]
     return 0, len(text)
+
+
+def last_answer_block(text: str) -> str | None:
+    """The contents of the last complete ``<answer>`` block, or None without one."""
+    blocks = _answer_blocks(text)[0]
+    return text[blocks[-1][0] : blocks[-1][1]] if blocks else None
 
 
 def _answer_blocks(text: str) -> tuple[list[tuple[int, int]], int]:

@@ -87,7 +87,9 @@ _FREE_LETTER = re.compile(r"[a-df-hj-zA-Z]")
 # Words in any script (two letters or more), and CJK characters, outside LaTeX commands.
 _WORD = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]|(?<![\\a-zA-Z])[^\W\d_]{2,}")
 _MAX_WHOLE = 80
-"""Longest response (characters) read whole as one bare answer."""
+"""Longest response (characters) read whole as one bare answer, but for one LaTeX
+environment (a matrix), which is read whole at any length."""
+_ONE_ENVIRONMENT = re.compile(r"\\begin\{([a-zA-Z]+\*?)\}.*\\end\{\1\}")
 # Between two math spans read as one answer (math-verify's joining).
 _JOIN = re.compile(r"\s*(?:,\s*and|,\s*or|and|or|,)\s*")
 _MAX_JOINED = 5
@@ -133,9 +135,10 @@ def _last_value(text: str) -> str | None:
 
 def _bare_answer(text: str) -> str | None:
     """The whole text as the answer, when it is one short line of math with at most
-    one word (``\\mathrm{E}``, ``odd``, ``x^2 + 2*x + 1``)."""
+    one word (``\\mathrm{E}``, ``odd``, ``x^2 + 2*x + 1``), or one matrix."""
     text = text.strip().strip("*").strip()  # markdown bold: `**3**`
-    if not text or len(text) > _MAX_WHOLE or "\n" in text or "$" in text or "\\[" in text or "\\(" in text:
+    long = len(text) > _MAX_WHOLE and not _ONE_ENVIRONMENT.fullmatch(text)
+    if not text or long or "\n" in text or "$" in text or "\\[" in text or "\\(" in text:
         return None
     if len(_words(text)) > 1:
         return None

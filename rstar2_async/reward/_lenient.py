@@ -8,7 +8,8 @@ grade leniently (`final_answer` with ``mode="lenient"``):
 1. With boxes: the same box strict mode takes; but when the gold answer is a list of
    ``k`` parts and the response ends with ``k`` boxes in a row (``\\boxed{3}`` and
    ``\\boxed{5}``), those boxes, joined as a list.
-2. Without a box, the answer is read from free text (``_free_text``).
+2. Without a box, the answer is read from free text (``_free_text``): that of the
+   last ``<answer>`` block first, then of the whole response.
 
 In both modes a box holding prose (``\\boxed{The answer is 8}``) is read as free
 text, and a response's chat end-of-turn tokens (``<|im_end|>``, ``<|eot_id|>``,
@@ -22,7 +23,7 @@ import itertools
 import re
 from typing import Literal
 
-from ._answer import answer_region, boxed_answers, extract_answer
+from ._answer import answer_region, boxed_answers, extract_answer, last_answer_block
 from ._compare import list_items
 from ._free_text import free_text_answer, has_prose, statement_value
 
@@ -42,6 +43,7 @@ _BOX_GAP = re.compile(
     r"|\b[a-zA-Z](?:_\{?\w+\}?)?\s*=|\*\*)*"
 )
 _DIGIT = re.compile(r"\d")
+_BOLD = re.compile(r"\*\*(.+)\*\*")  # markdown bold inside a box: `\boxed{**3**}`
 _LETTER = re.compile(r"[^\W\d_]")
 _GOLD_GAP_WORDS = re.compile(r"\\text\s*\{\s*(?:and|or)?\s*\}|\b(?:and|or)\b|\\[a-zA-Z]+")
 _MAX_BOX_GAP = 40
@@ -74,7 +76,7 @@ def final_answer(text: str, gold: str | None = None, *, mode: GradingMode = "str
     start, end = answer_region(text)
     boxes = boxed_answers(text[start:end])
     if not boxes:
-        return free_text_answer(text)
+        return _free_text(text)
     return _several_boxes(text[start:end], boxes, gold) or _inside_box(boxes[-1][0])
 
 
@@ -84,8 +86,16 @@ def _inside_box(content: str) -> str | None:
     prose, their answer as free text; a number in prose that free text does not take
     (``\\boxed{The answer is not 5.}``) is no answer."""
     if not has_prose(content):
-        return statement_value(content.strip().strip("$").strip())
-    return free_text_answer(content) or (None if _DIGIT.search(content) else content)
+        content = content.strip().strip("$").strip()
+        return statement_value(m[1] if (m := _BOLD.fullmatch(content)) else content)
+    return _free_text(content) or (None if _DIGIT.search(content) else content)
+
+
+def _free_text(text: str) -> str | None:
+    """The answer in free text: an ``<answer>`` block without a box holds it
+    (``<answer>\\frac{1}{2}</answer>``), else the whole text is read."""
+    block = last_answer_block(text)
+    return (block is not None and free_text_answer(block)) or free_text_answer(text)
 
 
 def gold_answer(gold: str) -> str:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_ANSWER_CHARS", "TEXT_CMD", "normalize_answer"]
+__all__ = ["MAX_ANSWER_CHARS", "TEXT_CMD", "normalize_answer", "python_powers"]
 
 MAX_ANSWER_CHARS = 2048
 """Longest answer (in characters) either check looks at.  Real final answers are a
@@ -117,6 +117,16 @@ _INFINITY = re.compile(r"\+?\\inf(?:ty)?(?![a-zA-Z])")
 _CHOICE = re.compile(r"^\(([A-Za-z])\)$")
 _ROW_LIST = re.compile(r"\[(\[[^\[\]]*\](?:,\[[^\[\]]*\])*)\]")
 _TIME_SECONDS = re.compile(r"(\d{1,2}:\d{2}):00")
+
+
+_PYTHON_POWER = re.compile(r"(?<=[\w)\]}])\*\*(?=[\w(\[{+-])")
+"""Python's power ``2**(1/4)`` between two operands (not markdown's ``**bold**``)."""
+
+
+def python_powers(text: str) -> str:
+    """`text` with Python's ``**`` written as ``^``, which math-verify's LaTeX reads
+    (golds and answers written as code: ``2**(1/4)``)."""
+    return _PYTHON_POWER.sub("^", text) if "**" in text else text
 
 
 def normalize_answer(text: str) -> str:

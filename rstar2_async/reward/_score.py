@@ -12,10 +12,11 @@ import os
 import re
 import threading
 
+from ._answer import extract_answer
 from ._compare import answers_match
 from ._free_text import EQUALS
-from ._lenient import GradingMode, final_answer, gold_answer
-from ._normalise import MAX_ANSWER_CHARS
+from ._lenient import GradingMode, final_answer, gold_answer, strip_end_tokens
+from ._normalise import MAX_ANSWER_CHARS, python_powers
 from ._worker import GradeRequest, SyncWorker
 
 __all__ = ["GRADING_TIMEOUT_S", "alarm_seconds", "quick_verdict", "score"]
@@ -40,13 +41,26 @@ def _unsolved(answer: str, gold: str) -> bool:
     return len(sides) == 2 and "=" not in gold and bool(_UNKNOWN_EXPRESSION.match(_SUBSCRIPT.sub("", sides[0])))
 
 
+def _same_text(text: str, gold: str) -> bool:
+    """`text` (a whole response, or its box) is the gold text itself, spacing and end
+    tokens aside."""
+    return " ".join(strip_end_tokens(text).split()) == " ".join(gold.split()) != ""
+
+
 def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -> tuple[float | None, str, str]:
     """(verdict, answer, gold answer): a verdict reached without math-verify, else
     (None, answer, gold answer) for math-verify to settle."""
-    gold = gold_answer(gold)
+    given = gold
+    gold = python_powers(gold_answer(gold))
     answer = final_answer(response_text, gold, mode=mode)
+    if len(given) <= MAX_ANSWER_CHARS and (
+        _same_text(extract_answer(strip_end_tokens(response_text)) or "", given)
+        or (mode == "lenient" and _same_text(response_text, given))
+    ):
+        return 1.0, given, given  # `odd $n$` for `odd $n$`, boxed or (lenient) not: nothing to read
     if answer is None or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0, "", gold
+    answer = python_powers(answer)
     if answers_match(answer, gold):
         return 1.0, answer, gold
     if _unsolved(answer, gold):

@@ -104,6 +104,24 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("$$3x + 2 = 11$$", "11", 0.0, 0.0),  # an unsolved equation answers nothing
         ("<answer>\\boxed{3x + 2 = 11}</answer>", "11", 0.0, 0.0),
         ("<answer>\\boxed{x = 11}</answer>", "11", 1.0, 1.0),
+        # the gold text itself, whatever it holds: boxed in both modes, bare in lenient
+        ("odd $n$", "odd $n$", 0.0, 1.0),
+        ("\\boxed{odd $n$}", "odd $n$", 1.0, 1.0),
+        ("\\boxed{even $n$}", "odd $n$", 0.0, 0.0),
+        # an answer block without a box, in LaTeX; the last block counts
+        ("<answer>\\frac{1}{2}</answer>", "\\boxed{\\frac{1}{2}}", 0.0, 1.0),
+        ("<answer>1</answer> no, <answer>\\frac{1}{3}</answer>", "\\frac{1}{3}", 0.0, 1.0),
+        ("<answer>\\frac{1}{3}</answer> no, <answer>1</answer>", "\\frac{1}{3}", 0.0, 0.0),
+        # a matrix longer than a bare answer's usual line; Python's power; bold in a box
+        (
+            "\\begin{pmatrix} 1/\\sqrt{2} & 1/\\sqrt{2} \\\\ -1/\\sqrt{2} & 1/\\sqrt{2} \\end{pmatrix}",
+            "\\begin{pmatrix}1/\\sqrt2&1/\\sqrt2\\\\-1/\\sqrt2&1/\\sqrt2\\end{pmatrix}",
+            0.0,
+            1.0,
+        ),
+        ("\\boxed{\\sqrt{\\sqrt{2}}}", "2**(1/4)", 1.0, 1.0),
+        ("\\boxed{\\sqrt{\\sqrt{3}}}", "2**(1/4)", 0.0, 0.0),
+        ("\\boxed{**3**}", "3", 1.0, 1.0),
     ],
 )
 def test_score_in_both_modes(response: str, gold: str, strict: float, lenient: float) -> None:

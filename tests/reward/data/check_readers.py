@@ -1,0 +1,409 @@
+"""Readers of other projects' grader tests for build_grader_checks.py: each turns one
+test file's shape into (gold, prediction, label) rows, from literals only (a test's
+syntax tree, or a JSON table of cases it loads), with the line each row stands on."""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+GOLD_NAMES = ("gold", "ground_truth", "answer", "reference", "test_in", "solution")
+PRED_NAMES = ("pred", "prediction", "completions", "test_out", "completion", "model_response")
+LABEL_NAMES = ("expected", "result", "expected_correct")
+VERDICT_WORDS = {"correct": True, "incorrect": False, "C": True, "I": False}
+"""Verdicts some graders return as words: inspect_ai's statuses and its C/I scores."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How one source names its cases: which parameter, key or list holds the gold
+    answer and which the prediction, and (for tests that assert a grader call with
+    literal arguments) the grader's name and the positions of gold and prediction."""
+
+    gold: tuple[str, ...] = GOLD_NAMES
+    pred: tuple[str, ...] = PRED_NAMES
+    call: tuple[str, int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    gold: str
+    prediction: str
+    label: bool
+    line: int
+    test: str
+    settings: str
+
+
+def _literal(node: ast.AST) -> object:
+    """A literal's value (``r"..."``, numbers, ``[[{"content": x}]]``), else raise ValueError."""
+    return ast.literal_eval(node)
+
+
+def _text(value: object) -> str | None:
+    """A gold or prediction as text: strings as they are, numbers written out, the
+    first message of a chat completion (``[[{"content": x}]]``) or of a list."""
+    while isinstance(value, list | tuple) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        value = value["content"]
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str | int | float):
+        return str(value)
+    return None
+
+
+def _label(value: object) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    return None
+
+
+def _grader_settings(fn: ast.FunctionDef, skip: set[str]) -> str:
+    """The constant keyword arguments the test passes to its grader call."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call) and node.keywords:
+            kws = []
+            for kw in node.keywords:
+                if kw.arg is None or kw.arg in skip:
+                    continue
+                try:
+                    kws.append(f"{kw.arg}={_literal(kw.value)!r}")
+                except ValueError:
+                    kws.append(f"{kw.arg}={ast.unparse(kw.value)}")
+            if kws:
+                return ", ".join(kws)
+    return ""
+
+
+def _parametrize(fn: ast.FunctionDef) -> tuple[list[str], ast.List] | None:
+    for deco in fn.decorator_list:
+        if (
+            isinstance(deco, ast.Call)
+            and ast.unparse(deco.func).endswith("mark.parametrize")
+            and len(deco.args) >= 2
+            and isinstance(deco.args[0], ast.Constant)
+            and isinstance(deco.args[1], ast.List)
+        ):
+            return [a.strip() for a in deco.args[0].value.split(",")], deco.args[1]
+    return None
+
+
+def _rows_of(table: ast.List) -> Iterator[tuple[int, list[ast.AST]]]:
+    for elt in table.elts:
+        if isinstance(elt, ast.Tuple):
+            yield elt.lineno, elt.elts
+        elif isinstance(elt, ast.Call) and ast.unparse(elt.func).endswith("param"):
+            yield elt.lineno, elt.args
+
+
+def read_parametrize(tree: ast.Module, skipped: list[str], shape: Shape) -> Iterator[Row]:
+    """Rows of ``@pytest.mark.parametrize("gold,pred,expected[,more]", [...])``; the
+    extra columns are settings of that row."""
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef) or (p := _parametrize(fn)) is None:
+            continue
+        names, table = p
+        gold = next((n for n in names if n in shape.gold), None)
+        pred = next((n for n in names if n in shape.pred), None)
+        label = next((n for n in names if n in LABEL_NAMES), None)
+        body_label = _body_label(fn) if label is None else None
+        if gold is None or pred is None or (label is None and body_label is None):
+            continue
+        call = _grader_settings(fn, set(names))
+        for line, values in _rows_of(table):
+            if len(values) != len(names):
+                skipped.append(f"{fn.name}:{line}")
+                continue
+            row = dict(zip(names, values, strict=True))
+            try:
+                g, q = _text(_literal(row[gold])), _text(_literal(row[pred]))
+                l = body_label if label is None else _label(_literal(row[label]))
+            except ValueError:
+                skipped.append(f"{fn.name}:{line}")
+                continue
+            if g is None or q is None or l is None:
+                skipped.append(f"{fn.name}:{line}")
+                continue
+            extra = [f"{n}={ast.unparse(row[n])}" for n in names if n not in (gold, pred, label)]
+            yield Row(g, q, l, line, fn.name, ", ".join(filter(None, [call, *extra])))
+
+
+def read_symmetric_pairs(tree: ast.Module, skipped: list[str], shape: Shape) -> Iterator[Row]:
+    """``@parametrize("output_pair", [(a, b), ...])`` in ``test_correct_*`` (True) and
+    ``test_incorrect_*`` (False) tests, which assert both orders: two cases each."""
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef) or (p := _parametrize(fn)) is None:
+            continue
+        if fn.name.startswith("test_correct"):
+            label = True
+        elif fn.name.startswith("test_incorrect"):
+            label = False
+        else:
+            continue
+        for line, values in _rows_of(p[1]):
+            try:
+                a, b = (_text(_literal(v)) for v in values)
+            except ValueError:
+                skipped.append(f"{fn.name}:{line}")
+                continue
+            if a is None or b is None:
+                skipped.append(f"{fn.name}:{line}")
+                continue
+            yield Row(a, b, label, line, fn.name, "both orders asserted")
+            yield Row(b, a, label, line, fn.name, "both orders asserted")
+
+
+def _assertion_label(stmt: ast.stmt, result_names: set[str]) -> bool | None:
+    """The verdict a statement asserts about a grader's result, or None:
+    ``assertTrue/False(is_equiv(...))``, ``assertEqual(rewards[0], 1.0)``,
+    ``assert reward == 1.0``, ``assert out.is_correct is True``."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        call = stmt.value
+        name = ast.unparse(call.func)
+        if name.endswith("assertTrue"):
+            return True
+        if name.endswith("assertFalse"):
+            return False
+        if (
+            name.endswith("assertEqual")
+            and len(call.args) == 2
+            and ast.unparse(call.args[0]) in {f"{n}[0]" for n in result_names}
+        ):
+            try:
+                return _label(_literal(call.args[1]))
+            except ValueError:
+                return None
+    if isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare) and len(stmt.test.ops) == 1:
+        left = ast.unparse(stmt.test.left)
+        if left in result_names and isinstance(stmt.test.ops[0], ast.Eq | ast.Is):
+            try:
+                return _label(_literal(stmt.test.comparators[0]))
+            except ValueError:
+                return None
+    return None
+
+
+def read_calls(tree: ast.Module, skipped: list[str], shape: Shape) -> Iterator[Row]:
+    """Test functions that call a grader with literal (or literally assigned) gold
+    and prediction, then assert its verdict; each call with its first assertion."""
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef) or not fn.name.startswith("test"):
+            continue
+        values: dict[str, ast.AST] = {}
+        pending: tuple[int, str, str, set[str]] | None = None
+        for stmt in fn.body:
+            if pending is not None and (label := _assertion_label(stmt, pending[3])) is not None:
+                yield Row(pending[1], pending[2], label, pending[0], fn.name, "")
+                pending = None
+                continue
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                values[stmt.targets[0].id] = stmt.value
+            found = _graded_pair(stmt, values)
+            if found is not None:
+                targets = {t.id for t in getattr(stmt, "targets", []) if isinstance(t, ast.Name)}
+                pending = (stmt.lineno, found[0], found[1], targets | {"output"})
+                if isinstance(stmt, ast.Expr) and (label := _assertion_label(stmt, set())) is not None:
+                    yield Row(found[0], found[1], label, stmt.lineno, fn.name, "")
+                    pending = None
+        if pending is not None:
+            skipped.append(f"{fn.name}:{pending[0]}")
+
+
+def _graded_pair(stmt: ast.stmt, values: dict[str, ast.AST]) -> tuple[str, str] | None:
+    """(gold, prediction) of the grader call in `stmt`: keywords named like
+    ``answer=``/``completions=``, or ``grader(gold_name, pred_name)`` /
+    ``accuracy_reward(completion, solution)`` with variables assigned literals."""
+    for call in ast.walk(stmt):
+        if not isinstance(call, ast.Call):
+            continue
+        kw = {k.arg: k.value for k in call.keywords if k.arg}
+        gold = next((kw[n] for n in GOLD_NAMES if n in kw), None)
+        pred = next((kw[n] for n in PRED_NAMES if n in kw), None)
+        if gold is None or pred is None:
+            names = [a.id for a in call.args if isinstance(a, ast.Name)]
+            if len(names) != 2 or len(call.args) != 2:
+                continue
+            g = next((n for n in names if n in GOLD_NAMES), None)
+            q = next((n for n in names if n in PRED_NAMES), None)
+            if g is None or q is None or g not in values or q not in values:
+                continue
+            gold, pred = values[g], values[q]
+        try:
+            g_text, p_text = _text(_literal(gold)), _text(_literal(pred))
+        except ValueError:
+            continue
+        if g_text is not None and p_text is not None:
+            return g_text, p_text
+    return None
+
+
+def _verdict(node: ast.AST) -> bool | None:
+    """A verdict written as a literal: True/False, 1/0, ``[1.0]``, "correct", "C"."""
+    try:
+        value = _literal(node)
+    except ValueError:
+        return None
+    while isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, str):
+        return VERDICT_WORDS.get(value)
+    return _label(value)
+
+
+def _body_label(fn: ast.FunctionDef) -> bool | None:
+    """The verdict a parametrized test without a label column asserts for every row
+    (``assert score(answer, target).status == "correct"``), when it asserts one."""
+    found = {
+        v
+        for node in ast.walk(fn)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)
+        if ast.unparse(node.left).endswith(".status") and (v := _verdict(node.comparators[0])) is not None
+    }
+    return found.pop() if len(found) == 1 else None
+
+
+def _asserted(test: ast.expr, is_result: Callable[[ast.expr], bool]) -> bool | None:
+    """The verdict an assertion states about a grader result: ``assert r``,
+    ``assert not r``, ``assert r is True``, ``assert r.status == "incorrect"``,
+    ``assert r == [1.0]``."""
+    if is_result(test):
+        return True
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and is_result(test.operand):
+        return False
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq | ast.Is):
+        left = test.left.value if isinstance(test.left, ast.Attribute) else test.left
+        if is_result(left):
+            return _verdict(test.comparators[0])
+    return None
+
+
+def read_asserted_calls(tree: ast.Module, skipped: list[str], shape: Shape) -> Iterator[Row]:
+    """``assert grader(pred, gold, ...) is True`` with literal arguments, or
+    ``r = grader(pred_var, gold_var)`` then ``assert r is False``; the grader's name
+    and argument positions come from the source's shape."""
+    assert shape.call is not None
+    name, gold_at, pred_at = shape.call
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef) or not fn.name.startswith("test"):
+            continue
+        values: dict[str, ast.AST] = {}
+        pending: tuple[int, str, str, set[str]] | None = None
+
+        def pair(call: ast.expr, values: dict[str, ast.AST] = values) -> tuple[str, str] | None:
+            if not (isinstance(call, ast.Call) and ast.unparse(call.func).split(".")[-1] == name):
+                return None
+            if len(call.args) <= max(gold_at, pred_at):
+                return None
+            args = [values.get(a.id, a) if isinstance(a, ast.Name) else a for a in call.args]
+            try:
+                g, p = _text(_literal(args[gold_at])), _text(_literal(args[pred_at]))
+            except ValueError:
+                return None
+            return (g, p) if g is not None and p is not None else None
+
+        for stmt in fn.body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                values[stmt.targets[0].id] = stmt.value
+                if (found := pair(stmt.value)) is not None:
+                    pending = (stmt.lineno, *found, {stmt.targets[0].id})
+                continue
+            if not isinstance(stmt, ast.Assert):
+                continue
+            direct: list[tuple[str, str]] = []
+
+            def is_call(node: ast.expr, direct: list[tuple[str, str]] = direct) -> bool:
+                found = pair(node)
+                if found is not None:
+                    direct.append(found)
+                return found is not None
+
+            label = _asserted(stmt.test, is_call)
+            if direct and label is not None:
+                yield Row(direct[0][0], direct[0][1], label, stmt.lineno, fn.name, "")
+            elif pending is not None:
+                names = pending[3]
+                label = _asserted(stmt.test, lambda n, names=names: isinstance(n, ast.Name) and n.id in names)
+                if label is not None:
+                    yield Row(pending[1], pending[2], label, pending[0], fn.name, "")
+                    pending = None
+
+
+def read_batches(tree: ast.Module, skipped: list[str], shape: Shape) -> Iterator[Row]:
+    """Tests that grade literal lists (``completions = [...]``, ``solutions = [...]``)
+    and assert each result by index (``assertEqual(rewards[1], 1.0)``)."""
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef) or not fn.name.startswith("test"):
+            continue
+        lists: dict[str, list] = {}
+        for stmt in fn.body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                try:
+                    value = _literal(stmt.value)
+                except ValueError:
+                    continue
+                if isinstance(value, list):
+                    lists[stmt.targets[0].id] = value
+        golds = next((lists[n] for n in shape.gold if n in lists), None)
+        preds = next((lists[n] for n in shape.pred if n in lists), None)
+        if golds is None or preds is None or len(golds) != len(preds):
+            continue
+        for node in ast.walk(fn):
+            if not (
+                isinstance(node, ast.Call) and ast.unparse(node.func).endswith("assertEqual") and len(node.args) == 2
+            ):
+                continue
+            at = node.args[0]
+            if not (isinstance(at, ast.Subscript) and isinstance(at.slice, ast.Constant)):
+                continue
+            i, label = at.slice.value, _verdict(node.args[1])
+            if not isinstance(i, int) or not 0 <= i < len(golds) or label is None:
+                skipped.append(f"{fn.name}:{node.lineno}")
+                continue
+            g, p = _text(golds[i]), _text(preds[i])
+            if g is not None and p is not None:
+                yield Row(g, p, label, node.lineno, fn.name, f"batch item {i}")
+
+
+def read_json_cases(text: str, skipped: list[str], shape: Shape) -> Iterator[Row]:
+    """A JSON list of case objects (``{"output": ..., "target": ..., "expected": "C"}``)
+    that a parametrized test loads; each case's line is where its object opens."""
+    decoder = json.JSONDecoder()
+    at = text.index("[") + 1
+    while True:
+        while at < len(text) and text[at] in " \t\r\n,":
+            at += 1
+        if at >= len(text) or text[at] == "]":
+            return
+        case, end = decoder.raw_decode(text, at)
+        line = text.count("\n", 0, at) + 1
+        gold = next((case[n] for n in shape.gold if n in case), None)
+        pred = next((case[n] for n in shape.pred if n in case), None)
+        label = next((VERDICT_WORDS.get(case[n]) for n in LABEL_NAMES if n in case), None)
+        if isinstance(gold, str) and isinstance(pred, str) and label is not None:
+            yield Row(gold, pred, label, line, "cases", str(case.get("source", "")))
+        else:
+            skipped.append(f"case:{line}")
+        at = end
+
+
+def read(reader: str, text: str, skipped: list[str], shape: Shape) -> Iterator[Row]:
+    """The rows of one file by the named reader (JSON tables are read as text)."""
+    if reader == "json_cases":
+        return read_json_cases(text, skipped, shape)
+    tree = ast.parse(text.expandtabs(8))  # hendrycks/math mixes tabs and spaces
+    return READERS[reader](tree, skipped, shape)
+
+
+READERS: dict[str, Callable[[ast.Module, list[str], Shape], Iterator[Row]]] = {
+    "parametrize": read_parametrize,
+    "symmetric_pairs": read_symmetric_pairs,
+    "calls": read_calls,
+    "asserted_calls": read_asserted_calls,
+    "batches": read_batches,
+}
