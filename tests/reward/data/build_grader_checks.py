@@ -146,6 +146,31 @@ SOURCES = [
         "asserted_calls",
         shape=Shape(call=("accuracy_reward", 1, 0)),
     ),
+    Source(
+        "NovaSky-AI/SkyThought",
+        "0d190f11fd8e885bbe113aeccacba5ccde5b1102",
+        "Apache-2.0",
+        ("tests/evals/util/test_math_parsing.py",),
+        "parametrize",
+    ),
+    Source(
+        "allenai/open-instruct",
+        "e6c3044aa6201c8bfa4573c1b03142af599e730d",
+        "Apache-2.0",
+        ("open_instruct/test_ground_truth_utils.py",),
+        "parametrize",
+        # The other verifiers of that file match text or score F1; only GSM8K's is math.
+        skip_tests=("test_basic_scenarios", "test_puzzle_matcher_scenarios", "test_single_label", "test_list_labels"),
+        shape=Shape(gold=("label",), pred=("prediction",), label=("expected_score",)),
+    ),
+    Source(
+        "PrimeIntellect-ai/verifiers",
+        "a60a606ecc4d309247edf9ff92c3eabca362781f",
+        "MIT",
+        ("tests/test_math_rubric.py",),
+        "parametrize",
+        shape=Shape(gold=("answer",), pred=("completion",), verdict="['correct_answer']"),
+    ),
 ]
 
 

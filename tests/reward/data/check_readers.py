@@ -19,12 +19,15 @@ VERDICT_WORDS = {"correct": True, "incorrect": False, "C": True, "I": False}
 @dataclass(frozen=True)
 class Shape:
     """How one source names its cases: which parameter, key or list holds the gold
-    answer and which the prediction, and (for tests that assert a grader call with
-    literal arguments) the grader's name and the positions of gold and prediction."""
+    answer, the prediction and the label, and (for tests that assert a grader call
+    with literal arguments) the grader's name and the positions of gold and prediction."""
 
     gold: tuple[str, ...] = GOLD_NAMES
     pred: tuple[str, ...] = PRED_NAMES
+    label: tuple[str, ...] = LABEL_NAMES
     call: tuple[str, int, int] | None = None
+    verdict: str = ".status"
+    """How a test body's asserted verdict expression ends, for tests without a label column."""
 
 
 @dataclass(frozen=True)
@@ -81,16 +84,22 @@ def _grader_settings(fn: ast.FunctionDef, skip: set[str]) -> str:
     return ""
 
 
-def _parametrize(fn: ast.FunctionDef) -> tuple[list[str], ast.List] | None:
+def _parametrize(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str], ast.List] | None:
+    """The column names and the table of a parametrized test: pytest's names its
+    columns in a string, ``parameterized.expand`` by the test's own arguments."""
     for deco in fn.decorator_list:
+        if not isinstance(deco, ast.Call) or not deco.args:
+            continue
+        name = ast.unparse(deco.func)
         if (
-            isinstance(deco, ast.Call)
-            and ast.unparse(deco.func).endswith("mark.parametrize")
+            name.endswith("mark.parametrize")
             and len(deco.args) >= 2
             and isinstance(deco.args[0], ast.Constant)
             and isinstance(deco.args[1], ast.List)
         ):
             return [a.strip() for a in deco.args[0].value.split(",")], deco.args[1]
+        if name.endswith("parameterized.expand") and isinstance(deco.args[0], ast.List):
+            return [a.arg for a in fn.args.args if a.arg != "self"], deco.args[0]
     return None
 
 
@@ -100,27 +109,37 @@ def _rows_of(table: ast.List) -> Iterator[tuple[int, list[ast.AST]]]:
             yield elt.lineno, elt.elts
         elif isinstance(elt, ast.Call) and ast.unparse(elt.func).endswith("param"):
             yield elt.lineno, elt.args
+        elif isinstance(elt, ast.Dict):  # one column of dicts
+            yield elt.lineno, [elt]
 
 
 def read_parametrize(tree: ast.Module, skipped: list[str], shape: Shape) -> Iterator[Row]:
-    """Rows of ``@pytest.mark.parametrize("gold,pred,expected[,more]", [...])``; the
-    extra columns are settings of that row."""
+    """Rows of ``@pytest.mark.parametrize("gold,pred,expected[,more]", [...])`` (or
+    ``@parameterized.expand``), or of one column of dicts holding those keys; the
+    extra columns are settings of that row.  A test without a label column states
+    one verdict for all its rows in its body (``_body_label``)."""
     for fn in ast.walk(tree):
-        if not isinstance(fn, ast.FunctionDef) or (p := _parametrize(fn)) is None:
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) or (p := _parametrize(fn)) is None:
             continue
         names, table = p
-        gold = next((n for n in names if n in shape.gold), None)
-        pred = next((n for n in names if n in shape.pred), None)
-        label = next((n for n in names if n in LABEL_NAMES), None)
-        body_label = _body_label(fn) if label is None else None
-        if gold is None or pred is None or (label is None and body_label is None):
-            continue
+        body_label = _body_label(fn, shape.verdict)
         call = _grader_settings(fn, set(names))
         for line, values in _rows_of(table):
             if len(values) != len(names):
                 skipped.append(f"{fn.name}:{line}")
                 continue
             row = dict(zip(names, values, strict=True))
+            if len(values) == 1 and isinstance(values[0], ast.Dict):  # {"completion": ..., "answer": ...}
+                row = {
+                    k.value: v
+                    for k, v in zip(values[0].keys, values[0].values, strict=True)
+                    if isinstance(k, ast.Constant)
+                }
+            gold = next((n for n in row if n in shape.gold), None)
+            pred = next((n for n in row if n in shape.pred), None)
+            label = next((n for n in row if n in shape.label), None)
+            if gold is None or pred is None or (label is None and body_label is None):
+                continue
             try:
                 g, q = _text(_literal(row[gold])), _text(_literal(row[pred]))
                 l = body_label if label is None else _label(_literal(row[label]))
@@ -130,7 +149,7 @@ def read_parametrize(tree: ast.Module, skipped: list[str], shape: Shape) -> Iter
             if g is None or q is None or l is None:
                 skipped.append(f"{fn.name}:{line}")
                 continue
-            extra = [f"{n}={ast.unparse(row[n])}" for n in names if n not in (gold, pred, label)]
+            extra = [f"{n}={ast.unparse(row[n])}" for n in names if n in row and n not in (gold, pred, label)]
             yield Row(g, q, l, line, fn.name, ", ".join(filter(None, [call, *extra])))
 
 
@@ -256,14 +275,15 @@ def _verdict(node: ast.AST) -> bool | None:
     return _label(value)
 
 
-def _body_label(fn: ast.FunctionDef) -> bool | None:
+def _body_label(fn: ast.FunctionDef | ast.AsyncFunctionDef, verdict: str) -> bool | None:
     """The verdict a parametrized test without a label column asserts for every row
-    (``assert score(answer, target).status == "correct"``), when it asserts one."""
+    (``assert score(answer, target).status == "correct"``, where `verdict` is how the
+    asserted expression ends: ``.status``), when it asserts one."""
     found = {
         v
         for node in ast.walk(fn)
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)
-        if ast.unparse(node.left).endswith(".status") and (v := _verdict(node.comparators[0])) is not None
+        if ast.unparse(node.left).endswith(verdict) and (v := _verdict(node.comparators[0])) is not None
     }
     return found.pop() if len(found) == 1 else None
 
