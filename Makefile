@@ -43,11 +43,11 @@ vllm: $(VLLM_VENV)/bin/.installed
 demo: venv vllm
 	$(BIN)/rstar2 demo
 
-# Serial: on two xdist workers the suite took 20-24 min instead of 32-42, but the keep-mode
-# sync test (tests/integration/test_vllm_server.py) cannot place its sync inside a turn
-# while the other worker loads the box (3 of 3 tries missed beside one busy core).
+# Two xdist workers, scheduled by tests/conftest.py's GroupScheduling: the pipeline
+# runs behind the SFT policy on one, the session vLLM server's tests on the other,
+# everything else around them; a test marked `solo` waits until it has the box alone.
 test: venv vllm browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # The inner loop: everything that needs no vLLM server, DeepSpeed engine or browser
 # (markers set in tests/conftest.py).  No vLLM interpreter is given, so a test that
