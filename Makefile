@@ -52,7 +52,7 @@ test: venv vllm browser
 # The inner loop: everything that needs no vLLM server, DeepSpeed engine or browser
 # (markers set in tests/conftest.py).  No vLLM interpreter is given, so a test that
 # starts a server without its marker fails here instead of slowing the loop.  Two
-# xdist workers: 347 s against 525 s serial on the 2-core machine.
+# xdist workers: 338 s on the 2-core machine (525 s serial when last measured).
 test-fast: venv
 	RSTAR2_VLLM_PYTHON=/nonexistent/test-fast $(BIN)/python -m pytest -q -n 2 -m "not vllm and not deepspeed and not browser"
 
