@@ -27,7 +27,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from check_readers import Shape, read
+from check_readers import read
+from check_rows import Shape
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "grader_checks.jsonl"

@@ -7,64 +7,19 @@ from __future__ import annotations
 import ast
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
-GOLD_NAMES = ("gold", "ground_truth", "answer", "reference", "test_in", "solution")
-PRED_NAMES = ("pred", "prediction", "completions", "test_out", "completion", "model_response")
-LABEL_NAMES = ("expected", "result", "expected_correct")
-VERDICT_WORDS = {"correct": True, "incorrect": False, "C": True, "I": False}
-"""Verdicts some graders return as words: inspect_ai's statuses and its C/I scores."""
-
-
-@dataclass(frozen=True)
-class Shape:
-    """How one source names its cases: which parameter, key or list holds the gold
-    answer, the prediction and the label, and (for tests that assert a grader call
-    with literal arguments) the grader's name and the positions of gold and prediction."""
-
-    gold: tuple[str, ...] = GOLD_NAMES
-    pred: tuple[str, ...] = PRED_NAMES
-    label: tuple[str, ...] = LABEL_NAMES
-    call: tuple[str, int, int] | None = None
-    verdict: str = ".status"
-    """How a test body's asserted verdict expression ends, for tests without a label column."""
-
-
-@dataclass(frozen=True)
-class Row:
-    gold: str
-    prediction: str
-    label: bool
-    line: int
-    test: str
-    settings: str
-
-
-def _literal(node: ast.AST) -> object:
-    """A literal's value (``r"..."``, numbers, ``[[{"content": x}]]``), else raise ValueError."""
-    return ast.literal_eval(node)
-
-
-def _text(value: object) -> str | None:
-    """A gold or prediction as text: strings as they are, numbers written out, the
-    first message of a chat completion (``[[{"content": x}]]``) or of a list."""
-    while isinstance(value, list | tuple) and len(value) == 1:
-        value = value[0]
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        value = value["content"]
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, str | int | float):
-        return str(value)
-    return None
-
-
-def _label(value: object) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int | float) and value in (0, 1):
-        return bool(value)
-    return None
+from check_rows import (
+    GOLD_NAMES,
+    LABEL_NAMES,
+    PRED_NAMES,
+    VERDICT_WORDS,
+    Row,
+    Shape,
+    as_label,
+    as_text,
+    literal,
+    verdict_of,
+)
 
 
 def _grader_settings(fn: ast.FunctionDef, skip: set[str]) -> str:
@@ -76,7 +31,7 @@ def _grader_settings(fn: ast.FunctionDef, skip: set[str]) -> str:
                 if kw.arg is None or kw.arg in skip:
                     continue
                 try:
-                    kws.append(f"{kw.arg}={_literal(kw.value)!r}")
+                    kws.append(f"{kw.arg}={literal(kw.value)!r}")
                 except ValueError:
                     kws.append(f"{kw.arg}={ast.unparse(kw.value)}")
             if kws:
@@ -141,8 +96,8 @@ def read_parametrize(tree: ast.Module, skipped: list[str], shape: Shape) -> Iter
             if gold is None or pred is None or (label is None and body_label is None):
                 continue
             try:
-                g, q = _text(_literal(row[gold])), _text(_literal(row[pred]))
-                l = body_label if label is None else _label(_literal(row[label]))
+                g, q = as_text(literal(row[gold])), as_text(literal(row[pred]))
+                l = body_label if label is None else as_label(literal(row[label]))
             except ValueError:
                 skipped.append(f"{fn.name}:{line}")
                 continue
@@ -167,7 +122,7 @@ def read_symmetric_pairs(tree: ast.Module, skipped: list[str], shape: Shape) -> 
             continue
         for line, values in _rows_of(p[1]):
             try:
-                a, b = (_text(_literal(v)) for v in values)
+                a, b = (as_text(literal(v)) for v in values)
             except ValueError:
                 skipped.append(f"{fn.name}:{line}")
                 continue
@@ -195,14 +150,14 @@ def _assertion_label(stmt: ast.stmt, result_names: set[str]) -> bool | None:
             and ast.unparse(call.args[0]) in {f"{n}[0]" for n in result_names}
         ):
             try:
-                return _label(_literal(call.args[1]))
+                return as_label(literal(call.args[1]))
             except ValueError:
                 return None
     if isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare) and len(stmt.test.ops) == 1:
         left = ast.unparse(stmt.test.left)
         if left in result_names and isinstance(stmt.test.ops[0], ast.Eq | ast.Is):
             try:
-                return _label(_literal(stmt.test.comparators[0]))
+                return as_label(literal(stmt.test.comparators[0]))
             except ValueError:
                 return None
     return None
@@ -254,25 +209,12 @@ def _graded_pair(stmt: ast.stmt, values: dict[str, ast.AST]) -> tuple[str, str] 
                 continue
             gold, pred = values[g], values[q]
         try:
-            g_text, p_text = _text(_literal(gold)), _text(_literal(pred))
+            g_text, p_text = as_text(literal(gold)), as_text(literal(pred))
         except ValueError:
             continue
         if g_text is not None and p_text is not None:
             return g_text, p_text
     return None
-
-
-def _verdict(node: ast.AST) -> bool | None:
-    """A verdict written as a literal: True/False, 1/0, ``[1.0]``, "correct", "C"."""
-    try:
-        value = _literal(node)
-    except ValueError:
-        return None
-    while isinstance(value, list) and len(value) == 1:
-        value = value[0]
-    if isinstance(value, str):
-        return VERDICT_WORDS.get(value)
-    return _label(value)
 
 
 def _body_label(fn: ast.FunctionDef | ast.AsyncFunctionDef, verdict: str) -> bool | None:
@@ -283,7 +225,7 @@ def _body_label(fn: ast.FunctionDef | ast.AsyncFunctionDef, verdict: str) -> boo
         v
         for node in ast.walk(fn)
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)
-        if ast.unparse(node.left).endswith(verdict) and (v := _verdict(node.comparators[0])) is not None
+        if ast.unparse(node.left).endswith(verdict) and (v := verdict_of(node.comparators[0])) is not None
     }
     return found.pop() if len(found) == 1 else None
 
@@ -299,7 +241,7 @@ def _asserted(test: ast.expr, is_result: Callable[[ast.expr], bool]) -> bool | N
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq | ast.Is):
         left = test.left.value if isinstance(test.left, ast.Attribute) else test.left
         if is_result(left):
-            return _verdict(test.comparators[0])
+            return verdict_of(test.comparators[0])
     return None
 
 
@@ -322,7 +264,7 @@ def read_asserted_calls(tree: ast.Module, skipped: list[str], shape: Shape) -> I
                 return None
             args = [values.get(a.id, a) if isinstance(a, ast.Name) else a for a in call.args]
             try:
-                g, p = _text(_literal(args[gold_at])), _text(_literal(args[pred_at]))
+                g, p = as_text(literal(args[gold_at])), as_text(literal(args[pred_at]))
             except ValueError:
                 return None
             return (g, p) if g is not None and p is not None else None
@@ -364,7 +306,7 @@ def read_batches(tree: ast.Module, skipped: list[str], shape: Shape) -> Iterator
         for stmt in fn.body:
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
                 try:
-                    value = _literal(stmt.value)
+                    value = literal(stmt.value)
                 except ValueError:
                     continue
                 if isinstance(value, list):
@@ -381,11 +323,11 @@ def read_batches(tree: ast.Module, skipped: list[str], shape: Shape) -> Iterator
             at = node.args[0]
             if not (isinstance(at, ast.Subscript) and isinstance(at.slice, ast.Constant)):
                 continue
-            i, label = at.slice.value, _verdict(node.args[1])
+            i, label = at.slice.value, verdict_of(node.args[1])
             if not isinstance(i, int) or not 0 <= i < len(golds) or label is None:
                 skipped.append(f"{fn.name}:{node.lineno}")
                 continue
-            g, p = _text(golds[i]), _text(preds[i])
+            g, p = as_text(golds[i]), as_text(preds[i])
             if g is not None and p is not None:
                 yield Row(g, p, label, node.lineno, fn.name, f"batch item {i}")
 
