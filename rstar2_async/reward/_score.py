@@ -42,9 +42,9 @@ def _unsolved(answer: str, gold: str) -> bool:
 
 
 def _same_text(text: str, gold: str) -> bool:
-    """`text` (a whole response, or its box) is the gold text itself, spacing and end
-    tokens aside."""
-    return " ".join(strip_end_tokens(text).split()) == " ".join(gold.split()) != ""
+    """`text` (a whole response without its end tokens, or its box) is the gold text
+    itself, spacing aside."""
+    return " ".join(text.split()) == " ".join(gold.split()) != ""
 
 
 def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -> tuple[float | None, str, str]:
@@ -52,10 +52,10 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
     (None, answer, gold answer) for math-verify to settle."""
     given = gold
     gold = python_powers(gold_answer(gold))
-    answer = final_answer(response_text, gold, mode=mode)
+    text = strip_end_tokens(response_text)
+    answer = final_answer(text, gold, mode=mode)
     if len(given) <= MAX_ANSWER_CHARS and (
-        _same_text(extract_answer(strip_end_tokens(response_text)) or "", given)
-        or (mode == "lenient" and _same_text(response_text, given))
+        _same_text(extract_answer(text) or "", given) or (mode == "lenient" and _same_text(text, given))
     ):
         return 1.0, given, given  # `odd $n$` for `odd $n$`, boxed or (lenient) not: nothing to read
     if answer is None or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
