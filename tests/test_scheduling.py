@@ -21,13 +21,12 @@ def _enter(out: Path, *, solo: bool, inside: threading.Event, leave: threading.E
 
 
 def test_a_solo_test_waits_for_the_running_test_and_holds_back_the_next(tmp_path: Path) -> None:
-    out = tmp_path
     running, solo, later = ({"inside": threading.Event(), "leave": threading.Event()} for _ in range(3))
-    threads = [_enter(out, solo=False, **running)]
+    threads = [_enter(tmp_path, solo=False, **running)]
     assert running["inside"].wait(10)
-    threads.append(_enter(out, solo=True, **solo))
+    threads.append(_enter(tmp_path, solo=True, **solo))
     assert not solo["inside"].wait(0.3), "the solo test started beside a running test"
-    threads.append(_enter(out, solo=False, **later))
+    threads.append(_enter(tmp_path, solo=False, **later))
     assert not later["inside"].wait(0.3), "a later test passed a waiting solo test"
 
     running["leave"].set()
@@ -41,9 +40,8 @@ def test_a_solo_test_waits_for_the_running_test_and_holds_back_the_next(tmp_path
 
 
 def test_two_ordinary_tests_share_the_box(tmp_path: Path) -> None:
-    out = tmp_path
     first, second = ({"inside": threading.Event(), "leave": threading.Event()} for _ in range(2))
-    threads = [_enter(out, solo=False, **first), _enter(out, solo=False, **second)]
+    threads = [_enter(tmp_path, solo=False, **first), _enter(tmp_path, solo=False, **second)]
     assert first["inside"].wait(10) and second["inside"].wait(10)
     first["leave"].set()
     second["leave"].set()
