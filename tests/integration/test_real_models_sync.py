@@ -37,7 +37,7 @@ from rstar2_async.recipe import PROBE_TOLERANCE, Publisher, SyncCheck, check_ser
 from rstar2_async.testing import perturbed_weights
 from rstar2_async.types import Group, Problem, Trajectory, Turn
 
-from .conftest import restore_weights
+from .conftest import NO_COMPILE, restore_weights
 
 pytestmark = [pytest.mark.vllm, pytest.mark.deepspeed, pytest.mark.anyio]
 
@@ -75,7 +75,7 @@ def _serve(config: VLLMServerConfig) -> Iterator[VLLMServer]:
 def llama_server(layouts: dict[str, Path], vllm_config: VLLMServerConfig) -> Iterator[VLLMServer]:
     """Its own server: the session's is a Qwen2 (a reload cannot change the model)."""
     yield from _serve(msgspec.structs.replace(
-        vllm_config, model=str(layouts["llama"]), dtype="bfloat16", extra_args=(), log_path=vllm_config.log_path + ".llama"
+        vllm_config, model=str(layouts["llama"]), dtype="bfloat16", extra_args=NO_COMPILE, log_path=vllm_config.log_path + ".llama"
     ))  # fmt: skip
 
 
@@ -83,7 +83,7 @@ def llama_server(layouts: dict[str, Path], vllm_config: VLLMServerConfig) -> Ite
 def qwen3_server(layouts: dict[str, Path], vllm_config: VLLMServerConfig) -> Iterator[VLLMServer]:
     """Its own server, as ``llama_server``."""
     yield from _serve(msgspec.structs.replace(
-        vllm_config, model=str(layouts["qwen3"]), extra_args=(), log_path=vllm_config.log_path + ".qwen3"
+        vllm_config, model=str(layouts["qwen3"]), extra_args=NO_COMPILE, log_path=vllm_config.log_path + ".qwen3"
     ))  # fmt: skip
 
 

