@@ -33,7 +33,7 @@ from rstar2_async.demo import build_tiny_model  # noqa: E402
 INPROC = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 MODES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "compiled": ((), {}), "O0": (("-O0",), {}), "inproc": ((), INPROC), "O0_inproc": (("-O0",), INPROC),
-}
+}  # fmt: skip
 
 
 async def one(model: Path, mode: str, args: argparse.Namespace, log: Path) -> dict[str, float]:

