@@ -26,7 +26,8 @@ math-verify tends to miss or that need no symbolic algebra at all:
 - layout noise: ``\\left``/``\\right``, spacing commands (``\\!``, ``\\,``, ``\\;``),
   spaces, ``$``, ``\\displaystyle``, a leading ``x =``, ``f(x) =`` or ``x \\in``, a
   leading ``Answer:`` (``\\text{Final answer: }``, ``**Answer:**``), a final period
-  and a final lone backslash (``185\\``).
+  and a final lone backslash (``185\\``); outside an environment, a command escaped
+  twice (``\\\\le``: LaTeX that went through JSON or a Python string).
 
 Guarantees: pure functions, no I/O, no sympy, nothing evaluated (``9^{9^9}`` stays a
 string), so every call is fast and bounded; inputs longer than `MAX_ANSWER_CHARS`
@@ -94,6 +95,8 @@ _DOLLAR = re.compile(r"\\\$")
 _EXPLICIT_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!\s*)(?=\d{3}(?!\d))")
 _THOUSANDS_NUMBER = re.compile(r"[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")  # `0,111` is a decimal comma
 _TRAILING_BACKSLASH = re.compile(r"(?<!\\)\\$")
+# LaTeX escaped once more (as in JSON or a Python string): `-2 \\le x \\le 7`.
+_DOUBLED_ESCAPE = re.compile(r"\\\\(?=[a-zA-Z])")
 _FRAC_ALIASES = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 # A number followed by a unit: the head must hold a digit and no letters but those of
 # a few numeric commands, so `\text{A} \text{ and } \text{B}` or `2x \text{ cm}`
@@ -137,6 +140,8 @@ def normalize_answer(text: str) -> str:
     for display.  Pure and fast: no evaluation of any kind.
     """
     s = _TRAILING_BACKSLASH.sub("", text.translate(_UNICODE).strip()).strip()  # `185\`
+    if "\\begin" not in s:  # outside an environment `\\` breaks no line: a doubled escape
+        s = _DOUBLED_ESCAPE.sub(lambda _: "\\", s)
     s = _unwrap_boxed(s)
     s = _ANSWER_PREFIX.sub("", s, count=1)
     for pattern, canonical in (*_RELATIONS, *_SET_WORDS):

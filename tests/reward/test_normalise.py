@@ -130,6 +130,9 @@ SAME = [
     (r"0.1\overline{6}", "1/6"),
     (r"-1.\overline{142857}", "-8/7"),
     ("f(x) = 2x+3", "2x+3"),
+    # LaTeX escaped once more (through JSON or a Python string)
+    (r"-2 \\le x \\le 7", r"x \in [-2,7]"),
+    (r"\\frac{1}{2}", "0.5"),
 ]
 
 DIFFERENT = [
@@ -176,6 +179,8 @@ DIFFERENT = [
     (r"0.\overline{3}", "0.3"),
     (r"0.\overline{3}", "0.333"),
     (r"\text{5.4 cents}", "54"),
+    # in a matrix `\\` is a row break, also before a letter
+    (r"\begin{pmatrix} a \\b \end{pmatrix}", r"\begin{pmatrix} a & b \end{pmatrix}"),
 ]
 
 
