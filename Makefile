@@ -51,10 +51,12 @@ test: venv vllm browser
 
 # The inner loop: everything that needs no vLLM server, DeepSpeed engine or browser
 # (markers set in tests/conftest.py).  No vLLM interpreter is given, so a test that
-# starts a server without its marker fails here instead of slowing the loop.  Two
-# xdist workers: 338 s on the 2-core machine (525 s serial when last measured).
+# starts a server without its marker fails here instead of slowing the loop.  Three
+# xdist workers on 2 cores: many of these tests wait on a timeout or a process start,
+# and a third worker fills that time (clean clones, alternated: 154 and 159 s against
+# 175 and 177 s with two workers).
 test-fast: venv
-	RSTAR2_VLLM_PYTHON=/nonexistent/test-fast $(BIN)/python -m pytest -q -n 2 -m "not vllm and not deepspeed and not browser"
+	RSTAR2_VLLM_PYTHON=/nonexistent/test-fast $(BIN)/python -m pytest -q -n 3 -m "not vllm and not deepspeed and not browser"
 
 # The learner at a real model's size on one lent GPU (benchmarks/gpu_check.py: ZeRO-2/3
 # against plain torch, naive against chunked log-probs, the export; JSON on the last

@@ -31,6 +31,7 @@ import pytest
 
 from backends import DiskTransport, SamplingParams, WeightSync
 from backends._fleet import Fleet, FleetConfig
+from backends._process import descendants
 from backends._pool import ServerPool
 from rstar2_async.testing import perturbed_weights
 from tests.integration.conftest import NO_COMPILE, TINY_MAX_MODEL_LEN
@@ -39,6 +40,12 @@ pytestmark = [pytest.mark.vllm, pytest.mark.anyio]
 LOGPROB_TOL = 1e-4
 GREEDY = SamplingParams(temperature=0.0)
 SECRET = "fleet-test-secret"
+WORKER_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+"""The fleet's servers keep vLLM's default layout, the model worker in a process of its
+own (the suite's other servers run it in the engine's, tests/conftest.py): the layout
+of a server with tensor parallelism, so the disk sync's ``collective_rpc`` and the
+restart after a SIGKILL cross that process boundary somewhere in the suite.  Unbound:
+vllm-cpu would pin both servers' workers to core 0 and keep core 1 for the rest."""
 
 
 @pytest.fixture
@@ -56,6 +63,7 @@ def fleet(tiny_model_dir: Path, vllm_python: Path, tmp_path_factory: pytest.Temp
         max_model_len=TINY_MAX_MODEL_LEN,
         kv_cache_gib=0.25,
         extra_args=list(NO_COMPILE),
+        env=WORKER_PROCESS,
         log_dir=str(tmp_path_factory.mktemp("fleet-logs")),
     )
     with anyio.from_thread.start_blocking_portal() as portal:
@@ -138,6 +146,8 @@ async def test_weight_sync_then_greedy_outputs_match_transformers_on_new_weights
     ids = prompt_ids(tiny_model_dir, "What is the sum of the first hundred primes? Think step by step. " * 6)
     async with ServerPool(fleet.specs(), model="tiny", poll_interval_s=0.2, api_key=SECRET) as pool:
         sync = WeightSync(pool, DiskTransport())
+        for server in fleet.servers:  # API server, engine core and the worker the reload reaches
+            assert len(descendants(server.pid)) >= 2, "a worker process of its own expected"
         before = [await s.client.generate(ids, max_tokens=8, sampling=GREEDY) for s in pool.servers]
         try:
             report = await sync.sync(new_weights, version=1)
