@@ -32,7 +32,7 @@ EXPORTS: dict[str, list[str]] = {
         "JupyterTool", "PythonTool", "Tool", "ToolContext", "ToolOutput", "jupyter", "python", "render_exec_result",
     ],
     "rstar2_async.reward": [
-        "AnswerFormat", "GRADING_TIMEOUT_S", "Grader", "GraderBrokenError", "GraderStatistics", "GradingMode",
+        "AnswerFormat", "GRADING_TIMEOUT_S", "Grader", "GraderBrokenError", "GraderStatistics", "GradingMode", "LENIENT_REL_TOL",
         "MAX_ANSWER_CHARS", "Reward", "RewardFunction", "WORKER_START_TIMEOUT_S", "answer_format", "answers_match",
         "extract_answer", "final_answer", "normalize_answer", "score",
     ],

@@ -105,7 +105,7 @@ def majority_correct(group: Group, *, mode: GradingMode = "strict") -> bool:
             right.append(i)
             continue
         for first, votes in others:
-            if answers_match(answer, first):
+            if answers_match(answer, first, mode=mode):
                 votes.append(i)
                 break
         else:

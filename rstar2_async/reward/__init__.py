@@ -12,10 +12,10 @@ the same timeout and worker guarantees (``_grader``).  The engine calls any
 
 from ..errors import GraderBrokenError
 from ._answer import AnswerFormat, answer_format, extract_answer
-from ._compare import answers_match
+from ._compare import LENIENT_REL_TOL, GradingMode, answers_match
 from ._function import Reward, RewardFunction
 from ._grader import Grader, GraderStatistics
-from ._lenient import GradingMode, final_answer
+from ._lenient import final_answer
 from ._normalise import MAX_ANSWER_CHARS, normalize_answer
 from ._score import GRADING_TIMEOUT_S, score
 from ._worker import WORKER_START_TIMEOUT_S
@@ -27,6 +27,7 @@ __all__ = [
     "GraderBrokenError",
     "GraderStatistics",
     "GradingMode",
+    "LENIENT_REL_TOL",
     "MAX_ANSWER_CHARS",
     "Reward",
     "RewardFunction",

@@ -45,17 +45,27 @@ _BRACE = re.compile(r"\\.|[{}]", re.DOTALL)  # an escaped character, or a brace
 
 
 def _brace_pairs(text: str) -> dict[int, int]:
-    """Map each `{` that is closed to its `}`, in one pass (`\\{`, `\\}` are literals).
+    """Map each `{` that is closed to its `}`, in one pass.  `\\{` and `\\}` are set
+    braces, but a `\\}` with no `\\{` open is a stray backslash before a closing brace
+    (``\\boxed{185\\}``, as in ``185\\``), and closes the `{`.
 
     One pass for the whole text keeps extraction linear even in a degenerate
     response full of unclosed boxes."""
     pairs: dict[int, int] = {}
     stack: list[int] = []
+    set_braces = 0
     for m in _BRACE.finditer(text):
         if m[0] == "{":
             stack.append(m.start())
         elif m[0] == "}" and stack:
             pairs[stack.pop()] = m.start()
+        elif m[0] == "\\{":
+            set_braces += 1
+        elif m[0] == "\\}":
+            if set_braces:
+                set_braces -= 1
+            elif stack:
+                pairs[stack.pop()] = m.start() + 1
     return pairs
 
 
@@ -140,6 +150,7 @@ def extract_answer(text: str) -> str | None:
 
     The last box inside the last complete ``<answer>`` block wins; without one, the
     last box anywhere.  Nested braces and ``\\{``/``\\}`` are handled; a box cut off
-    before its closing brace is skipped.
+    before its closing brace is skipped, and a stray backslash before it
+    (``\\boxed{185\\}``) does not cut it off.
     """
     return answer_format(text).answer

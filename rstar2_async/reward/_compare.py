@@ -1,6 +1,7 @@
 """Our rule-based comparer: are two canonical forms (``_normalise``) the same answer?
 
-Numbers are exact rationals; tuples and intervals are ordered, sets and comma lists
+Numbers are exact rationals (in lenient mode, a rounded gold value also equals a number
+within `LENIENT_REL_TOL` of it); tuples and intervals are ordered, sets and comma lists
 unordered (a set equals a list of the same items); unions are unordered; matrices
 compare cell by cell; an inequality in one variable equals the interval it describes
 (``x > 2`` and ``(2,\\infty)``, ``x<2 \\text{ or } x>3`` and a union), but two
@@ -13,10 +14,23 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from typing import Literal
 
 from ._normalise import MAX_ANSWER_CHARS, normalize_answer
 
-__all__ = ["answers_match", "list_items"]
+__all__ = ["LENIENT_REL_TOL", "GradingMode", "answers_match", "list_items"]
+
+GradingMode = Literal["strict", "lenient"]
+"""``"strict"``: rStar2's format (training).  ``"lenient"``: a box if there is one,
+else the answer in free text (evaluation of outside models); see ``_lenient``."""
+
+LENIENT_REL_TOL = Fraction(1, 10_000)
+"""In lenient mode, a number within this relative distance of a gold value that is not
+an integer, or is written with a decimal point, equals it (``3.14159`` for ``3.1416``,
+``2.6667`` for ``\\frac{8}{3}``): the ``rel_tol=1e-4`` of ``math_equal``, the grader of
+Qwen2.5-Math's evaluation that SkyThought and MindSpeed-RL test, so scores compare with
+the numbers the field reports.  An integer gold still needs the exact integer, and strict
+mode (training's reward) compares exactly."""
 
 _MAX_DIGITS = 200
 """Digit strings longer than this are compared as text, never converted to numbers
@@ -185,12 +199,20 @@ def _as_interval(s: str) -> str | None:
 # --- comparison --------------------------------------------------------------------
 
 
-def _same(a: str, b: str) -> bool:
+def _close(x: Fraction, y: Fraction, gold: str) -> bool:
+    """`x` within `LENIENT_REL_TOL` of the gold value `y`, which was rounded: not an
+    integer, or written with a decimal point."""
+    rounded = y.denominator != 1 or "." in gold
+    return rounded and abs(x - y) <= LENIENT_REL_TOL * max(abs(x), abs(y))
+
+
+def _same(a: str, b: str, tolerant: bool) -> bool:
+    """`a` (the answer) is `b` (the gold); `tolerant`: lenient mode's numbers."""
     if a == b:
         return True
     x, y = _to_number(a), _to_number(b)
     if x is not None or y is not None:
-        return x is not None and y is not None and x == y
+        return x is not None and y is not None and (x == y or (tolerant and _close(x, y, b)))
     ca, cb = _compound(a), _compound(b)
     if ca is None or cb is None:
         return False
@@ -198,11 +220,11 @@ def _same(a: str, b: str) -> bool:
     if kind_a != kind_b or len(items_a) != len(items_b) or len(items_a) > _MAX_ITEMS:
         return False
     if ordered:
-        return all(_same(p, q) for p, q in zip(items_a, items_b))
+        return all(_same(p, q, tolerant) for p, q in zip(items_a, items_b))
     remaining = list(items_b)
     for p in items_a:
         for j, q in enumerate(remaining):
-            if _same(p, q):
+            if _same(p, q, tolerant):
                 del remaining[j]
                 break
         else:
@@ -210,12 +232,14 @@ def _same(a: str, b: str) -> bool:
     return True
 
 
-def answers_match(pred: str, gold: str) -> bool:
+def answers_match(pred: str, gold: str, *, mode: GradingMode = "strict") -> bool:
     """True when `pred` is recognisably the same answer as `gold`.
 
     Both are final answers (the inside of ``\\boxed{}``), not whole responses.
     Numbers are compared exactly (``0.5`` equals ``\\frac{1}{2}``; ``0.333`` does not
-    equal ``\\frac13``); tuples and intervals element by element in order, sets and
+    equal ``\\frac13``), except that in ``mode="lenient"`` a gold value that is not an
+    integer, or is written with a decimal point, also equals a number within
+    `LENIENT_REL_TOL` of it (``0.3333`` for ``\\frac13``, not ``0.333``); tuples and intervals element by element in order, sets and
     comma lists in any order, matrices cell by cell; an inequality against an
     interval as the interval it describes.  Never raises; False when in doubt or when
     either side is empty or longer than `MAX_ANSWER_CHARS`.
@@ -225,19 +249,20 @@ def answers_match(pred: str, gold: str) -> bool:
     p, g = normalize_answer(pred), normalize_answer(gold)
     if not (p and g):
         return False
-    if _same(p, g) or _decimal_comma(p, g) or _decimal_comma(g, p):
+    tolerant = mode == "lenient"
+    if _same(p, g, tolerant) or _decimal_comma(p, g) or _decimal_comma(g, p):
         return True
     # One side an inequality, the other not: read the inequality as an interval.
     ip, ig = _as_interval(p), _as_interval(g)
     if (ip is None) != (ig is None):
-        return _same(ip or p, ig or g)
+        return _same(ip or p, ig or g, tolerant)
     return False
 
 
 def _decimal_comma(a: str, b: str) -> bool:
     """``1,22`` against ``1.22``: one comma where the other side has a decimal point,
     with the same digits (no thousands separator: ``1,000`` was read as 1000)."""
-    return bool((m := _COMMA_DECIMAL.fullmatch(a)) and _POINT_DECIMAL.fullmatch(b) and _same(f"{m[1]}.{m[2]}", b))
+    return bool((m := _COMMA_DECIMAL.fullmatch(a)) and _POINT_DECIMAL.fullmatch(b) and _same(f"{m[1]}.{m[2]}", b, False))
 
 
 def list_items(answer: str) -> list[str]:

@@ -40,8 +40,8 @@ import msgspec
 
 from ..errors import GraderBrokenError
 from ..types import Problem
+from ._compare import GradingMode
 from ._function import load_function
-from ._lenient import GradingMode
 from ._score import GRADING_TIMEOUT_S, alarm_seconds, quick_verdict
 from ._worker import (
     WORKER_FAILURES,

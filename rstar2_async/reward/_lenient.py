@@ -21,17 +21,12 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Literal
 
 from ._answer import answer_region, boxed_answers, extract_answer, last_answer_block
-from ._compare import list_items
+from ._compare import GradingMode, list_items
 from ._free_text import free_text_answer, has_prose, statement_value
 
-__all__ = ["GradingMode", "final_answer", "gold_answer", "strip_end_tokens"]
-
-GradingMode = Literal["strict", "lenient"]
-"""``"strict"``: rStar2's format (training).  ``"lenient"``: a box if there is one,
-else the answer in free text (evaluation of outside models)."""
+__all__ = ["final_answer", "gold_answer", "strip_end_tokens"]
 
 # Chat templates' special tokens as a stored transcript spells them: ChatML and
 # Llama 3's `<|...|>`, DeepSeek's `<｜...｜>`, and the SentencePiece and Gemma ends.

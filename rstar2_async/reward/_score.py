@@ -13,9 +13,9 @@ import re
 import threading
 
 from ._answer import extract_answer
-from ._compare import answers_match
+from ._compare import GradingMode, answers_match
 from ._free_text import EQUALS
-from ._lenient import GradingMode, final_answer, gold_answer, strip_end_tokens
+from ._lenient import final_answer, gold_answer, strip_end_tokens
 from ._normalise import MAX_ANSWER_CHARS, python_powers
 from ._worker import GradeRequest, SyncWorker
 
@@ -61,7 +61,7 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
     if answer is None or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0, "", gold
     answer = python_powers(answer)
-    if answers_match(answer, gold):
+    if answers_match(answer, gold, mode=mode):
         return 1.0, answer, gold
     if _unsolved(answer, gold):
         return 0.0, answer, gold

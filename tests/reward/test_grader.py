@@ -76,6 +76,10 @@ def grading_workers() -> set[int]:
         ("\\boxed{1} <answer>no box here</answer> \\boxed{2}", "2"),
         ("<answer>\\boxed{1}</answer><answer>\\boxed{2}</answer>", "2"),
         ("\\boxed{9} and a cut-off \\boxed{1", "9"),
+        # a stray backslash before the closing brace does not cut the box off; a set brace does not close it
+        ("\\boxed{185\\}.", "185\\"),
+        ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),
+        ("\\boxed{9} then \\boxed{\\left\\{1, 2\\right.", "9"),
         ("\\boxed{} \\boxed{ }", None),
         ("\\boxedx{3}", None),
         ("no answer at all", None),

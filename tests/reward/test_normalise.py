@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rstar2_async.recipe import data_dir
-from rstar2_async.reward import MAX_ANSWER_CHARS, answers_match, normalize_answer
+from rstar2_async.reward import LENIENT_REL_TOL, MAX_ANSWER_CHARS, answers_match, normalize_answer
 
 DATA = data_dir()
 
@@ -194,6 +194,36 @@ def test_same_answers_match(pred: str, gold: str) -> None:
 def test_different_answers_do_not_match(pred: str, gold: str) -> None:
     assert not answers_match(pred, gold)
     assert not answers_match(gold, pred)
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "lenient"),
+    [
+        ("3.14159", "3.1416", True),  # SkyThought's math_equal cases
+        ("2", "2.0001", True),
+        ("(0.6, 2.6667]", "(\\frac{3}{5}, \\frac{8}{3}]", True),  # item by item
+        ("0.3333", "\\frac13", True),
+        ("0.333", "\\frac13", False),  # 1e-3 off
+        ("4.67", "\\frac{14}{3}", False),
+        ("100000.5", "100000", False),  # an integer gold needs the integer
+        ("100001", "100000", False),
+        ("1.0001", "1.0", True),  # a gold written with a point was rounded
+        ("-2.0001", "2.0001", False),
+        ("3.1416, 2", "2.0001, 3.14159", True),  # unordered lists too
+    ],
+)
+def test_lenient_numbers_within_the_fields_tolerance(pred: str, gold: str, lenient: bool) -> None:
+    assert answers_match(pred, gold, mode="lenient") is lenient
+    assert not answers_match(pred, gold)  # strict, the default, is exact
+
+
+@given(st.fractions(min_value=Fraction(-(10**6)), max_value=Fraction(10**6)).filter(lambda q: q.denominator > 1))
+def test_lenient_tolerance_is_relative_to_the_gold(q: Fraction) -> None:
+    inside = q * (1 + LENIENT_REL_TOL / 2)
+    outside = q * (1 + LENIENT_REL_TOL * 3)
+    assert answers_match(f"{inside.numerator}/{inside.denominator}", str(q), mode="lenient")
+    assert not answers_match(f"{outside.numerator}/{outside.denominator}", str(q), mode="lenient")
+    assert not answers_match(f"{inside.numerator}/{inside.denominator}", str(q))
 
 
 def test_canonical_forms() -> None:
