@@ -29,8 +29,8 @@ class RewardConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     """How the math grader finds a response's final answer: ``"strict"``, rStar2's
     format (the last ``\\boxed{}`` of the last ``<answer>`` block; no box, no reward),
     or ``"lenient"`` (a box if there is one, else the answer written in free text:
-    "the answer is ...", ``Answer:``, the last ``$...$`` or number; a number within a
-    relative 1e-4 of a rounded gold value is right, where strict is exact).  Omitted: strict
+    "the answer is ...", ``Answer:``, the last ``$...$`` or number; a decimal within a
+    relative 1e-4 of a gold that is no integer is right, where strict is exact).  Omitted: strict
     for training; for ``rstar2 eval``, strict for a model that carries rstar2's rollout
     record (``rollout.toml``: trained here, on the format) and lenient for any other,
     whether served by a launched server, an endpoint in token mode or a chat endpoint

@@ -1,7 +1,8 @@
 """Our rule-based comparer: are two canonical forms (``_normalise``) the same answer?
 
-Numbers are exact rationals (in lenient mode, a rounded gold value also equals a number
-within `LENIENT_REL_TOL` of it); tuples and intervals are ordered, sets and comma lists
+Numbers are exact rationals (in lenient mode, a decimal within `LENIENT_REL_TOL` of a
+gold that is no integer also equals it; `rel_tolerance` tells the worker when math-verify's
+verdict may be widened so); tuples and intervals are ordered, sets and comma lists
 unordered (a set equals a list of the same items); unions are unordered; matrices
 compare cell by cell; an inequality in one variable equals the interval it describes
 (``x > 2`` and ``(2,\\infty)``, ``x<2 \\text{ or } x>3`` and a union), but two
@@ -18,19 +19,20 @@ from typing import Literal
 
 from ._normalise import MAX_ANSWER_CHARS, normalize_answer
 
-__all__ = ["LENIENT_REL_TOL", "GradingMode", "answers_match", "list_items"]
+__all__ = ["LENIENT_REL_TOL", "GradingMode", "answers_match", "list_items", "rel_tolerance"]
 
 GradingMode = Literal["strict", "lenient"]
 """``"strict"``: rStar2's format (training).  ``"lenient"``: a box if there is one,
 else the answer in free text (evaluation of outside models); see ``_lenient``."""
 
 LENIENT_REL_TOL = Fraction(1, 10_000)
-"""In lenient mode, a number within this relative distance of a gold value that is not
-an integer, or is written with a decimal point, equals it (``3.14159`` for ``3.1416``,
-``2.6667`` for ``\\frac{8}{3}``): the ``rel_tol=1e-4`` of ``math_equal``, the grader of
-Qwen2.5-Math's evaluation that SkyThought and MindSpeed-RL test, so scores compare with
-the numbers the field reports.  An integer gold still needs the exact integer, and strict
-mode (training's reward) compares exactly."""
+"""In lenient mode, two numbers this close (relative) are equal when one of them is
+written as a decimal and the gold is not an integer (``3.14159`` for ``3.1416``,
+``2.6667`` for ``\\frac{8}{3}``, ``1.4142`` for ``\\sqrt{2}``): the ``rel_tol=1e-4`` of
+``math_equal``, the grader of Qwen2.5-Math's evaluation that SkyThought and MindSpeed-RL
+test, so scores compare with the numbers the field reports.  An integer gold still
+needs that integer, a fraction is never an approximation (``\\frac{3333}{10000}`` is
+not ``\\frac13``), and strict mode (training's reward) compares exactly."""
 
 _MAX_DIGITS = 200
 """Digit strings longer than this are compared as text, never converted to numbers
@@ -42,6 +44,7 @@ _MAX_ITEMS = 64
 _INT = r"[-+]?\d+"
 _DEC = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)"
 _DECIMAL = re.compile(_DEC)
+_INTEGER = re.compile(_INT)
 _SLASH = re.compile(rf"({_INT})/({_INT})")
 _FRAC = re.compile(rf"([-+]?)\\frac\{{({_DEC})\}}\{{({_DEC})\}}")
 _MIXED = re.compile(r"([-+]?)(\d+)\\frac\{(\d+)\}\{(\d+)\}")
@@ -199,11 +202,14 @@ def _as_interval(s: str) -> str | None:
 # --- comparison --------------------------------------------------------------------
 
 
-def _close(x: Fraction, y: Fraction, gold: str) -> bool:
-    """`x` within `LENIENT_REL_TOL` of the gold value `y`, which was rounded: not an
-    integer, or written with a decimal point."""
-    rounded = y.denominator != 1 or "." in gold
-    return rounded and abs(x - y) <= LENIENT_REL_TOL * max(abs(x), abs(y))
+def _rounded(answer: str, gold: str) -> bool:
+    """Whether lenient mode's tolerance applies to two canonical numbers: one written
+    as a decimal, and the gold no integer literal."""
+    return ("." in answer or "." in gold) and not _INTEGER.fullmatch(gold)
+
+
+def _close(x: Fraction, y: Fraction, answer: str, gold: str) -> bool:
+    return _rounded(answer, gold) and abs(x - y) <= LENIENT_REL_TOL * max(abs(x), abs(y))
 
 
 def _same(a: str, b: str, tolerant: bool) -> bool:
@@ -212,7 +218,7 @@ def _same(a: str, b: str, tolerant: bool) -> bool:
         return True
     x, y = _to_number(a), _to_number(b)
     if x is not None or y is not None:
-        return x is not None and y is not None and (x == y or (tolerant and _close(x, y, b)))
+        return x is not None and y is not None and (x == y or (tolerant and _close(x, y, a, b)))
     ca, cb = _compound(a), _compound(b)
     if ca is None or cb is None:
         return False
@@ -237,11 +243,11 @@ def answers_match(pred: str, gold: str, *, mode: GradingMode = "strict") -> bool
 
     Both are final answers (the inside of ``\\boxed{}``), not whole responses.
     Numbers are compared exactly (``0.5`` equals ``\\frac{1}{2}``; ``0.333`` does not
-    equal ``\\frac13``), except that in ``mode="lenient"`` a gold value that is not an
-    integer, or is written with a decimal point, also equals a number within
-    `LENIENT_REL_TOL` of it (``0.3333`` for ``\\frac13``, not ``0.333``); tuples and intervals element by element in order, sets and
-    comma lists in any order, matrices cell by cell; an inequality against an
-    interval as the interval it describes.  Never raises; False when in doubt or when
+    equal ``\\frac13``), except that in ``mode="lenient"`` two numbers within
+    `LENIENT_REL_TOL` are equal when one is written as a decimal and the gold is no
+    integer literal (``0.3333`` for ``\\frac13``, not ``0.333``); tuples and intervals
+    element by element in order, sets and comma lists in any order, matrices cell by
+    cell; an inequality against an interval as the interval it describes.  Never raises; False when in doubt or when
     either side is empty or longer than `MAX_ANSWER_CHARS`.
     """
     if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
@@ -259,10 +265,24 @@ def answers_match(pred: str, gold: str, *, mode: GradingMode = "strict") -> bool
     return False
 
 
+def rel_tolerance(answer: str, gold: str, mode: GradingMode) -> float:
+    """The relative tolerance math-verify's verdict on two final answers may be widened
+    by: `LENIENT_REL_TOL` in lenient mode when one of them is a decimal number and the
+    gold is no integer literal (``1.4142`` for ``\\sqrt{2}``), else 0.0 (exact)."""
+    if mode != "lenient" or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
+        return 0.0
+    a, g = normalize_answer(answer), normalize_answer(gold)
+    if not (_POINT_DECIMAL.fullmatch(a) or _POINT_DECIMAL.fullmatch(g)) or not _rounded(a, g):
+        return 0.0
+    return float(LENIENT_REL_TOL)
+
+
 def _decimal_comma(a: str, b: str) -> bool:
     """``1,22`` against ``1.22``: one comma where the other side has a decimal point,
     with the same digits (no thousands separator: ``1,000`` was read as 1000)."""
-    return bool((m := _COMMA_DECIMAL.fullmatch(a)) and _POINT_DECIMAL.fullmatch(b) and _same(f"{m[1]}.{m[2]}", b, False))
+    return bool(
+        (m := _COMMA_DECIMAL.fullmatch(a)) and _POINT_DECIMAL.fullmatch(b) and _same(f"{m[1]}.{m[2]}", b, False)
+    )
 
 
 def list_items(answer: str) -> list[str]:

@@ -42,7 +42,7 @@ from ..errors import GraderBrokenError
 from ..types import Problem
 from ._compare import GradingMode
 from ._function import load_function
-from ._score import GRADING_TIMEOUT_S, alarm_seconds, quick_verdict
+from ._score import GRADING_TIMEOUT_S, grade_request, quick_verdict
 from ._worker import (
     WORKER_FAILURES,
     AsyncWorker,
@@ -275,7 +275,7 @@ class Grader:
             self._settled.move_to_end((answer, gold))
             self._without_worker += 1
             return self._count(1.0 if known else 0.0)
-        reply = await self._ask(GradeRequest(answer=answer, gold=gold, alarm_s=alarm_seconds(self._timeout)))
+        reply = await self._ask(grade_request(answer, gold, self._timeout, self._mode))
         if isinstance(reply, GradeReply):  # a timeout or a crash is not remembered
             self._settled[answer, gold] = reply.correct
             if len(self._settled) > SETTLED_PAIRS:

@@ -7,8 +7,8 @@ math-verify tends to miss or that need no symbolic algebra at all:
 
 - plain numbers, decimals (``.5``), fractions (``\\frac``, ``\\dfrac``, ``\\tfrac``,
   ``\\frac12``, ``a/b``) and mixed numbers (``1\\frac{4}{5}``, the MATH convention),
-  all compared exactly as rationals (lenient mode also takes a number within the
-  field's relative 1e-4 of a gold value that was rounded, see ``_compare``);
+  all compared exactly as rationals (lenient mode also takes a decimal within the
+  field's relative 1e-4 of a gold that is no integer, see ``_compare``);
 - thousands separators (``1,000``, ``1{,}000``, ``10,\\!080``), only where the whole
   answer is one number written with 3-digit groups and no space after the commas, so
   tuples and lists such as ``(1,2)`` or ``1, 234`` are never read as one number;

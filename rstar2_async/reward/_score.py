@@ -13,13 +13,13 @@ import re
 import threading
 
 from ._answer import extract_answer
-from ._compare import GradingMode, answers_match
+from ._compare import GradingMode, answers_match, rel_tolerance
 from ._free_text import EQUALS
 from ._lenient import final_answer, gold_answer, strip_end_tokens
 from ._normalise import MAX_ANSWER_CHARS, python_powers
 from ._worker import GradeRequest, SyncWorker
 
-__all__ = ["GRADING_TIMEOUT_S", "alarm_seconds", "quick_verdict", "score"]
+__all__ = ["GRADING_TIMEOUT_S", "grade_request", "quick_verdict", "score"]
 
 GRADING_TIMEOUT_S = 10.0
 """Default wall-clock limit on one math-verify grading.  Real answers grade in
@@ -70,6 +70,13 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
     return None, answer, gold
 
 
+def grade_request(answer: str, gold: str, timeout: float, mode: GradingMode) -> GradeRequest:
+    """What a worker is asked when `quick_verdict` settles nothing."""
+    return GradeRequest(
+        answer=answer, gold=gold, alarm_s=alarm_seconds(timeout), rel_tol=rel_tolerance(answer, gold, mode)
+    )
+
+
 def alarm_seconds(timeout: float) -> int:
     """math-verify's own per-step limit: its three alarms together stay within
     `timeout`, so a slow comparison usually ends without losing the worker."""
@@ -113,7 +120,7 @@ def score(response_text: str, gold: str, *, timeout: float = GRADING_TIMEOUT_S, 
     verdict, answer, gold = quick_verdict(response_text, gold, mode)
     if verdict is not None:
         return verdict
-    request = GradeRequest(answer=answer, gold=gold, alarm_s=alarm_seconds(timeout))
+    request = grade_request(answer, gold, timeout, mode)
     with _sync_lock:
         if _sync_worker is None or _sync_worker.owner_pid != os.getpid():
             _sync_worker = SyncWorker()

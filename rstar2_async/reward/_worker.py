@@ -58,6 +58,10 @@ class GradeRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     answer: str
     gold: str
     alarm_s: int
+    rel_tol: float = 0.0
+    """When math-verify says no, two constant real values this close (relative) are
+    still equal (lenient mode's `LENIENT_REL_TOL`, for a decimal against ``\\sqrt{2}``
+    or ``\\pi``); 0.0: math-verify's verdict stands."""
 
 
 class GradeReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -96,11 +100,12 @@ def frame(message: GradeRequest | GradeReply | RewardRequest | RewardReply) -> b
     return HEADER.pack(len(payload)) + payload
 
 
-def verify_answer(answer: str, gold: str, alarm_s: int) -> GradeReply:
+def verify_answer(answer: str, gold: str, alarm_s: int, rel_tol: float = 0.0) -> GradeReply:
     """Grade with math-verify, in this process.  Main thread only when `alarm_s` > 0.
 
     Both sides are parsed as ``\\boxed{...}`` so that math-verify reads them as the
-    final answers they are, whatever else they contain.
+    final answers they are, whatever else they contain.  With `rel_tol` > 0, two
+    constant real values that close are equal too (see `GradeRequest.rel_tol`).
     """
     from math_verify import parse, verify
 
@@ -111,9 +116,24 @@ def verify_answer(answer: str, gold: str, alarm_s: int) -> GradeReply:
         correct = bool(gold_parsed and answer_parsed) and verify(
             gold_parsed, answer_parsed, timeout_seconds=limit
         )
+        if not correct and rel_tol > 0 and gold_parsed and answer_parsed:
+            correct = _numerically_close(answer_parsed[0], gold_parsed[0], rel_tol)
     except Exception as exc:  # math-verify swallows most errors itself; be sure
         return GradeReply(correct=False, error=f"{type(exc).__name__}: {exc}")
     return GradeReply(correct=bool(correct))
+
+
+def _numerically_close(answer: object, gold: object, rel_tol: float) -> bool:
+    """Two parsed answers that are constant real numbers within `rel_tol` of each
+    other; an integer gold must be met exactly."""
+    import sympy
+
+    if not all(isinstance(v, sympy.Expr) and v.is_number for v in (answer, gold)) or gold.is_integer:
+        return False
+    a, g = complex(answer.evalf(30)), complex(gold.evalf(30))
+    if a.imag or g.imag:
+        return False
+    return abs(a.real - g.real) <= rel_tol * max(abs(a.real), abs(g.real))
 
 
 # --- parent side: driving a worker -------------------------------------------------
@@ -315,6 +335,6 @@ def main(argv: list[str] | None = None) -> None:
             return
         if function is None:
             request = REQUEST_DECODER.decode(payload)
-            out.write(frame(verify_answer(request.answer, request.gold, request.alarm_s)))
+            out.write(frame(verify_answer(request.answer, request.gold, request.alarm_s, request.rel_tol)))
         else:
             out.write(frame(call_function(function, REWARD_REQUEST_DECODER.decode(payload))))

@@ -122,6 +122,14 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("\\boxed{\\sqrt{\\sqrt{2}}}", "2**(1/4)", 1.0, 1.0),
         ("\\boxed{\\sqrt{\\sqrt{3}}}", "2**(1/4)", 0.0, 0.0),
         ("\\boxed{**3**}", "3", 1.0, 1.0),
+        # a decimal within 1e-4 of a gold that is no integer: lenient only (the field's math_equal)
+        ("\\boxed{1.4142}", "\\sqrt{2}", 0.0, 1.0),  # math-verify refuses it; the worker's tolerance takes it
+        ("\\boxed{3.1416}", "\\pi", 0.0, 1.0),
+        ("\\boxed{\\sqrt{2}}", "1.4142", 0.0, 1.0),
+        ("\\boxed{3.14}", "\\pi", 0.0, 0.0),
+        ("\\boxed{\\frac{355}{113}}", "\\pi", 0.0, 0.0),  # a fraction is no approximation
+        ("\\boxed{4.0001}", "\\sqrt{16}", 0.0, 0.0),  # an integer gold needs the integer
+        ("\\boxed{1.4142}", "x\\sqrt{2}", 0.0, 0.0),
     ],
 )
 def test_score_in_both_modes(response: str, gold: str, strict: float, lenient: float) -> None:
@@ -136,7 +144,8 @@ async def test_grader_grades_in_its_mode() -> None:
             assert await grader.score("So the area is $\\pi/2$.", "\\frac{\\pi}{2}") == expected
             assert await grader.score("The answer is 1,000.", "1000") == expected
             assert await grader.score("The answer is 7, not 5.", "5") == 0.0
-        assert (lenient.statistics().graded, lenient.statistics().correct) == (3, 2)
+            assert await grader.score("\\boxed{2.8284}", "2\\sqrt{2}") == expected  # the worker's tolerance
+        assert (lenient.statistics().graded, lenient.statistics().correct) == (4, 3)
 
 
 @pytest.mark.parametrize(

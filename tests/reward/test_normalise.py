@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import pytest
@@ -204,6 +205,7 @@ def test_different_answers_do_not_match(pred: str, gold: str) -> None:
         ("(0.6, 2.6667]", "(\\frac{3}{5}, \\frac{8}{3}]", True),  # item by item
         ("0.3333", "\\frac13", True),
         ("0.333", "\\frac13", False),  # 1e-3 off
+        ("\\frac{3333}{10000}", "\\frac13", False),  # a fraction is no approximation
         ("4.67", "\\frac{14}{3}", False),
         ("100000.5", "100000", False),  # an integer gold needs the integer
         ("100001", "100000", False),
@@ -219,11 +221,16 @@ def test_lenient_numbers_within_the_fields_tolerance(pred: str, gold: str, lenie
 
 @given(st.fractions(min_value=Fraction(-(10**6)), max_value=Fraction(10**6)).filter(lambda q: q.denominator > 1))
 def test_lenient_tolerance_is_relative_to_the_gold(q: Fraction) -> None:
-    inside = q * (1 + LENIENT_REL_TOL / 2)
-    outside = q * (1 + LENIENT_REL_TOL * 3)
-    assert answers_match(f"{inside.numerator}/{inside.denominator}", str(q), mode="lenient")
-    assert not answers_match(f"{outside.numerator}/{outside.denominator}", str(q), mode="lenient")
-    assert not answers_match(f"{inside.numerator}/{inside.denominator}", str(q))
+    def decimal(x: Fraction) -> str:  # 30 significant digits, written out
+        with localcontext() as context:
+            context.prec = 30
+            return format(Decimal(x.numerator) / Decimal(x.denominator), "f")
+
+    inside, outside = q * (1 + LENIENT_REL_TOL / 2), q * (1 + LENIENT_REL_TOL * 3)
+    assert answers_match(decimal(inside), str(q), mode="lenient")
+    assert not answers_match(decimal(outside), str(q), mode="lenient")
+    assert not answers_match(decimal(inside), str(q))  # strict
+    assert not answers_match(f"{inside.numerator}/{inside.denominator}", str(q), mode="lenient")  # no decimal
 
 
 def test_canonical_forms() -> None:
