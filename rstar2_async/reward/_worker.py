@@ -124,14 +124,14 @@ def verify_answer(answer: str, gold: str, alarm_s: int, rel_tol: float = 0.0) ->
 
 
 def _numerically_close(answer: object, gold: object, rel_tol: float) -> bool:
-    """Two parsed answers that are constant real numbers within `rel_tol` of each
-    other; an integer gold must be met exactly."""
+    """Two parsed answers that are finite real constants within `rel_tol` of each
+    other; an integer gold must be met exactly (``\\infty`` is no number here)."""
     import sympy
 
     if not all(isinstance(v, sympy.Expr) and v.is_number for v in (answer, gold)) or gold.is_integer:
         return False
     a, g = complex(answer.evalf(30)), complex(gold.evalf(30))
-    if a.imag or g.imag:
+    if a.imag or g.imag or not (math.isfinite(a.real) and math.isfinite(g.real)):
         return False
     return abs(a.real - g.real) <= rel_tol * max(abs(a.real), abs(g.real))
 

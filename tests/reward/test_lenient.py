@@ -130,6 +130,8 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("\\boxed{\\frac{355}{113}}", "\\pi", 0.0, 0.0),  # a fraction is no approximation
         ("\\boxed{4.0001}", "\\sqrt{16}", 0.0, 0.0),  # an integer gold needs the integer
         ("\\boxed{1.4142}", "x\\sqrt{2}", 0.0, 0.0),
+        ("\\boxed{1.5}", "\\infty", 0.0, 0.0),  # infinity is within any tolerance of itself only
+        ("\\boxed{-\\infty}", "-2.5", 0.0, 0.0),
     ],
 )
 def test_score_in_both_modes(response: str, gold: str, strict: float, lenient: float) -> None:
