@@ -247,8 +247,9 @@ def answers_match(pred: str, gold: str, *, mode: GradingMode = "strict") -> bool
     `LENIENT_REL_TOL` are equal when one is written as a decimal and the gold is no
     integer literal (``0.3333`` for ``\\frac13``, not ``0.333``); tuples and intervals
     element by element in order, sets and comma lists in any order, matrices cell by
-    cell; an inequality against an interval as the interval it describes.  Never raises; False when in doubt or when
-    either side is empty or longer than `MAX_ANSWER_CHARS`.
+    cell; an inequality against an interval as the interval it describes.  Never
+    raises; False when in doubt or when either side is empty or longer than
+    `MAX_ANSWER_CHARS`.
     """
     if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return False
