@@ -275,8 +275,10 @@ def test_integer_in_any_dress_matches(n: int) -> None:
 @given(integers, integers)
 def test_different_integers_never_match(n: int, m: int) -> None:
     if n != m:
-        assert not answers_match(f"{n:,}", str(m))
-        assert not answers_match(str(n), f"\\text{{{m}}}")
+        for mode in ("strict", "lenient"):  # lenient's tolerance never reaches an integer gold
+            assert not answers_match(f"{n:,}", str(m), mode=mode)
+            assert not answers_match(str(n), f"\\text{{{m}}}", mode=mode)
+            assert not answers_match(f"{n}.0", str(m), mode=mode)
 
 
 @given(st.fractions(max_denominator=10**6))
