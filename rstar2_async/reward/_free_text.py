@@ -15,7 +15,8 @@ A span or an answer that states a value (``\\lim_{x \\to 0} \\frac{\\sin x}{x} =
 ``e^{i\\pi} = -1``, ``3 + 4 = 7``) answers with its right side; an equation in an
 unknown (``5x - 7y + 4 = 0``) stays whole.  An anchored sentence in prose ("Final
 Answer: Jane started 3 hours ago") answers with what follows its last "is" (or
-"=", "est", "是"), else its last span or number.
+"=" outside math, "est", "是"), else its first span or number, as math-verify's lazy match after
+"answer:" reads it ("Answer: she still owes $220 in 12 months" is 220).
 
 It departs from math-verify's extraction where that would accept a wrong answer:
 the text after an anchor ends at the sentence ("The answer is 7, not 5" reads 7), an
@@ -172,16 +173,34 @@ def _after_anchor(text: str, at: int) -> str | None:
 
 
 def _value_in_prose(sentence: str) -> str:
-    """What an anchored sentence of prose answers: what follows its last copula if
-    that is math, else its last span or number, else the sentence itself."""
-    copulas = list(_COPULA.finditer(sentence))
+    """What an anchored sentence of prose answers: what follows its last copula
+    outside math spans if that is math, else the first span or number after that
+    copula, else the sentence's first span or number, else the sentence itself."""
+    spans = [m.span() for m in _SPANS.finditer(sentence)]  # an `=` inside math is no copula
+    copulas = [c for c in _COPULA.finditer(sentence) if not any(a <= c.start() < b for a, b in spans)]
     if copulas:
         after = sentence[copulas[-1].end() :].strip().strip("*").strip()
         if m := _SPANS.fullmatch(after):
             return _span_answer(m) or sentence
         if after and not _words(after):
             return after
-    return _last_value(sentence) or sentence
+        if value := _first_value(after):  # "is 120 dollars"
+            return value
+    return _first_value(sentence) or sentence
+
+
+def _first_value(text: str) -> str | None:
+    """The leftmost math span (with the spans joined to it by "and", "or" or commas) or
+    number not right after a negation, whichever starts first: math-verify's lazy
+    match after "answer:"."""
+    spans = [m for m in _SPANS.finditer(text) if _span_answer(m) is not None]
+    number = next((m for m in _NUMBER.finditer(text) if not _negated(text, m.start())), None)
+    if not spans or (number is not None and number.start() < spans[0].start()):
+        return number[0] if number else None
+    last = 0
+    while last + 1 < min(len(spans), _MAX_JOINED) and _JOIN.fullmatch(text, spans[last].end(), spans[last + 1].start()):
+        last += 1
+    return _joined(spans[: last + 1])
 
 
 def _joined(group: list[re.Match[str]]) -> str | None:
@@ -225,7 +244,7 @@ def _last_span(text: str) -> tuple[str, int] | None:
     spans = list(_SPANS.finditer(text))
     for i in reversed(range(len(spans))):
         m = spans[i]
-        if _NEGATED.search(text[max(0, m.start() - 12) : m.start()]) or _span_answer(m) is None:
+        if _negated(text, m.start()) or _span_answer(m) is None:
             continue
         first = i
         while (
@@ -241,6 +260,11 @@ def _last_span(text: str) -> tuple[str, int] | None:
 def _last_number(text: str) -> tuple[str, int] | None:
     """(number, end) of the rightmost number not right after a negation."""
     for m in reversed(list(_NUMBER.finditer(text))):
-        if not _NEGATED.search(text[max(0, m.start() - 12) : m.start()]):
+        if not _negated(text, m.start()):
             return m[0], m.end()
     return None
+
+
+def _negated(text: str, at: int) -> bool:
+    """Whether "not" (or ``\\neq``) stands right before `at`."""
+    return bool(_NEGATED.search(text[max(0, at - 12) : at]))

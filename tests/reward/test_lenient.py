@@ -23,6 +23,13 @@ FREE_TEXT = [
     ("Therefore, the final answer is 105. Check: 102 is too big.", "105"),
     ("The solutions are $x = -2$ and $x = 1$.", "-2, 1"),
     ("The answer is $\\frac{3}{2}$ or $\\frac{2}{3}$.", "\\frac{3}{2}, \\frac{2}{3}"),
+    # an anchored sentence of prose: after its last copula outside math, else its first value
+    ("Answer: Janeth will still owe $220 in 12 months.", "220"),  # math-verify's lazy match
+    ("Réponse : elle doit encore 220 $ d'ici 12 mois.", "220"),
+    ("Answer: the point $(1,2)$ lies on the line $y=2x$", "(1,2)"),  # `=` inside math is no copula
+    ("Answer: the line we want is $y = 2x + 1$", "y = 2x + 1"),
+    ("Answer: the roots $1$ and $2$ of the quadratic", "1, 2"),
+    ("Answer: after 3 years the balance is 120 dollars", "120"),
     # no anchor: the rightmost math span or number
     ("We get \\[ x = \\frac{3}{4} \\]", "x = \\frac{3}{4}"),
     ("We get \\[ 3 + 4 = 7 \\]", "7"),
