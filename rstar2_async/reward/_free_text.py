@@ -59,9 +59,11 @@ _SPANS = re.compile(
     r"|(?<![\\\d$])\$(?P<i>(?:\\\$|[^\n$])+?)(?<!\\)\$",
     re.DOTALL,
 )
-# A number: thousands groups, a decimal comma that cannot be one (`2,74`), a point.
+# A number: thousands groups (`1,000`, `1 000`), a decimal comma that cannot be one
+# (`2,74`), a point.
 _NUMBER = re.compile(
-    r"(?<![A-Za-z0-9_.^{\\])[-+]?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+,\d{1,2}(?![\d,])|\d*\.\d+|\d+)"
+    r"(?<![A-Za-z0-9_.^{\\])[-+]?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d{1,3}(?: \d{3})+(?![\d,-])"
+    r"|\d+,\d{1,2}(?![\d,])|\d*\.\d+|\d+)"
     r"(?:\.\d+)?(?:/\d+)?(?:\s*(?:%|\\%))?(?![A-Za-z0-9_^])"
 )
 _NOT = re.compile(r"\s*(?:not|n't)\b", re.IGNORECASE)
@@ -96,6 +98,8 @@ _JOIN = re.compile(r"\s*(?:,\s*and|,\s*or|and|or|,)\s*")
 _MAX_JOINED = 5
 """Most spans read as one answer (math-verify's limit too)."""
 _LEADING_VAR = re.compile(r"^\s*[a-zA-Z](?:_\{?\w+\}?)?\s*=(?!=)\s*")
+# A one-word label before a bare answer: a word of three letters or more, then ":" or "=".
+_LABEL = re.compile(r"[^\W\d_]{3,}\s*(?::|=(?!=))\s*(?=\S)")
 
 
 def has_prose(text: str) -> bool:
@@ -143,6 +147,8 @@ def _bare_answer(text: str) -> str | None:
         return None
     if len(_words(text)) > 1:
         return None
+    if (label := _LABEL.match(text)) and not _words(text[label.end() :]):
+        return statement_value(text[label.end() :])  # "Result: 42", "Total = 1,234"
     return statement_value(text)
 
 

@@ -36,6 +36,10 @@ FREE_TEXT = [
     ("The plane is \\[ 5x - 7y + 11z + 4 = 0 \\]", "5x - 7y + 11z + 4 = 0"),
     ("Thus $x \\in (2, \\infty)$.", "x \\in (2, \\infty)"),
     ("so we have 1,234,567 ways", "1,234,567"),
+    ("so she has 1 000 left", "1 000"),  # thousands in groups of a space, as math-verify reads them
+    ("He bought 5 100-page books.", "100"),  # not 5100
+    ("Result: 42", "42"),  # a one-word label before a bare answer
+    ("Total = 1,234", "1,234"),
     ("That leaves 45% of the class.", "45%"),
     ("He pays $5 and gets $3 back, so he has 18 dollars.", "18"),  # currency, not math
     ("The result is 3.14.", "3.14"),

@@ -1,0 +1,55 @@
+"""Lenient mode against math-verify, the reference the grader must never lose to: answers
+written the ways models write them, each with a right value and with a distractor in its
+place.  Wherever math-verify's own ``verify(parse(gold), parse(response))`` takes the right
+value, lenient mode does too, and lenient mode never takes the distractor.
+
+The check set (``test_grader_checks.py``) holds other projects' cases; this table crosses
+answer formats with value spellings, which is where an extraction rule silently misses
+(``1 000`` in prose, a ``Result:`` label, the first of two numbers after ``Answer:``)."""
+
+from __future__ import annotations
+
+import itertools
+
+from math_verify import parse, verify
+
+from rstar2_async.reward import score
+
+FORMATS = [
+    "Answer: {v}", "Answer: {v} dollars", "answer: {v}.", "The answer is {v}", "The answer is: {v}",
+    "Final answer: {v}", "final answer is: {v}", "**Final Answer:** {v}", "**Final Answer**: {v}",
+    "So, the answer is ${v}$.", "The total cost is ${v}.", "Thus the result equals {v}.", "{v} is the answer.",
+    "Step 1: add.\nStep 2: multiply.\nAnswer: {v}\n", "Answer: {v} apples in {d} baskets",
+    "Answer: there are {v} apples in {d} baskets.", "The answer is {v} (in {d} steps).", "Therefore, $x = {v}$.",
+    "Hence the answer is $\\boxed{{{v}}}$", "We find that $n = {v}$", "The answer:\n{v}", "Answer:\n\n{v}",
+    "ANSWER: {v}", "Final Answer\n{v}", "### Answer\n{v}", "The final answer is $\\mathbf{{{v}}}$.",
+    "The answer is **{v}**.", "Answer: **{v}**", "The answer is \\( {v} \\).", "The answer is \\[ {v} \\]",
+    "So she has {v} left.", "In total, {v}.", "The answer would be {v}.", "The number of ways is {v}.",
+    "Result: {v}", "Solution: {v}", "Therefore {v}.", "The value is {v}", "= {v}", "Total = {v}",
+    "After {d} days, the answer is {v}.", "It takes {d} hours, so the answer is {v}.", "Answer: It is {v}.",
+    "答案：{v}", "答案是 {v}。", "Respuesta: {v}", "Antwort: {v}", "Réponse : {v}", "Ответ: {v}", "答え：{v}",
+    "정답: {v}", "Risposta: {v}", "Resposta: {v}",
+]  # fmt: skip
+# (as written, gold, a distractor)
+VALUES = [
+    ("42", "42", "7"), ("3.5", "3.5", "2"), ("1,234", "1234", "5"), ("\\frac{3}{4}", "\\frac34", "2"),
+    ("-7", "-7", "3"), ("25\\%", "25\\%", "4"), ("0.25", "\\frac14", "9"), ("12", "12", "30"),
+    ("1 000", "1000", "6"), ("2^{10}", "1024", "3"),
+]  # fmt: skip
+
+
+def _math_verify(response: str, gold: str) -> bool:
+    parsed_gold, parsed = parse(gold), parse(response)
+    return bool(parsed_gold and parsed and verify(parsed_gold, parsed))
+
+
+def test_lenient_takes_every_value_math_verify_takes_and_no_distractor() -> None:
+    lost, fooled = [], []
+    for form, (value, gold, distractor) in itertools.product(FORMATS, VALUES):
+        right = form.format(v=value, d=distractor)
+        if _math_verify(right, gold) and score(right, gold, mode="lenient") != 1.0:
+            lost.append((right, gold))
+        wrong = form.format(v=distractor, d=value)
+        if score(wrong, gold, mode="lenient") != 0.0:
+            fooled.append((wrong, gold))
+    assert (lost, fooled) == ([], [])
