@@ -47,7 +47,8 @@ _ANCHOR = re.compile(
     r"|\b(?:r[ée]ponse|respuesta|resposta|risposta|antwort|ответ)(?:\s+(?:finale?|final))?(?:\s*\*\*)?"
     r"\s*(?:est\b|es\b|ist\b|é\b|è\b|:|=)"
     r"|(?:最终答案|答案|答え|정답)(?:\s*\*\*)?\s*(?:是|为|為|は|:|：|=)"
-    r"|^\s*####)"
+    r"|^\s*####"
+    r"|^\s*(?:\#{1,6}|\*\*)\s*(?:final\s+)?answer\s*:?\s*(?:\*\*)?\s*:?\s*$)"  # a heading line: "### Answer"
     r"[\s:：*=]*",
     re.IGNORECASE | re.MULTILINE,
 )
@@ -60,11 +61,13 @@ _SPANS = re.compile(
     re.DOTALL,
 )
 # A number: thousands groups (`1,000`, `1 000`), a decimal comma that cannot be one
-# (`2,74`), a point.
+# (`2,74`), a point; with a percent sign, or a factor written onto it (`2\pi`,
+# `3\sqrt{2}`, `30^\circ`).
 _NUMBER = re.compile(
     r"(?<![A-Za-z0-9_.^{\\])[-+]?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d{1,3}(?: \d{3})+(?![\d,-])"
     r"|\d+,\d{1,2}(?![\d,])|\d*\.\d+|\d+)"
-    r"(?:\.\d+)?(?:/\d+)?(?:\s*(?:%|\\%))?(?![A-Za-z0-9_^])"
+    r"(?:\.\d+)?(?:/\d+)?(?:\s*(?:%|\\%)|\\pi(?![a-zA-Z])|\\sqrt\{\d{1,6}\}|\\sqrt\d|\^\\circ|\^\{\\circ\}|°)?"
+    r"(?![A-Za-z0-9_^])"
 )
 _NOT = re.compile(r"\s*(?:not|n't)\b", re.IGNORECASE)
 _NEGATED = re.compile(r"(?:\bnot|n't|\\neq?|≠)\s*\$?\s*$", re.IGNORECASE)
@@ -98,8 +101,9 @@ _JOIN = re.compile(r"\s*(?:,\s*and|,\s*or|and|or|,)\s*")
 _MAX_JOINED = 5
 """Most spans read as one answer (math-verify's limit too)."""
 _LEADING_VAR = re.compile(r"^\s*[a-zA-Z](?:_\{?\w+\}?)?\s*=(?!=)\s*")
-# A one-word label before a bare answer: a word of three letters or more, then ":" or "=".
-_LABEL = re.compile(r"[^\W\d_]{3,}\s*(?::|=(?!=))\s*(?=\S)")
+# A one-word label before a bare answer: a word of three letters or more, then ":" or
+# "=", or a number right after it ("Result: 42", "Total = 1,234", "Therefore 42.").
+_LABEL = re.compile(r"[^\W\d_]{3,}(?:\s*(?::|=(?!=))\s*(?=\S)|,?\s+(?=[-+(]?\d))")
 
 
 def has_prose(text: str) -> bool:
@@ -148,7 +152,7 @@ def _bare_answer(text: str) -> str | None:
     if len(_words(text)) > 1:
         return None
     if (label := _LABEL.match(text)) and not _words(text[label.end() :]):
-        return statement_value(text[label.end() :])  # "Result: 42", "Total = 1,234"
+        return statement_value(text[label.end() :].rstrip("."))  # "Result: 42", "Therefore 42."
     return statement_value(text)
 
 

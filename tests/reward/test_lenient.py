@@ -40,6 +40,11 @@ FREE_TEXT = [
     ("He bought 5 100-page books.", "100"),  # not 5100
     ("Result: 42", "42"),  # a one-word label before a bare answer
     ("Total = 1,234", "1,234"),
+    ("Therefore 3\\sqrt{2}.", "3\\sqrt{2}"),
+    ("The value is 2\\pi", "2\\pi"),  # a factor written onto the number
+    ("The angle measures 30^\\circ.", "30^\\circ"),
+    ("### Answer\n3x + 2", "3x + 2"),  # a heading anchors the line below it
+    ("**Answer**\n\\frac{1}{2}", "\\frac{1}{2}"),
     ("That leaves 45% of the class.", "45%"),
     ("He pays $5 and gets $3 back, so he has 18 dollars.", "18"),  # currency, not math
     ("The result is 3.14.", "3.14"),
