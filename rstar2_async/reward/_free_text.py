@@ -200,17 +200,13 @@ def _value_in_prose(sentence: str) -> str:
 
 
 def _first_value(text: str) -> str | None:
-    """The leftmost math span (with the spans joined to it by "and", "or" or commas) or
-    number not right after a negation, whichever starts first: math-verify's lazy
-    match after "answer:"."""
-    spans = [m for m in _SPANS.finditer(text) if _span_answer(m) is not None]
+    """The leftmost math span or number, whichever starts first (math-verify's lazy
+    match after "answer:"); as `_last_value`, never one right after a negation."""
+    span = _first_span(text)
     number = next((m for m in _NUMBER.finditer(text) if not _negated(text, m.start())), None)
-    if not spans or (number is not None and number.start() < spans[0].start()):
+    if span is None or (number is not None and number.start() < span[1]):
         return number[0] if number else None
-    last = 0
-    while last + 1 < min(len(spans), _MAX_JOINED) and _JOIN.fullmatch(text, spans[last].end(), spans[last + 1].start()):
-        last += 1
-    return _joined(spans[: last + 1])
+    return span[0]
 
 
 def _joined(group: list[re.Match[str]]) -> str | None:
@@ -248,13 +244,37 @@ def _computes(left: str) -> bool:
     return not _FREE_LETTER.search(_COMMAND.sub("", _ENVIRONMENT.sub("", left)))
 
 
+def _taken(text: str, m: re.Match[str]) -> bool:
+    """Whether a math span can be the answer: it holds math, and no negation stands
+    right before it."""
+    return not _negated(text, m.start()) and _span_answer(m) is not None
+
+
+def _first_span(text: str) -> tuple[str, int] | None:
+    """(answer, start) of the leftmost math span `_taken`, with the spans joined to it
+    by "and", "or" or commas."""
+    spans = list(_SPANS.finditer(text))
+    for i, m in enumerate(spans):
+        if not _taken(text, m):
+            continue
+        last = i
+        while (
+            last + 1 < len(spans)
+            and last - i + 1 < _MAX_JOINED
+            and _JOIN.fullmatch(text, spans[last].end(), spans[last + 1].start())
+        ):
+            last += 1
+        return _joined(spans[i : last + 1]), m.start()
+    return None
+
+
 def _last_span(text: str) -> tuple[str, int] | None:
-    """(answer, end) of the rightmost math span that holds math, with the spans
-    joined to it by "and", "or" or commas."""
+    """(answer, end) of the rightmost math span `_taken`, with the spans joined to it
+    by "and", "or" or commas."""
     spans = list(_SPANS.finditer(text))
     for i in reversed(range(len(spans))):
         m = spans[i]
-        if _negated(text, m.start()) or _span_answer(m) is None:
+        if not _taken(text, m):
             continue
         first = i
         while (

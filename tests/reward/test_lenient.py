@@ -53,6 +53,8 @@ FREE_TEXT = [
     ("The answer is not 5. It is 7.", "7"),
     ("The answer is 5? No. Recounting gives 6.", "6"),
     ("The answer is not 5.", None),
+    ("Answer: it is not $5$.", "it is not $5$"),  # a negated span is no value, first or last
+    ("Answer: she has not $5$ apples", "she has not $5$ apples"),
     ("no numbers here", None),
     ("", None),
 ]
