@@ -1,8 +1,9 @@
 """Our rule-based comparer: are two canonical forms (``_normalise``) the same answer?
 
 Numbers are exact rationals (in lenient mode, a decimal within `LENIENT_REL_TOL` of a
-gold that is no integer also equals it; `rel_tolerance` tells the worker when math-verify's
-verdict may be widened so); tuples and intervals are ordered, sets and comma lists
+gold that is no integer also equals it, `rel_tolerance` tells the worker when math-verify's
+verdict may be widened so, and a number spelt out or in e-notation is read, `_numeral`;
+a tuple equals a one-column or one-row matrix of its entries, `_vectors`); tuples and intervals are ordered, sets and comma lists
 unordered (a set equals a list of the same items); unions are unordered; matrices
 compare cell by cell; an inequality in one variable equals the interval it describes
 (``x > 2`` and ``(2,\\infty)``, ``x<2 \\text{ or } x>3`` and a union), but two
@@ -14,12 +15,13 @@ and biased towards "no": what it cannot read is left to math-verify.
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from fractions import Fraction
 from typing import Literal
 
 from ._normalise import MAX_ANSWER_CHARS, normalize_answer
 
-__all__ = ["LENIENT_REL_TOL", "GradingMode", "answers_match", "list_items", "rel_tolerance"]
+__all__ = ["LENIENT_REL_TOL", "GradingMode", "answers_match", "list_items", "rel_tolerance", "tuple_items"]
 
 GradingMode = Literal["strict", "lenient"]
 """``"strict"``: rStar2's format (training).  ``"lenient"``: a box if there is one,
@@ -52,6 +54,13 @@ _REPEATING = re.compile(r"([-+]?)(\d*)\.(\d*)\\overline\{(\d{1,50})\}")  # 0.1\o
 _MATRIX = re.compile(r"\\begin\{pmatrix\}(.*)\\end\{pmatrix\}")
 _COMMA_DECIMAL = re.compile(r"([-+]?\d+),(\d+)")
 _POINT_DECIMAL = re.compile(r"[-+]?\d+\.\d+")
+_ONES = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
+    " seventeen eighteen nineteen"
+).split()
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+_NUMBER_WORD = re.compile(rf"({'|'.join(_TENS)})(?:-({'|'.join(_ONES[1:10])}))?|({'|'.join(_ONES)})")
+_SCIENTIFIC = re.compile(r"[-+]?\d+(?:\.\d+)?e[-+]?\d{1,3}")
 
 
 def _to_number(s: str) -> Fraction | None:
@@ -223,7 +232,9 @@ def _same(a: str, b: str, tolerant: bool) -> bool:
     if ca is None or cb is None:
         return False
     (kind_a, items_a, ordered), (kind_b, items_b, _) = ca, cb
-    if kind_a != kind_b or len(items_a) != len(items_b) or len(items_a) > _MAX_ITEMS:
+    if len(items_a) != len(items_b) or len(items_a) > _MAX_ITEMS:
+        return False
+    if kind_a != kind_b and not (tolerant and _vectors(kind_a, kind_b, len(items_a))):
         return False
     if ordered:
         return all(_same(p, q, tolerant) for p, q in zip(items_a, items_b))
@@ -236,6 +247,14 @@ def _same(a: str, b: str, tolerant: bool) -> bool:
         else:
             return False
     return True
+
+
+def _vectors(kind_a: str, kind_b: str, n: int) -> bool:
+    """A tuple and a one-column (or one-row) matrix of the same `n` entries: one
+    vector written two ways (``(1, 2, 3)`` for ``\\begin{pmatrix} 1 \\\\ 2 \\\\ 3
+    \\end{pmatrix}``), which lenient mode reads as equal."""
+    vector = {"()", f"matrix{n}x1", f"matrix1x{n}"}
+    return kind_a in vector and kind_b in vector and "()" in (kind_a, kind_b)
 
 
 def answers_match(pred: str, gold: str, *, mode: GradingMode = "strict") -> bool:
@@ -257,6 +276,8 @@ def answers_match(pred: str, gold: str, *, mode: GradingMode = "strict") -> bool
     if not (p and g):
         return False
     tolerant = mode == "lenient"
+    if tolerant:
+        p, g = _numeral(p), _numeral(g)
     if _same(p, g, tolerant) or _decimal_comma(p, g) or _decimal_comma(g, p):
         return True
     # One side an inequality, the other not: read the inequality as an interval.
@@ -264,6 +285,20 @@ def answers_match(pred: str, gold: str, *, mode: GradingMode = "strict") -> bool
     if (ip is None) != (ig is None):
         return _same(ip or p, ig or g, tolerant)
     return False
+
+
+def _numeral(answer: str) -> str:
+    """A whole answer spelt as a word (``five``, ``twenty-one``, ``infinity``) or in
+    e-notation (``1.5e3``) as digits, as people write them: lenient mode reads both."""
+    lower = answer.lower()
+    if lower.lstrip("+-") == "infinity":
+        return lower.replace("infinity", "\\infty").lstrip("+")
+    if m := _NUMBER_WORD.fullmatch(lower):
+        tens = _TENS.index(m[1]) * 10 + 20 if m[1] else 0
+        return str(tens + _ONES.index(m[2] or m[3] or "zero"))
+    if _SCIENTIFIC.fullmatch(lower):
+        return format(Decimal(lower), "f")
+    return answer
 
 
 def rel_tolerance(answer: str, gold: str, mode: GradingMode) -> float:
@@ -284,6 +319,15 @@ def _decimal_comma(a: str, b: str) -> bool:
     return bool(
         (m := _COMMA_DECIMAL.fullmatch(a)) and _POINT_DECIMAL.fullmatch(b) and _same(f"{m[1]}.{m[2]}", b, False)
     )
+
+
+def tuple_items(answer: str) -> list[str]:
+    """The parts of an answer that is a tuple (``(2, 3)``), canonical, in order; ``[]``
+    for any other answer."""
+    s = normalize_answer(answer) if len(answer) <= MAX_ANSWER_CHARS else answer
+    if (c := _compound(s)) is not None and c[0] == "()":
+        return c[1]
+    return []
 
 
 def list_items(answer: str) -> list[str]:

@@ -32,7 +32,7 @@ import re
 
 from ._normalise import TEXT_CMD
 
-__all__ = ["EQUALS", "TAIL_CHARS", "free_text_answer", "has_prose", "statement_value"]
+__all__ = ["EQUALS", "LEADING_VAR", "TAIL_CHARS", "free_text_answer", "has_prose", "statement_value"]
 
 TAIL_CHARS = 8000
 """Free text is read in the response's last this many characters: the final answer
@@ -69,6 +69,10 @@ _NUMBER = re.compile(
     r"(?:\.\d+)?(?:/\d+)?(?:\s*(?:%|\\%)|\\pi(?![a-zA-Z])|\\sqrt\{\d{1,6}\}|\\sqrt\d|\^\\circ|\^\{\\circ\}|°)?"
     r"(?![A-Za-z0-9_^])"
 )
+# A tuple or interval of plain numbers written in prose: "the center is at (1, -2)".
+_TUPLE = re.compile(r"(?<![\w\\])[(\[]\s*[-+]?\d+(?:\.\d+)?(?:\s*,\s*[-+]?\d+(?:\.\d+)?){1,7}\s*[)\]]")
+_VALUE = re.compile(f"{_TUPLE.pattern}|{_NUMBER.pattern}")
+"""A number, or a tuple of numbers."""
 _NOT = re.compile(r"\s*(?:not|n't)\b", re.IGNORECASE)
 _NEGATED = re.compile(r"(?:\bnot|n't|\\neq?|≠)\s*\$?\s*$", re.IGNORECASE)
 _ONE_WORD = re.compile(r"[a-zA-Z]+")
@@ -100,7 +104,8 @@ _ONE_ENVIRONMENT = re.compile(r"\\begin\{([a-zA-Z]+\*?)\}.*\\end\{\1\}")
 _JOIN = re.compile(r"\s*(?:,\s*and|,\s*or|and|or|,)\s*")
 _MAX_JOINED = 5
 """Most spans read as one answer (math-verify's limit too)."""
-_LEADING_VAR = re.compile(r"^\s*[a-zA-Z](?:_\{?\w+\}?)?\s*=(?!=)\s*")
+LEADING_VAR = re.compile(r"^\s*[a-zA-Z](?:_\{?\w+\}?)?\s*=(?!=)\s*")
+"""A leading ``x =`` (``x_1 =``) before a value."""
 # A one-word label before a bare answer: a word of three letters or more, then ":" or
 # "=", or a number right after it ("Result: 42", "Total = 1,234", "Therefore 42.").
 _LABEL = re.compile(r"[^\W\d_]{3,}(?:\s*(?::|=(?!=))\s*(?=\S)|,?\s+(?=[-+(]?\d))")
@@ -203,7 +208,7 @@ def _first_value(text: str) -> str | None:
     """The leftmost math span or number, whichever starts first (math-verify's lazy
     match after "answer:"); as `_last_value`, never one right after a negation."""
     span = _first_span(text)
-    number = next((m for m in _NUMBER.finditer(text) if not _negated(text, m.start())), None)
+    number = next((m for m in _VALUE.finditer(text) if not _negated(text, m.start())), None)
     if span is None or (number is not None and number.start() < span[1]):
         return number[0] if number else None
     return span[0]
@@ -215,7 +220,7 @@ def _joined(group: list[re.Match[str]]) -> str | None:
     answers = [_span_answer(m) for m in group]
     if len(answers) == 1 or None in answers:
         return answers[0]
-    return ", ".join(_LEADING_VAR.sub("", a) for a in answers if a)
+    return ", ".join(LEADING_VAR.sub("", a) for a in answers if a)
 
 
 def _span_answer(m: re.Match[str]) -> str | None:
@@ -288,8 +293,9 @@ def _last_span(text: str) -> tuple[str, int] | None:
 
 
 def _last_number(text: str) -> tuple[str, int] | None:
-    """(number, end) of the rightmost number not right after a negation."""
-    for m in reversed(list(_NUMBER.finditer(text))):
+    """(number, end) of the rightmost number (or tuple of numbers) not right after a
+    negation."""
+    for m in reversed(list(_VALUE.finditer(text))):
         if not _negated(text, m.start()):
             return m[0], m.end()
     return None

@@ -7,7 +7,8 @@ grade leniently (`final_answer` with ``mode="lenient"``):
 
 1. With boxes: the same box strict mode takes; but when the gold answer is a list of
    ``k`` parts and the response ends with ``k`` boxes in a row (``\\boxed{3}`` and
-   ``\\boxed{5}``), those boxes, joined as a list.
+   ``\\boxed{5}``), those boxes, joined as a list; for a gold tuple of ``k`` parts,
+   joined as a tuple in their order (``x = \\boxed{2}``, ``y = \\boxed{3}`` is ``(2, 3)``).
 2. Without a box, the answer is read from free text (``_free_text``): that of the
    last ``<answer>`` block first, then of the whole response.
 
@@ -23,8 +24,8 @@ import itertools
 import re
 
 from ._answer import answer_region, boxed_answers, extract_answer, last_answer_block
-from ._compare import GradingMode, list_items
-from ._free_text import free_text_answer, has_prose, statement_value
+from ._compare import GradingMode, list_items, tuple_items
+from ._free_text import LEADING_VAR, free_text_answer, has_prose, statement_value
 
 __all__ = ["final_answer", "gold_answer", "strip_end_tokens"]
 
@@ -112,8 +113,13 @@ def gold_answer(gold: str) -> str:
 def _several_boxes(text: str, boxes: list[tuple[str, int, int]], gold: str | None) -> str | None:
     """The boxes ending the response as one list, when exactly ``k`` of them stand in
     a row (nothing but separators between them) and the gold answer has ``k`` > 1
-    parts; else None.  ``\\boxed{2}, \\boxed{3}, \\boxed{5}`` is no answer ``3, 5``."""
-    k = len(list_items(gold)) if gold is not None else 0
+    parts; as one tuple, in order, when the gold is a tuple of ``k`` (each box may
+    name its part: ``\\boxed{x=2}``); else None.  ``\\boxed{2}, \\boxed{3},
+    \\boxed{5}`` is no answer ``3, 5``."""
+    if gold is None:
+        return None
+    parts = tuple_items(gold)
+    k = len(parts) or len(list_items(gold))
     if k < 2:
         return None
     run = 1
@@ -124,4 +130,6 @@ def _several_boxes(text: str, boxes: list[tuple[str, int, int]], gold: str | Non
         run += 1
     if run != k:
         return None
+    if parts:
+        return "(" + ", ".join(LEADING_VAR.sub("", content) for content, _, _ in boxes[-k:]) + ")"
     return ", ".join(content for content, _, _ in boxes[-k:])

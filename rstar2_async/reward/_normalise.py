@@ -73,6 +73,8 @@ _RELATIONS = [
 _SET_WORDS = [
     (re.compile(r"\\lbrace(?![a-zA-Z])"), "\\{"),
     (re.compile(r"\\rbrace(?![a-zA-Z])"), "\\}"),
+    (re.compile(r"\\langle(?![a-zA-Z])"), "("),  # a vector `\langle 1, 2 \rangle` is a tuple
+    (re.compile(r"\\rangle(?![a-zA-Z])"), ")"),
     (re.compile(r"\\(?:emptyset|varnothing)(?![a-zA-Z])|\\\{\s*\\\}"), "\\emptyset "),
     (re.compile(r"\\mathbb\s*\{?\s*R\s*\}?|\\R(?![a-zA-Z])"), "(-\\infty,\\infty)"),
 ]

@@ -48,6 +48,11 @@ FREE_TEXT = [
     ("That leaves 45% of the class.", "45%"),
     ("He pays $5 and gets $3 back, so he has 18 dollars.", "18"),  # currency, not math
     ("The result is 3.14.", "3.14"),
+    ("The center is at (1, -2).", "(1, -2)"),  # a tuple of numbers in prose
+    ("so x lies in [0.5, 3) here", "[0.5, 3)"),
+    ("We get f(1, 2) = 5", "5"),  # arguments are no tuple
+    ("The answer is five.", "five"),  # read as 5 when compared (test_normalise)
+    ("The answer is 1.5e3.", "1.5e3"),
     # negations and questions are never the answer
     ("7 is the answer, not 5", "7"),
     ("The answer is not 5. It is 7.", "7"),
@@ -77,7 +82,12 @@ def test_free_text_answer(text: str, answer: str | None) -> None:
         ("\\boxed{3} wait, let me recheck... \\boxed{5}", "3, 5", "5"),
         ("\\boxed{2}, \\boxed{3}, \\boxed{5}", "3, 5", "5"),  # three in a row for two parts
         ("\\boxed{6} \\boxed{7}", "42", "7"),  # a one-part gold
-        ("\\boxed{3} and \\boxed{5}", "(3, 5)", "5"),  # a tuple is one part
+        ("\\boxed{3} and \\boxed{4} and \\boxed{5}", "(3, 5)", "5"),  # three in a row for a pair
+        # a tuple's parts, in their order (math-verify reads them so), each may be named
+        ("\\boxed{3} and \\boxed{5}", "(3, 5)", "(3, 5)"),
+        ("\\boxed{5} and \\boxed{3}", "(3, 5)", "(5, 3)"),
+        ("So $x = \\boxed{2}$ and $y = \\boxed{-1}$.", "(2, -1)", "(2, -1)"),
+        ("Therefore $\\boxed{x=2}$, $\\boxed{y=-1}$.", "(2,-1)", "(2, -1)"),
         ("<answer>\\boxed{24}</answer> Actually \\boxed{42} and \\boxed{1}", "42, 1", "24"),
     ],
 )
@@ -150,6 +160,17 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("\\boxed{1.4142}", "x\\sqrt{2}", 0.0, 0.0),
         ("\\boxed{1.5}", "\\infty", 0.0, 0.0),  # infinity is within any tolerance of itself only
         ("\\boxed{-\\infty}", "-2.5", 0.0, 0.0),
+        # numbers as people write them, and a vector as a tuple: lenient only
+        ("The answer is five.", "5", 0.0, 1.0),
+        ("\\boxed{\\text{twelve}}", "12", 0.0, 1.0),
+        ("There are five ways.", "5", 0.0, 0.0),  # an unanchored word is no answer
+        ("\\boxed{1.5e3}", "1500", 0.0, 1.0),
+        ("The limit is \\boxed{\\text{infinity}}.", "\\infty", 0.0, 1.0),
+        ("\\boxed{(1, 2, 3)}", "\\begin{pmatrix} 1 \\\\ 2 \\\\ 3 \\end{pmatrix}", 0.0, 1.0),
+        ("\\boxed{\\langle 1, 2, 3 \\rangle}", "(1, 2, 3)", 1.0, 1.0),
+        ("The center is at (1, -2).", "(1,-2)", 0.0, 1.0),
+        ("$x = \\boxed{2}$ and $y = \\boxed{3}$", "(2, 3)", 0.0, 1.0),  # strict reads the last box
+        ("$x = \\boxed{3}$ and $y = \\boxed{2}$", "(2, 3)", 0.0, 0.0),
     ],
 )
 def test_score_in_both_modes(response: str, gold: str, strict: float, lenient: float) -> None:

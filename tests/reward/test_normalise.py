@@ -72,6 +72,7 @@ SAME = [
     ("−3", "-3"),
     ("The end.", "The end"),
     # tuples, intervals, sets, lists, unions
+    (r"\langle 1, -2, 3 \rangle", "(1,-2,3)"),  # a vector in angle brackets
     ("(1, 2)", "(1,2)"),
     ("(0.5, -13)", "\\left( \\frac{3}{6}, -13 \\right)"),
     ("(3,4]", "(3, 4]"),
@@ -217,6 +218,38 @@ def test_different_answers_do_not_match(pred: str, gold: str) -> None:
 def test_lenient_numbers_within_the_fields_tolerance(pred: str, gold: str, lenient: bool) -> None:
     assert answers_match(pred, gold, mode="lenient") is lenient
     assert not answers_match(pred, gold)  # strict, the default, is exact
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "lenient"),
+    [
+        # a number spelt out, as Qwen2.5-Math's grader reads it (word2number)
+        ("five", "5", True),
+        ("\\text{Twelve}", "12", True),
+        ("twenty-one", "21", True),
+        ("7", "\\text{seven}", True),
+        ("infinity", "\\infty", True),
+        ("-infinity", "-\\infty", True),
+        ("fives", "5", False),
+        ("five", "6", False),
+        ("twenty one", "20", False),
+        # e-notation
+        ("1.5e3", "1500", True),
+        ("2E-3", "\\frac{1}{500}", True),
+        ("1.5e3", "150", False),
+        ("2e", "2", False),  # 2e is 2 times e
+        # a vector written as a tuple or as a one-column (one-row) matrix
+        ("(1, 2, 3)", "\\begin{pmatrix} 1 \\\\ 2 \\\\ 3 \\end{pmatrix}", True),
+        ("\\begin{bmatrix} 1 & -2 \\end{bmatrix}", "(1, -2)", True),
+        ("(1, 3, 2)", "\\begin{pmatrix} 1 \\\\ 2 \\\\ 3 \\end{pmatrix}", False),  # in order
+        ("(1, 2)", "\\begin{pmatrix} 1 \\\\ 2 \\\\ 3 \\end{pmatrix}", False),
+        ("[1, 2]", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", False),  # an interval is no vector
+        ("(1, 2, 3, 4)", "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}", False),  # nor a 2x2 matrix
+    ],
+)
+def test_lenient_reads_numbers_and_vectors_as_written(pred: str, gold: str, lenient: bool) -> None:
+    assert answers_match(pred, gold, mode="lenient") is lenient
+    assert not answers_match(pred, gold)  # strict reads only what is written
 
 
 @given(st.fractions(min_value=Fraction(-(10**6)), max_value=Fraction(10**6)).filter(lambda q: q.denominator > 1))
