@@ -1,14 +1,15 @@
 """Our rule-based comparer: are two canonical forms (``_normalise``) the same answer?
 
-Numbers are exact rationals (in lenient mode, a decimal within `LENIENT_REL_TOL` of a
-gold that is no integer also equals it, `rel_tolerance` tells the worker when math-verify's
-verdict may be widened so, and a number spelt out or in e-notation is read, `_numeral`;
-a tuple equals a one-column or one-row matrix of its entries, `_vectors`); tuples and intervals are ordered, sets and comma lists
-unordered (a set equals a list of the same items); unions are unordered; matrices
-compare cell by cell; an inequality in one variable equals the interval it describes
-(``x > 2`` and ``(2,\\infty)``, ``x<2 \\text{ or } x>3`` and a union), but two
-inequalities compare only as written.  A decimal comma is read as a point where the
-other side is a decimal written with one (``1,22`` and ``1.22``).  Pure, bounded (`_MAX_ITEMS`, `_MAX_DIGITS`),
+Numbers are exact rationals.  In lenient mode a decimal within `LENIENT_REL_TOL` of a
+gold that is no integer also equals it (`rel_tolerance` tells the worker when
+math-verify's verdict may be widened so), a number spelt out or in e-notation is read
+(`_numeral`), and a tuple equals a one-column or one-row matrix of its entries
+(`_vectors`).  Tuples and intervals are ordered, sets and comma lists unordered (a set
+equals a list of the same items); unions are unordered; matrices compare cell by cell;
+an inequality in one variable equals the interval it describes (``x > 2`` and
+``(2,\\infty)``, ``x<2 \\text{ or } x>3`` and a union), but two inequalities compare
+only as written.  A decimal comma is read as a point where the other side is a decimal
+written with one (``1,22`` and ``1.22``).  Pure, bounded (`_MAX_ITEMS`, `_MAX_DIGITS`),
 and biased towards "no": what it cannot read is left to math-verify.
 """
 
@@ -55,10 +56,10 @@ _MATRIX = re.compile(r"\\begin\{pmatrix\}(.*)\\end\{pmatrix\}")
 _COMMA_DECIMAL = re.compile(r"([-+]?\d+),(\d+)")
 _POINT_DECIMAL = re.compile(r"[-+]?\d+\.\d+")
 _ONES = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
-    " seventeen eighteen nineteen"
-).split()
-_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
+)  # fmt: skip
+_TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 _NUMBER_WORD = re.compile(rf"({'|'.join(_TENS)})(?:-({'|'.join(_ONES[1:10])}))?|({'|'.join(_ONES)})")
 _SCIENTIFIC = re.compile(r"[-+]?\d+(?:\.\d+)?e[-+]?\d{1,3}")
 

@@ -4,7 +4,9 @@ In math-verify's order of preference (``math_verify.parse``'s default extraction
 
 1. the rightmost anchored answer: "final answer is ...", "the answer is ...",
    "Answer: ...", ``#### ...``, and the same in French, Spanish, Portuguese, Italian,
-   German, Russian, Chinese, Japanese and Korean ("Réponse :", "答案是");
+   German, Russian, Chinese, Japanese and Korean ("Réponse :", "答案是"), and "answer"
+   and a colon in each other language of lighteval's multilingual extraction
+   ("Odpowiedź:", "الإجابة:", "उत्तर:");
 2. the whole response, when it is one short line of math (``x^2 + 2*x + 1``,
    ``\\frac{10}{9}``, ``1 000``): a bare final answer;
 3. the rightmost LaTeX span (``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``) or bare
@@ -46,7 +48,13 @@ _ANCHOR = re.compile(
     r"|\banswer\b(?:\s*\*\*)?\s*(?:is\b|:|=|would\s+be\b|should\s+be\b|will\s+be\b|equals\b)"
     r"|\b(?:r[ée]ponse|respuesta|resposta|risposta|antwort|ответ)(?:\s+(?:finale?|final))?(?:\s*\*\*)?"
     r"\s*(?:est\b|es\b|ist\b|é\b|è\b|:|=)"
-    r"|(?:最终答案|答案|答え|정답)(?:\s*\*\*)?\s*(?:是|为|為|は|:|：|=)"
+    r"|(?:最终答案|答案|答え|回答|정답)(?:\s*\*\*)?\s*(?:是|为|為|は|:|：|=)"
+    # the other languages of lighteval's multilingual extraction, before a colon, with
+    # one word between at most ("الإجابة النهائية:", "Odpowiedź końcowa:")
+    r"|(?:\b(?:antwoord|cevap|erantzuna|javob|jawaban|jibu|odgovor|odpove[ďd]|odpověď|odpowied[źz]|r[ăa]spuns"
+    r"|sagot|svar|tr[ảa]\s+l[ờo]i|tubag|vastaus|vastus|v[áa]lasz|απάντηση|адказ|валэктон|відповідь|одговор"
+    r"|отговор|яуап|җавап|جواب|उत्तर|উত্তর|ਜਵਾਬ|જવાબ|பதில்|జవాబు)|(?:ال)?إجابة|คำตอบ)"
+    r"(?:\s+[^\W\d_]+)?(?:\s*\*\*)?\s*[:：]"
     r"|^\s*####"
     r"|^\s*(?:\#{1,6}|\*\*)\s*(?:final\s+)?answer\s*:?\s*(?:\*\*)?\s*:?\s*$)"  # a heading line: "### Answer"
     r"[\s:：*=]*",

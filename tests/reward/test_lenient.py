@@ -30,6 +30,13 @@ FREE_TEXT = [
     ("Answer: the line we want is $y = 2x + 1$", "y = 2x + 1"),
     ("Answer: the roots $1$ and $2$ of the quadratic", "1, 2"),
     ("Answer: after 3 years the balance is 120 dollars", "120"),
+    # "answer" and a colon in the other languages of lighteval's multilingual extraction
+    ("Sprawdzamy: 7 + 35 = 42.\nOdpowiedź: 42 jabłka, nie 7.", "42"),
+    ("نحسب 7 + 35 = 42.\nالإجابة النهائية: 42", "42"),
+    ("7 + 35 = 42. उत्तर: 42", "42"),
+    ("คำตอบ: 42", "42"),
+    ("Jawaban: $\\frac{1}{2}$", "\\frac{1}{2}"),
+    ("Svar på frågan blir 7 och sedan 42", "42"),  # no colon: no anchor, the last number
     # no anchor: the rightmost math span or number
     ("We get \\[ x = \\frac{3}{4} \\]", "x = \\frac{3}{4}"),
     ("We get \\[ 3 + 4 = 7 \\]", "7"),
