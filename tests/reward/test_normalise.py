@@ -314,6 +314,27 @@ def test_different_integers_never_match(n: int, m: int) -> None:
             assert not answers_match(f"{n}.0", str(m), mode=mode)
 
 
+_SMALL = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen".split()
+_SMALL += ["sixteen", "seventeen", "eighteen", "nineteen"]
+_DECADES = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+
+
+def _spelt(n: int) -> str:
+    """0 to 99 in English words (`twenty-one`), spelt here apart from the grader's own table."""
+    if n < 20:
+        return _SMALL[n]
+    return _DECADES[n // 10] + ("" if n % 10 == 0 else "-" + _SMALL[n % 10])
+
+
+@given(st.integers(min_value=0, max_value=99), st.integers(min_value=-5, max_value=120))
+def test_a_number_spelt_out_is_its_value_in_lenient_mode_only(n: int, m: int) -> None:
+    word = _spelt(n)
+    assert answers_match(word, str(n), mode="lenient")
+    assert answers_match(f"\\text{{{word.capitalize()}}}", str(n), mode="lenient")
+    assert not answers_match(word, str(n))  # strict
+    assert answers_match(word, str(m), mode="lenient") is (n == m)
+
+
 @given(st.fractions(max_denominator=10**6))
 def test_fraction_forms_match(q: Fraction) -> None:
     sign = "-" if q < 0 else ""
