@@ -34,7 +34,7 @@ import re
 
 from ._normalise import TEXT_CMD
 
-__all__ = ["EQUALS", "LEADING_VAR", "TAIL_CHARS", "free_text_answer", "has_prose", "statement_value"]
+__all__ = ["ALTERNATIVE", "EQUALS", "LEADING_VAR", "TAIL_CHARS", "free_text_answer", "has_prose", "statement_value"]
 
 TAIL_CHARS = 8000
 """Free text is read in the response's last this many characters: the final answer
@@ -112,6 +112,12 @@ _ONE_ENVIRONMENT = re.compile(r"\\begin\{([a-zA-Z]+\*?)\}.*\\end\{\1\}")
 _JOIN = re.compile(r"\s*(?:,\s*and|,\s*or|and|or|,)\s*")
 _MAX_JOINED = 5
 """Most spans read as one answer (math-verify's limit too)."""
+ALTERNATIVE = re.compile(
+    r"\b(?:or|and)\b|(?<!\\);|\\(?:lor|vee|land|wedge|mid|quad|qquad)(?![a-zA-Z])|\\\\(?![a-zA-Z])"
+)
+"""A word or sign that separates two alternatives (``or``, ``\\lor``, ``\\quad``, a line
+break ``\\\\``), not the spacing ``\\;`` or the ``\\\\le`` of LaTeX escaped twice."""
+_ENVIRONMENT_BODY = re.compile(r"\\begin\{([a-zA-Z]+\*?)\}.*?\\end\{\1\}", re.DOTALL)
 LEADING_VAR = re.compile(r"^\s*[a-zA-Z](?:_\{?\w+\}?)?\s*=(?!=)\s*")
 """A leading ``x =`` (``x_1 =``) before a value."""
 # A one-word label before a bare answer: a word of three letters or more, then ":" or
@@ -244,9 +250,11 @@ def statement_value(content: str) -> str:
     """A chain ``a = b = c`` reads ``c`` (math-verify's last equation), and so does a
     statement of a value, whose left side computes (``3 + 4 = 7``, ``e^{i\\pi} = -1``,
     ``\\lim_{x \\to 0} ... = 1``, a determinant); an equation in an unknown such as
-    ``5x - 7y + 4 = 0`` stays whole (``x = 5`` loses its ``x =`` in the comparer)."""
+    ``5x - 7y + 4 = 0`` stays whole (``x = 5`` loses its ``x =`` in the comparer), and
+    so do alternatives (``p = -1 \\text{ or } p = 2``, ``x = 1; y = 2``)."""
     sides = EQUALS.split(content)
-    if "," not in content and (len(sides) > 2 or (len(sides) == 2 and _computes(sides[0]))):
+    alternatives = "," in content or ALTERNATIVE.search(_ENVIRONMENT_BODY.sub(" ", content))
+    if not alternatives and (len(sides) > 2 or (len(sides) == 2 and _computes(sides[0]))):
         return sides[-1].strip()
     return content
 

@@ -13,8 +13,9 @@ math-verify tends to miss or that need no symbolic algebra at all:
   answer is one number written with 3-digit groups and no space after the commas, so
   tuples and lists such as ``(1,2)`` or ``1, 234`` are never read as one number;
 - ``\\text{}``/``\\mbox{}``/``\\mathrm{}`` wrappers, trailing units after a number
-  (``5.4 \\text{ cents}``, ``864 \\mbox{ inches}^2``, ``12 cm``), dollar signs,
-  degrees (``^\\circ``, ``°``, ``\\degree``) and percentages;
+  (``5.4 \\text{ cents}``, ``864 \\mbox{ inches}^2``, ``12 cm``, ``1:30 PM``),
+  currency signs (``\\$``, ``€``, ``£``, ``¥``, ``₹``), degrees (``^\\circ``, ``°``,
+  ``\\degree``) and percentages;
 - tuples and intervals (ordered, brackets must agree: ``(3,4]`` is not ``(3,4)``;
   ``]a,b[`` is ``(a,b)``; ``\\mathbb{R}`` is ``(-\\infty,\\infty)``), sets ``\\{...\\}``
   (``\\lbrace``) and bare comma lists (unordered, a set equals a list), unions
@@ -93,7 +94,7 @@ _NOISE = re.compile(
 )
 _DEGREES = re.compile(r"(?:\{\s*\})?(?:\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree|°)")
 _PERCENT = re.compile(r"\\%|%")
-_DOLLAR = re.compile(r"\\\$")
+_DOLLAR = re.compile(r"\\\$|[€£¥₹]")  # currency signs
 # `10,\!080` and `1{,}000` are explicit thousands separators wherever they appear.
 _EXPLICIT_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!\s*)(?=\d{3}(?!\d))")
 _THOUSANDS_NUMBER = re.compile(r"[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")  # `0,111` is a decimal comma
@@ -110,7 +111,7 @@ _UNIT_TAIL_TEXT = re.compile(
     r"(?:\s*\^\s*\{?\d\}?)?\s*$"
 )
 _UNIT_TAIL_WORDS = re.compile(
-    r"^(?P<head>[-+]?[\d.,/]*\d)\s*(?!pi\b)[a-zA-Z]{2,}(?:\s+[a-zA-Z]+)*(?:\s*\^\s*\{?\d\}?)?\s*\.?$"
+    r"^(?P<head>[-+]?[\d.,/:]*\d)\s*(?!pi\b)[a-zA-Z]{2,}(?:\s+[a-zA-Z]+)*(?:\s*\^\s*\{?\d\}?)?\s*\.?$"
 )
 _LEADING_VARIABLE = re.compile(
     r"^(?:[a-zA-Z]|\\[a-zA-Z]+)(?:_\{?\w+\}?)?(?:\s*\(\s*[a-z]\s*\))?\s*(?:=|\\in(?![a-zA-Z]))"

@@ -13,8 +13,8 @@ import re
 import threading
 
 from ._answer import extract_answer
-from ._compare import GradingMode, answers_match, rel_tolerance
-from ._free_text import EQUALS
+from ._compare import GradingMode, answers_match, list_items, rel_tolerance
+from ._free_text import ALTERNATIVE, EQUALS
 from ._lenient import final_answer, gold_answer, strip_end_tokens
 from ._normalise import MAX_ANSWER_CHARS, python_powers
 from ._worker import GradeRequest, SyncWorker
@@ -41,6 +41,19 @@ def _unsolved(answer: str, gold: str) -> bool:
     return len(sides) == 2 and "=" not in gold and bool(_UNKNOWN_EXPRESSION.match(_SUBSCRIPT.sub("", sides[0])))
 
 
+_SEVERAL = re.compile(r",|\\(?:cup|pm|mp|in)(?![a-zA-Z])")
+"""What makes a gold answer more than one value: a list, a union, ``\\pm``, a set."""
+
+
+def _hedged(answer: str, gold: str) -> bool:
+    """An answer of alternatives (``x = 1 \\text{ or } x = 2``, ``1 \\lor 2``, ``1 \\mid 2``,
+    a line break between two values) does not answer a gold answer of one value;
+    math-verify would read one of them (the last) and accept it."""
+    if not ALTERNATIVE.search(answer) or "\\begin" in answer:
+        return False
+    return not (ALTERNATIVE.search(gold) or _SEVERAL.search(gold)) and len(list_items(gold)) == 1
+
+
 def _same_text(text: str, gold: str) -> bool:
     """`text` (a whole response without its end tokens, or its box) is the gold text
     itself, spacing aside."""
@@ -63,7 +76,7 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
     answer = python_powers(answer)
     if answers_match(answer, gold, mode=mode):
         return 1.0, answer, gold
-    if _unsolved(answer, gold):
+    if _unsolved(answer, gold) or _hedged(answer, gold):
         return 0.0, answer, gold
     if _PLAIN_INT.fullmatch(answer) and _PLAIN_INT.fullmatch(gold):
         return 0.0, answer, gold  # two different integers: math-verify cannot disagree

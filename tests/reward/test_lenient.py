@@ -167,6 +167,21 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("\\boxed{1.4142}", "x\\sqrt{2}", 0.0, 0.0),
         ("\\boxed{1.5}", "\\infty", 0.0, 0.0),  # infinity is within any tolerance of itself only
         ("\\boxed{-\\infty}", "-2.5", 0.0, 0.0),
+        # alternatives in one box are no chain of equations: `p = -1 or p = 15/8` is not 15/8
+        ("\\boxed{p = -1 \\text{ or } p = \\frac{15}{8}}", "p=-1,p=\\frac{15}{8}", 1.0, 1.0),
+        ("\\boxed{p = -1 \\text{ or } p = \\frac{15}{8}}", "\\frac{15}{8}", 0.0, 0.0),
+        ("\\boxed{x = 1 \\text{ or } x = 2}", "1, 2", 1.0, 1.0),
+        # a hedge never pays for one value, though math-verify reads its last alternative
+        ("\\boxed{x = 1 \\text{ or } x = 2}", "2", 0.0, 0.0),
+        ("\\boxed{1 \\lor 2}", "2", 0.0, 0.0),
+        ("\\boxed{x=1 \\vee x=2}", "2", 0.0, 0.0),
+        ("\\boxed{x=1 \\quad x=2}", "2", 0.0, 0.0),
+        ("\\boxed{1 \\mid 2}", "2", 0.0, 0.0),
+        ("\\boxed{1 \\text{ (or } 2)}", "2", 0.0, 0.0),
+        ("\\boxed{x = 1 \\\\ x = 2}", "2", 0.0, 0.0),
+        ("\\boxed{(1, 2) \\text{ or } (2, 1)}", "(1, 2)", 0.0, 0.0),
+        ("\\boxed{\\;\\angle APC = 74^\\circ\\;}", "74^\\circ", 1.0, 1.0),  # `\;` is a space
+        ("\\boxed{x \\\\le 2}", "x \\le 2", 1.0, 1.0),  # `\\le` is `\le` escaped twice
         # numbers as people write them, and a vector as a tuple: lenient only
         ("The answer is five.", "5", 0.0, 1.0),
         ("\\boxed{\\text{twelve}}", "12", 0.0, 1.0),
