@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_ANSWER_CHARS", "TEXT_CMD", "normalize_answer", "python_powers"]
+__all__ = ["MAX_ANSWER_CHARS", "QUALIFIER", "TEXT_CMD", "normalize_answer", "python_powers"]
 
 MAX_ANSWER_CHARS = 2048
 """Longest answer (in characters) either check looks at.  Real final answers are a
@@ -105,11 +105,19 @@ _FRAC_ALIASES = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 # A number followed by a unit: the head must hold a digit and no letters but those of
 # a few numeric commands, so `\text{A} \text{ and } \text{B}` or `2x \text{ cm}`
 # keep their words.
+QUALIFIER = re.compile(
+    r"\b(?:not|no|never|wrong|incorrect|false|maybe|perhaps|probably|possibly|except|unless|if|but"
+    r"|at\s+(?:least|most)|(?:more|less|fewer|greater|smaller|larger)\s+than)\b",
+    re.IGNORECASE,
+)
+"""Words that take back or bound the value beside them ("2 (wrong)", "at least 2"):
+never a unit."""
 _UNIT_TAIL_TEXT = re.compile(
     r"^(?P<head>(?:[^a-zA-Z\\]|\\(?:frac|sqrt|pi|cdot|times)(?![a-zA-Z]))*?)"
     rf"\s*{TEXT_CMD}\{{\s*[a-zA-Z][a-zA-Z./\s]*\}}"
     r"(?:\s*\^\s*\{?\d\}?)?\s*$"
 )
+_OR = re.compile(r"\bor\b", re.IGNORECASE)
 _UNIT_TAIL_WORDS = re.compile(
     r"^(?P<head>[-+]?[\d.,/:]*\d)\s*(?!pi\b)[a-zA-Z]{2,}(?:\s+[a-zA-Z]+)*(?:\s*\^\s*\{?\d\}?)?\s*\.?$"
 )
@@ -161,11 +169,12 @@ def normalize_answer(text: str) -> str:
     s = _FRAC_ALIASES.sub(r"\\frac", s).strip()
     # Units go before `\text{}` is unwrapped, while they can still be told apart
     # from a text answer such as `\text{Evelyn}`.
-    while (m := _UNIT_TAIL_TEXT.match(s)) and any(c.isdigit() for c in m["head"]):
+    qualified = QUALIFIER.search(s) or _OR.search(s)  # `2 \text{ or more}` keeps its words
+    while not qualified and (m := _UNIT_TAIL_TEXT.match(s)) and any(c.isdigit() for c in m["head"]):
         s = m["head"].strip()
     s = _unwrap_text(s).strip().rstrip(".").strip()
     # After unwrapping, so `\text{5 cm}` loses its unit too (`\text{Evelyn}` has no number).
-    if m := _UNIT_TAIL_WORDS.match(s):
+    if not qualified and (m := _UNIT_TAIL_WORDS.match(s)):
         s = m["head"]
     # Commas as thousands separators only in a lone number with no space after them.
     if _THOUSANDS_NUMBER.fullmatch(s):

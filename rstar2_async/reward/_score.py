@@ -16,7 +16,7 @@ from ._answer import extract_answer
 from ._compare import GradingMode, answers_match, list_items, rel_tolerance
 from ._free_text import ALTERNATIVE, EQUALS
 from ._lenient import final_answer, gold_answer, strip_end_tokens
-from ._normalise import MAX_ANSWER_CHARS, python_powers
+from ._normalise import MAX_ANSWER_CHARS, QUALIFIER, python_powers
 from ._worker import GradeRequest, SyncWorker
 
 __all__ = ["GRADING_TIMEOUT_S", "grade_request", "quick_verdict", "score"]
@@ -54,6 +54,19 @@ def _hedged(answer: str, gold: str) -> bool:
     return not (ALTERNATIVE.search(gold) or _SEVERAL.search(gold)) and len(list_items(gold)) == 1
 
 
+# An answer that opens with a relation or a negation: `\ge 2` is no value.
+_OPEN_RELATION = re.compile(r"\s*(?:\\(?:geq?|leq?|neq?|gt|lt|neg|lnot|nless|ngtr)(?![a-zA-Z])|[<>≥≤≠]|!=)")
+
+
+def _qualified(answer: str, gold: str) -> bool:
+    """An answer that takes its value back or bounds it (``2 \\text{ (wrong)}``, ``2
+    \\text{ is not the answer}``, ``\\text{at least } 2``, ``\\ge 2``) does not answer a
+    gold that says no such thing; math-verify ignores ``\\text{}`` and would accept it."""
+    if QUALIFIER.search(answer) and not QUALIFIER.search(gold):
+        return True
+    return bool(_OPEN_RELATION.match(answer)) and not _OPEN_RELATION.match(gold)
+
+
 def _same_text(text: str, gold: str) -> bool:
     """`text` (a whole response without its end tokens, or its box) is the gold text
     itself, spacing aside."""
@@ -74,9 +87,11 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
     if answer is None or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0, "", gold
     answer = python_powers(answer)
+    if _hedged(answer, gold) or _qualified(answer, gold):
+        return 0.0, answer, gold
     if answers_match(answer, gold, mode=mode):
         return 1.0, answer, gold
-    if _unsolved(answer, gold) or _hedged(answer, gold):
+    if _unsolved(answer, gold):
         return 0.0, answer, gold
     if _PLAIN_INT.fullmatch(answer) and _PLAIN_INT.fullmatch(gold):
         return 0.0, answer, gold  # two different integers: math-verify cannot disagree

@@ -180,6 +180,18 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("\\boxed{1 \\text{ (or } 2)}", "2", 0.0, 0.0),
         ("\\boxed{x = 1 \\\\ x = 2}", "2", 0.0, 0.0),
         ("\\boxed{(1, 2) \\text{ or } (2, 1)}", "(1, 2)", 0.0, 0.0),
+        # nor a value taken back or bounded by its words, which math-verify ignores
+        ("\\boxed{2 \\text{ (wrong)}}", "2", 0.0, 0.0),
+        ("\\boxed{2 \\text{ is not the answer}}", "2", 0.0, 0.0),
+        ("\\boxed{x = 2 \\text{ is wrong}}", "2", 0.0, 0.0),
+        ("\\boxed{2 \\text{ (maybe)}}", "2", 0.0, 0.0),
+        ("\\boxed{\\text{at least } 2}", "2", 0.0, 0.0),
+        ("\\boxed{2 \\text{ or more}}", "2", 0.0, 0.0),
+        ("\\boxed{\\ge 2}", "2", 0.0, 0.0),
+        ("\\boxed{\\neg 2}", "2", 0.0, 0.0),
+        ("\\boxed{\\ge 2}", "\\ge 2", 1.0, 1.0),
+        ("\\boxed{5 \\text{ more minutes}}", "5", 1.0, 1.0),  # a unit, not a bound
+        ("\\boxed{\\text{No}}", "\\text{no}", 1.0, 1.0),
         ("\\boxed{\\;\\angle APC = 74^\\circ\\;}", "74^\\circ", 1.0, 1.0),  # `\;` is a space
         ("\\boxed{x \\\\le 2}", "x \\le 2", 1.0, 1.0),  # `\\le` is `\le` escaped twice
         # numbers as people write them, and a vector as a tuple: lenient only

@@ -152,6 +152,10 @@ DIFFERENT = [
     ("1,2", "12"),
     ("1,2,3", "1,2"),
     ("10 \\pi", "10"),  # pi is no unit
+    ("2 \\text{ or more}", "2"),  # words that bound or take back a value are no unit
+    ("2 or more", "2"),
+    ("2 \\text{ is not the answer}", "2"),
+    ("\\text{at least } 2", "2"),
     ("2x", "2"),
     ("2 \\text{ and } 3", "2"),
     ("\\text{A} \\text{ and } \\text{B}", "\\text{A} \\text{ and } \\text{C}"),
