@@ -21,11 +21,13 @@ Answer: Jane started 3 hours ago") answers with what follows its last "is" (or
 "answer:" reads it ("Answer: she still owes $220 in 12 months" is 220).
 
 It departs from math-verify's extraction where that would accept a wrong answer:
-the text after an anchor ends at the sentence ("The answer is 7, not 5" reads 7), an
-anchored sentence that is a question ("Is the answer 5?") or starts with "not" is
-skipped, a span or number right after "not" is never taken, and a ``$...$`` span
-holding prose ("$5 and gets $") is currency, not math.  Pure functions whose cost is
-bounded: free text is read in its last `TAIL_CHARS` characters.
+the text after an anchor ends at the sentence ("The answer is 7, not 5" reads 7),
+values joined by "or" are read together ("The answer is 5 or 6" is ``5, 6``, which one
+value does not equal), an anchored sentence that is a question ("Is the answer 5?")
+or starts with "not" is skipped, a span or number right after "not" is never taken,
+and a ``$...$`` span holding prose ("$5 and gets $") is currency, not math.  Pure
+functions whose cost is bounded: free text is read in its last `TAIL_CHARS`
+characters.
 """
 
 from __future__ import annotations
@@ -81,6 +83,10 @@ _NUMBER = re.compile(
 _TUPLE = re.compile(r"(?<![\w\\])[(\[]\s*[-+]?\d+(?:\.\d+)?(?:\s*,\s*[-+]?\d+(?:\.\d+)?){1,7}\s*[)\]]")
 _VALUE = re.compile(f"{_TUPLE.pattern}|{_NUMBER.pattern}")
 """A number, or a tuple of numbers."""
+# Values joined as alternatives or parts in prose, and the words that hedge them.
+_ALTERNATIVES = re.compile(r"\s*(?:,?\s*\b(?:or|and)\b|,(?=\s))\s*", re.IGNORECASE)  # not `1,000`
+_GROUPED = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_HEDGE_WORDS = re.compile(r"\b(?:either|both|maybe|possibly|perhaps)\b", re.IGNORECASE)
 _NOT = re.compile(r"\s*(?:not|n't)\b", re.IGNORECASE)
 _NEGATED = re.compile(r"(?:\bnot|n't|\\neq?|≠)\s*\$?\s*$", re.IGNORECASE)
 _ONE_WORD = re.compile(r"[a-zA-Z]+")
@@ -202,9 +208,14 @@ def _after_anchor(text: str, at: int) -> str | None:
 
 
 def _value_in_prose(sentence: str) -> str:
-    """What an anchored sentence of prose answers: what follows its last copula
-    outside math spans if that is math, else the first span or number after that
-    copula, else the sentence's first span or number, else the sentence itself."""
+    """What an anchored sentence of prose answers: values joined by "or"/"and" as one
+    list (a hedge is not its first value), else what follows its last copula outside
+    math spans if that is math, else the first span or number after that copula, else
+    the sentence's first span or number, else the sentence itself."""
+    if len(values := _ALTERNATIVES.split(_HEDGE_WORDS.sub(" ", sentence).strip())) > 1 and all(
+        _VALUE.fullmatch(v) for v in values
+    ):
+        return ", ".join(v.replace(",", "") if _GROUPED.fullmatch(v) else v for v in values)  # "5 or 6"
     spans = [m.span() for m in _SPANS.finditer(sentence)]  # an `=` inside math is no copula
     copulas = [c for c in _COPULA.finditer(sentence) if not any(a <= c.start() < b for a, b in spans)]
     if copulas:

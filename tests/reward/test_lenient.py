@@ -30,6 +30,10 @@ FREE_TEXT = [
     ("Answer: the line we want is $y = 2x + 1$", "y = 2x + 1"),
     ("Answer: the roots $1$ and $2$ of the quadratic", "1, 2"),
     ("Answer: after 3 years the balance is 120 dollars", "120"),
+    ("The answer is 5 or 6.", "5, 6"),  # a hedge is both values, not its first
+    ("The answer is either 5 or maybe 6.", "5, 6"),
+    ("The answer is 1,000 and 2,000.", "1000, 2000"),
+    ("The answer is 5 apples.", "5"),
     # "answer" and a colon in the other languages of lighteval's multilingual extraction
     ("Sprawdzamy: 7 + 35 = 42.\nOdpowiedź: 42 jabłka, nie 7.", "42"),
     ("نحسب 7 + 35 = 42.\nالإجابة النهائية: 42", "42"),
@@ -180,6 +184,8 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("\\boxed{1 \\text{ (or } 2)}", "2", 0.0, 0.0),
         ("\\boxed{x = 1 \\\\ x = 2}", "2", 0.0, 0.0),
         ("\\boxed{(1, 2) \\text{ or } (2, 1)}", "(1, 2)", 0.0, 0.0),
+        ("The answer is 5 or 6.", "5", 0.0, 0.0),  # a hedge in prose
+        ("The answer is 5 or 6.", "5, 6", 0.0, 1.0),
         # nor a value taken back or bounded by its words, which math-verify ignores
         ("\\boxed{2 \\text{ (wrong)}}", "2", 0.0, 0.0),
         ("\\boxed{2 \\text{ is not the answer}}", "2", 0.0, 0.0),
