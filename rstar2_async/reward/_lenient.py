@@ -116,7 +116,7 @@ def _several_boxes(text: str, boxes: list[tuple[str, int, int]], gold: str | Non
     parts; as one tuple, in order, when the gold is a tuple of ``k`` (each box may
     name its part: ``\\boxed{x=2}``); else None.  ``\\boxed{2}, \\boxed{3},
     \\boxed{5}`` is no answer ``3, 5``."""
-    if gold is None:
+    if gold is None or len(boxes) < 2:
         return None
     parts = tuple_items(gold)
     k = len(parts) or len(list_items(gold))
