@@ -106,12 +106,12 @@ _FRAC_ALIASES = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 # a few numeric commands, so `\text{A} \text{ and } \text{B}` or `2x \text{ cm}`
 # keep their words.
 QUALIFIER = re.compile(
-    r"\b(?:not|no|never|wrong|incorrect|false|maybe|perhaps|probably|possibly|except|unless|if|but"
+    r"(?<!\\)\b(?:not|no|never|wrong|incorrect|false|maybe|perhaps|probably|possibly|except|unless|if|but"
     r"|at\s+(?:least|most)|(?:more|less|fewer|greater|smaller|larger)\s+than)\b",
     re.IGNORECASE,
 )
 """Words that take back or bound the value beside them ("2 (wrong)", "at least 2"):
-never a unit."""
+never a unit.  Not a command: ``\\not=`` is a relation."""
 _UNIT_TAIL_TEXT = re.compile(
     r"^(?P<head>(?:[^a-zA-Z\\]|\\(?:frac|sqrt|pi|cdot|times)(?![a-zA-Z]))*?)"
     rf"\s*{TEXT_CMD}\{{\s*[a-zA-Z][a-zA-Z./\s]*\}}"

@@ -198,6 +198,7 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("\\boxed{\\ge 2}", "\\ge 2", 1.0, 1.0),
         ("\\boxed{5 \\text{ more minutes}}", "5", 1.0, 1.0),  # a unit, not a bound
         ("\\boxed{\\text{No}}", "\\text{no}", 1.0, 1.0),
+        ("\\boxed{x \\not= 5}", "x \\neq 5", 1.0, 1.0),  # `\not` is a command, not the word
         ("\\boxed{\\;\\angle APC = 74^\\circ\\;}", "74^\\circ", 1.0, 1.0),  # `\;` is a space
         ("\\boxed{x \\\\le 2}", "x \\le 2", 1.0, 1.0),  # `\\le` is `\le` escaped twice
         # numbers as people write them, and a vector as a tuple: lenient only
