@@ -109,7 +109,12 @@ _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[a-zA-Z*]*\}")
 _BOUND = re.compile(r"\s*(?:\\(?:lim|sum|prod|int|iint|oint|det)(?![a-zA-Z])|\\begin\{vmatrix\})")
 _FREE_LETTER = re.compile(r"[a-df-hj-zA-Z]")
 # Words in any script (two letters or more), and CJK characters, outside LaTeX commands.
-_WORD = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]|(?<![\\a-zA-Z])[^\W\d_]{2,}")
+_WORD = re.compile(
+    r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]"
+    # Indic, Thai, Lao, Myanmar and Khmer words, whose vowel signs `\w` does not match
+    r"|[\u0900-\u0dff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]{2,}"
+    r"|(?<![\\a-zA-Z])[^\W\d_]{2,}"
+)
 _MAX_WHOLE = 80
 """Longest response (characters) read whole as one bare answer, but for one LaTeX
 environment (a matrix), which is read whole at any length."""
