@@ -38,7 +38,7 @@ FREE_TEXT = [
     ("Sprawdzamy: 7 + 35 = 42.\nOdpowiedź: 42 jabłka, nie 7.", "42"),
     ("نحسب 7 + 35 = 42.\nالإجابة النهائية: 42", "42"),
     ("7 + 35 = 42. उत्तर: 42", "42"),
-    ("คำตอบ: 42 ลูก", "42"),  # Thai and Indic words hold vowel signs that `\\w` does not match
+    ("คำตอบ: 42 ลูก", "42"),  # Thai and Indic words hold vowel signs that `\w` does not match
     ("उत्तर: 42 सेब", "42"),
     ("Jawaban: $\\frac{1}{2}$", "\\frac{1}{2}"),
     ("Svar på frågan blir 7 och sedan 42", "42"),  # no colon: no anchor, the last number
