@@ -11,7 +11,10 @@ In math-verify's order of preference (``math_verify.parse``'s default extraction
    ``\\frac{10}{9}``, ``1 000``): a bare final answer;
 3. the rightmost LaTeX span (``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``) or bare
    number, whichever ends last.  Numbers end at ASCII letters only, so ``300分钟``
-   reads 300.
+   reads 300.  Before that, what follows the final value and only checks or restates
+   it is cut ("Let me double-check: ...", ", which is approximately 0.1667", "(5 x 5)"),
+   and plain values listed after the last sentence's copula are one list ("The
+   solutions are 1 and 2.").
 
 A span or an answer that states a value (``\\lim_{x \\to 0} \\frac{\\sin x}{x} = 1``,
 ``e^{i\\pi} = -1``, ``3 + 4 = 7``) answers with its right side; an equation in an
@@ -87,6 +90,23 @@ _VALUE = re.compile(f"{_TUPLE.pattern}|{_NUMBER.pattern}")
 _ALTERNATIVES = re.compile(r"\s*(?:,?\s*\b(?:or|and)\b|,(?=\s))\s*", re.IGNORECASE)  # not `1,000`
 _GROUPED = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _HEDGE_WORDS = re.compile(r"\b(?:either|both|maybe|possibly|perhaps)\b", re.IGNORECASE)
+# What may follow the final value without being it (`_without_afterword`).
+_CHECK = re.compile(
+    r"(?:^|(?<=[.!:]))\s*(?:\*\*)?(?:verification|verify|check(?:ing)?|sanity\s+check|double[- ]check"
+    r"|let(?:'s|\s+us|\s+me)\s+(?:double[- ])?(?:check|verify))\b[^\n]*(?:\n[^\n]*){0,8}$",
+    re.IGNORECASE | re.MULTILINE,
+)
+_APPROXIMATION = re.compile(
+    r"(?:,\s*(?:which\s+is\s+|or\s+|i\.e\.,?\s*|that\s+is,?\s*)?(?:approximately|approx\.|about|roughly|around)"
+    r"|\s*(?:≈|\\approx|~))\s*\$?[-+]?\.?\d[^\n]{0,40}$",
+    re.IGNORECASE,
+)
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+(?=\S)|\n")
+_CONCLUSION = re.compile(
+    r"\b(?:so|thus|therefore|hence|actually|instead|wrong|mistake|error|incorrect|correction|wait|but)\b",
+    re.IGNORECASE,
+)
+_ASIDE = re.compile(r"\s+\([^()\n]{1,80}\)\s*[.!]?\s*$")
 _NOT = re.compile(r"\s*(?:not|n't)\b", re.IGNORECASE)
 _NEGATED = re.compile(r"(?:\bnot|n't|\\neq?|≠)\s*\$?\s*$", re.IGNORECASE)
 _ONE_WORD = re.compile(r"[a-zA-Z]+")
@@ -158,7 +178,27 @@ def free_text_answer(text: str) -> str | None:
             return answer
     if whole := _bare_answer(text):
         return whole
-    return _last_value(text)
+    text = _without_afterword(text)
+    return _last_sentence_list(text) or _last_value(text)
+
+
+def _without_afterword(text: str) -> str:
+    """`text` without what follows its last statement of a value and only restates or
+    checks it: a check ("Let me double-check: $17 = 3 \\cdot 5 + 2$"), an approximation
+    ("$\\frac{1}{6}$, which is approximately 0.1667") or an aside in parentheses ("25
+    square units (5 x 5)"), each cut only when a value stands before it and it draws
+    no conclusion of its own ("Check: ... wrong, so x = 3.5" stays)."""
+    for afterword in (_CHECK, _APPROXIMATION, _ASIDE):
+        m = afterword.search(text)
+        if not m or _CONCLUSION.search(m[0]) or any(a < m.start() < b for a, b in _span_bounds(text)):
+            continue  # it concludes, or it is inside math: `$(7,11), (11,7)$`
+        if _last_value(text[: m.start()]) is not None:
+            text = text[: m.start()]
+    return text
+
+
+def _span_bounds(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in _SPANS.finditer(text)]
 
 
 def _last_value(text: str) -> str | None:
@@ -217,11 +257,9 @@ def _value_in_prose(sentence: str) -> str:
     list (a hedge is not its first value), else what follows its last copula outside
     math spans if that is math, else the first span or number after that copula, else
     the sentence's first span or number, else the sentence itself."""
-    if len(values := _ALTERNATIVES.split(_HEDGE_WORDS.sub(" ", sentence).strip())) > 1 and all(
-        _VALUE.fullmatch(v) for v in values
-    ):
-        return ", ".join(v.replace(",", "") if _GROUPED.fullmatch(v) else v for v in values)  # "5 or 6"
-    spans = [m.span() for m in _SPANS.finditer(sentence)]  # an `=` inside math is no copula
+    if listed := _listed(sentence):
+        return listed  # "5 or 6", "1 and 2"
+    spans = _span_bounds(sentence)  # an `=` inside math is no copula
     copulas = [c for c in _COPULA.finditer(sentence) if not any(a <= c.start() < b for a, b in spans)]
     if copulas:
         after = sentence[copulas[-1].end() :].strip().strip("*").strip()
@@ -232,6 +270,24 @@ def _value_in_prose(sentence: str) -> str:
         if value := _first_value(after):  # "is 120 dollars"
             return value
     return _first_value(sentence) or sentence
+
+
+def _listed(text: str) -> str | None:
+    """Plain values joined by commas, "and" or "or" (a hedge's words aside) as one
+    list, when that is all `text` holds: "5 or 6" is ``5, 6``, "1,000 and 2,000" is
+    ``1000, 2000``."""
+    values = _ALTERNATIVES.split(_HEDGE_WORDS.sub(" ", text).strip().rstrip(".").strip())
+    if len(values) < 2 or not all(_VALUE.fullmatch(v) for v in values):
+        return None
+    return ", ".join(v.replace(",", "") if _GROUPED.fullmatch(v) else v for v in values)
+
+
+def _last_sentence_list(text: str) -> str | None:
+    """The values listed after the last copula of the last sentence, if that is all
+    there is after it ("The solutions are 1 and 2.")."""
+    sentence = _SENTENCE_BREAK.split(text.strip())[-1]
+    copulas = list(_COPULA.finditer(sentence))
+    return _listed(sentence[copulas[-1].end() :]) if copulas else None
 
 
 def _first_value(text: str) -> str | None:

@@ -17,13 +17,11 @@ from rstar2_async.reward import score
 
 PAIRS = [json.loads(line) for line in (Path(__file__).parent / "data" / "grader_pairs.jsonl").open()]
 
-KNOWN_FAILURES = {
-    # (gold, response): why the lenient mode says no to a right answer
-    ("2", "The remainder is $2$. Let me double-check: $17 = 3 \\cdot 5 + 2$. Yes."):
-        "with no anchor the last math span is the answer (math-verify's rule too); here it is a check",
-    ("1,2", "The solutions are 1 and 2."):
-        "plain numbers joined by 'and' are not read as a list (math-verify joins only LaTeX spans)",
-}  # fmt: skip
+KNOWN_FAILURES: dict[tuple[str, str], str] = {
+    # (gold, response): why the lenient mode says no to a right answer.  Empty since
+    # the session of 2026-12-06 (sixth): a check after the answer is cut, and plain
+    # numbers listed after a copula are read as a list.
+}
 
 
 def test_the_set_is_large_and_two_sided() -> None:

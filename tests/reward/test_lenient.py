@@ -48,7 +48,22 @@ FREE_TEXT = [
     ("The plane is \\[ 5x - 7y + 11z + 4 = 0 \\]", "5x - 7y + 11z + 4 = 0"),
     ("Thus $x \\in (2, \\infty)$.", "x \\in (2, \\infty)"),
     ("so we have 1,234,567 ways", "1,234,567"),
-    ("so she has 1 000 left", "1 000"),  # thousands in groups of a space, as math-verify reads them
+    ("so she has 1 000 left", "1 000"),
+    # what follows the final value and only restates or checks it is cut
+    ("Hence $x = 3$.\n\nVerification: $2(3) + 1 = 7$.", "x = 3"),
+    ("The remainder is $2$. Let me double-check: $17 = 3 \\cdot 5 + 2$. Yes.", "2"),
+    ("x = 3.\nCheck: 2(3) + 1 = 7, but we need 8, so x = 3.5.", "3.5"),  # a check that concludes stays
+    ("The probability is 1/6, which is approximately 0.1667.", "1/6"),
+    ("So the probability is $\\frac{1}{6}$, or about $0.167$.", "\\frac{1}{6}"),
+    ("The probability is $\\frac{1}{6}$ (about 16.7%).", "\\frac{1}{6}"),
+    ("The area is 25 square units (5 x 5).", "25"),
+    ("It takes 3 hours to travel about 120 km.", "120"),  # no comma: no restatement
+    ("The point is (1, 2).", "(1, 2)"),
+    ("The pairs are $(7,11), (11,7)$", "(7,11), (11,7)"),  # no aside inside math
+    # plain values listed after the last copula of the last sentence
+    ("The solutions are 1 and 2.", "1, 2"),
+    ("The possible values are 2 or 3.", "2, 3"),
+    ("I bought 3 apples and 4 pears.", "4"),  # thousands in groups of a space, as math-verify reads them
     ("He bought 5 100-page books.", "100"),  # not 5100
     ("Result: 42", "42"),  # a one-word label before a bare answer
     ("Total = 1,234", "1,234"),
