@@ -37,15 +37,27 @@ from __future__ import annotations
 
 import re
 
-from ._normalise import TEXT_CMD
+from ._spans import (
+    JOIN,
+    MAX_JOINED,
+    SPANS,
+    TEXT,
+    VALUE,
+    first_value,
+    joined,
+    last_value,
+    span_answer,
+    span_bounds,
+    statement_value,
+    words,
+)
 
-__all__ = ["ALTERNATIVE", "EQUALS", "LEADING_VAR", "TAIL_CHARS", "free_text_answer", "has_prose", "statement_value"]
+__all__ = ["TAIL_CHARS", "free_text_answer"]
 
 TAIL_CHARS = 8000
 """Free text is read in the response's last this many characters: the final answer
 is at the end, and it bounds the cost of the span regexes on a runaway response
 full of unclosed ``\\[``."""
-
 # An anchor, then the answer right after it.  `answer` must be followed by a verb or
 # a colon, so "to answer this" anchors nothing.
 _ANCHOR = re.compile(
@@ -65,27 +77,6 @@ _ANCHOR = re.compile(
     r"[\s:：*=]*",
     re.IGNORECASE | re.MULTILINE,
 )
-# The math spans math-verify looks for; inline ones stay on one line.
-_SPANS = re.compile(
-    r"\$\$(?P<d>[^$]+?)\$\$"
-    r"|\\\[(?P<b>.+?)\\\]"
-    r"|\\\((?P<p>[^\n]+?)\\\)"
-    r"|(?<![\\\d$])\$(?P<i>(?:\\\$|[^\n$])+?)(?<!\\)\$",
-    re.DOTALL,
-)
-# A number: thousands groups (`1,000`, `1 000`), a decimal comma that cannot be one
-# (`2,74`), a point; with a percent sign, or a factor written onto it (`2\pi`,
-# `3\sqrt{2}`, `30^\circ`).
-_NUMBER = re.compile(
-    r"(?<![A-Za-z0-9_.^{\\])[-+]?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d{1,3}(?: \d{3})+(?![\d,-])"
-    r"|\d+,\d{1,2}(?![\d,])|\d*\.\d+|\d+)"
-    r"(?:\.\d+)?(?:/\d+)?(?:\s*(?:%|\\%)|\\pi(?![a-zA-Z])|\\sqrt\{\d{1,6}\}|\\sqrt\d|\^\\circ|\^\{\\circ\}|°)?"
-    r"(?![A-Za-z0-9_^])"
-)
-# A tuple or interval of plain numbers written in prose: "the center is at (1, -2)".
-_TUPLE = re.compile(r"(?<![\w\\])[(\[]\s*[-+]?\d+(?:\.\d+)?(?:\s*,\s*[-+]?\d+(?:\.\d+)?){1,7}\s*[)\]]")
-_VALUE = re.compile(f"{_TUPLE.pattern}|{_NUMBER.pattern}")
-"""A number, or a tuple of numbers."""
 # Values joined as alternatives or parts in prose, and the words that hedge them.
 _ALTERNATIVES = re.compile(r"\s*(?:,?\s*\b(?:or|and)\b|,(?=\s))\s*", re.IGNORECASE)  # not `1,000`
 _GROUPED = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
@@ -108,8 +99,6 @@ _CONCLUSION = re.compile(
 )
 _ASIDE = re.compile(r"\s+\([^()\n]{1,80}\)\s*[.!]?\s*$")
 _NOT = re.compile(r"\s*(?:not|n't)\b", re.IGNORECASE)
-_NEGATED = re.compile(r"(?:\bnot|n't|\\neq?|≠)\s*\$?\s*$", re.IGNORECASE)
-_ONE_WORD = re.compile(r"[a-zA-Z]+")
 # Where the answer after an anchor ends: a line break, a full stop (not a decimal
 # point), a semicolon, a comma before a word, or a word that starts an explanation.
 _ANSWER_END = re.compile(
@@ -119,53 +108,13 @@ _ANSWER_END = re.compile(
 )
 # In an anchored sentence of prose, the value follows its last copula.
 _COPULA = re.compile(r"(?:\s(?:is|are|equals|est|es|ist|é|è)\s|=|是|为|為)", re.IGNORECASE)
-EQUALS = re.compile(r"(?<![<>!\\])=")
-"""An ``=`` that is not part of ``<=``, ``>=``, ``!=`` or ``\\=``."""
-_TEXT = re.compile(TEXT_CMD + r"\s*\{[^{}]*\}")
-_COMMAND = re.compile(r"\\[a-zA-Z]+")
-_ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[a-zA-Z*]*\}")
-# A left side that computes a value: it starts with an operator that binds its own
-# variable, or has no letter but e and i.
-_BOUND = re.compile(r"\s*(?:\\(?:lim|sum|prod|int|iint|oint|det)(?![a-zA-Z])|\\begin\{vmatrix\})")
-_FREE_LETTER = re.compile(r"[a-df-hj-zA-Z]")
-# Words in any script (two letters or more), and CJK characters, outside LaTeX commands.
-_WORD = re.compile(
-    r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]"
-    # Indic, Thai, Lao, Myanmar and Khmer words, whose vowel signs `\w` does not match
-    r"|[\u0900-\u0dff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]{2,}"
-    r"|(?<![\\a-zA-Z])[^\W\d_]{2,}"
-)
 _MAX_WHOLE = 80
 """Longest response (characters) read whole as one bare answer, but for one LaTeX
 environment (a matrix), which is read whole at any length."""
 _ONE_ENVIRONMENT = re.compile(r"\\begin\{([a-zA-Z]+\*?)\}.*\\end\{\1\}")
-# Between two math spans read as one answer (math-verify's joining).
-_JOIN = re.compile(r"\s*(?:,\s*and|,\s*or|and|or|,)\s*")
-_MAX_JOINED = 5
-"""Most spans read as one answer (math-verify's limit too)."""
-ALTERNATIVE = re.compile(
-    r"\b(?:or|and)\b|(?<!\\);|\\(?:lor|vee|land|wedge|mid|quad|qquad)(?![a-zA-Z])|\\\\(?![a-zA-Z])"
-)
-"""A word or sign that separates two alternatives (``or``, ``\\lor``, ``\\quad``, a line
-break ``\\\\``), not the spacing ``\\;`` or the ``\\\\le`` of LaTeX escaped twice."""
-_ENVIRONMENT_BODY = re.compile(r"\\begin\{([a-zA-Z]+\*?)\}.*?\\end\{\1\}", re.DOTALL)
-LEADING_VAR = re.compile(r"^\s*[a-zA-Z](?:_\{?\w+\}?)?\s*=(?!=)\s*")
-"""A leading ``x =`` (``x_1 =``) before a value."""
 # A one-word label before a bare answer: a word of three letters or more, then ":" or
 # "=", or a number right after it ("Result: 42", "Total = 1,234", "Therefore 42.").
 _LABEL = re.compile(r"[^\W\d_]{3,}(?:\s*(?::|=(?!=))\s*(?=\S)|,?\s+(?=[-+(]?\d))")
-
-
-def has_prose(text: str) -> bool:
-    """Whether `text` holds prose: a word of three letters or more in any script, or
-    a CJK character, LaTeX commands and ``\\text{}`` aside (``\\boxed{The answer is
-    8}``, ``\\boxed{比例为13/28}``, not ``\\boxed{\\text{odd}}``)."""
-    return any(len(w) >= 3 or w >= "\u3040" for w in _words(_TEXT.sub(" ", text)))
-
-
-def _words(text: str) -> list[str]:
-    """The words of prose in `text`, LaTeX commands and environment names aside."""
-    return _WORD.findall(_COMMAND.sub(" ", _ENVIRONMENT.sub(" ", text)))
 
 
 def free_text_answer(text: str) -> str | None:
@@ -179,7 +128,7 @@ def free_text_answer(text: str) -> str | None:
     if whole := _bare_answer(text):
         return whole
     text = _without_afterword(text)
-    return _last_sentence_list(text) or _last_value(text)
+    return _last_sentence_list(text) or last_value(text)
 
 
 def _without_afterword(text: str) -> str:
@@ -190,26 +139,11 @@ def _without_afterword(text: str) -> str:
     no conclusion of its own ("Check: ... wrong, so x = 3.5" stays)."""
     for afterword in (_CHECK, _APPROXIMATION, _ASIDE):
         m = afterword.search(text)
-        if not m or _CONCLUSION.search(m[0]) or any(a < m.start() < b for a, b in _span_bounds(text)):
+        if not m or _CONCLUSION.search(m[0]) or any(a < m.start() < b for a, b in span_bounds(text)):
             continue  # it concludes, or it is inside math: `$(7,11), (11,7)$`
-        if _last_value(text[: m.start()]) is not None:
+        if last_value(text[: m.start()]) is not None:
             text = text[: m.start()]
     return text
-
-
-def _span_bounds(text: str) -> list[tuple[int, int]]:
-    return [m.span() for m in _SPANS.finditer(text)]
-
-
-def _last_value(text: str) -> str | None:
-    """The rightmost math span or number, whichever ends last."""
-    span = _last_span(text)
-    number = _last_number(text)
-    if span is None and number is None:
-        return None
-    if span is None or (number is not None and number[1] > span[1]):
-        return number[0] if number else None
-    return span[0]
 
 
 def _bare_answer(text: str) -> str | None:
@@ -219,9 +153,9 @@ def _bare_answer(text: str) -> str | None:
     long = len(text) > _MAX_WHOLE and not _ONE_ENVIRONMENT.fullmatch(text)
     if not text or long or "\n" in text or "$" in text or "\\[" in text or "\\(" in text:
         return None
-    if len(_words(text)) > 1:
+    if len(words(text)) > 1:
         return None
-    if (label := _LABEL.match(text)) and not _words(text[label.end() :]):
+    if (label := _LABEL.match(text)) and not words(text[label.end() :]):
         return statement_value(text[label.end() :].rstrip("."))  # "Result: 42", "Therefore 42."
     return statement_value(text)
 
@@ -230,15 +164,13 @@ def _after_anchor(text: str, at: int) -> str | None:
     """The answer that starts at `at`: math spans right there (several joined by
     "and", "or" or commas), or the rest of the sentence.  None after "not", or when
     the sentence is a question ("Is the answer 5?")."""
-    if m := _SPANS.match(text, at):
+    if m := SPANS.match(text, at):
         group = [m]
         while (
-            len(group) < _MAX_JOINED
-            and (j := _JOIN.match(text, group[-1].end()))
-            and (m := _SPANS.match(text, j.end()))
+            len(group) < MAX_JOINED and (j := JOIN.match(text, group[-1].end())) and (m := SPANS.match(text, j.end()))
         ):
             group.append(m)
-        if answer := _joined(group):
+        if answer := joined(group):
             return answer
     rest = text[at : at + 200]
     if _NOT.match(rest):  # "the answer is not 5"
@@ -247,7 +179,7 @@ def _after_anchor(text: str, at: int) -> str | None:
     if cut and cut[0] in "?？":
         return None
     answer = (rest[: cut.start()] if cut else rest).strip().strip("*").strip()
-    if not answer or not _words(_TEXT.sub(" ", answer)):
+    if not answer or not words(TEXT.sub(" ", answer)):
         return answer or None
     return _value_in_prose(answer)
 
@@ -259,17 +191,17 @@ def _value_in_prose(sentence: str) -> str:
     the sentence's first span or number, else the sentence itself."""
     if listed := _listed(sentence):
         return listed  # "5 or 6", "1 and 2"
-    spans = _span_bounds(sentence)  # an `=` inside math is no copula
+    spans = span_bounds(sentence)  # an `=` inside math is no copula
     copulas = [c for c in _COPULA.finditer(sentence) if not any(a <= c.start() < b for a, b in spans)]
     if copulas:
         after = sentence[copulas[-1].end() :].strip().strip("*").strip()
-        if m := _SPANS.fullmatch(after):
-            return _span_answer(m) or sentence
-        if after and not _words(after):
+        if m := SPANS.fullmatch(after):
+            return span_answer(m) or sentence
+        if after and not words(after):
             return after
-        if value := _first_value(after):  # "is 120 dollars"
+        if value := first_value(after):  # "is 120 dollars"
             return value
-    return _first_value(sentence) or sentence
+    return first_value(sentence) or sentence
 
 
 def _listed(text: str) -> str | None:
@@ -277,7 +209,7 @@ def _listed(text: str) -> str | None:
     list, when that is all `text` holds: "5 or 6" is ``5, 6``, "1,000 and 2,000" is
     ``1000, 2000``."""
     values = _ALTERNATIVES.split(_HEDGE_WORDS.sub(" ", text).strip().rstrip(".").strip())
-    if len(values) < 2 or not all(_VALUE.fullmatch(v) for v in values):
+    if len(values) < 2 or not all(VALUE.fullmatch(v) for v in values):
         return None
     return ", ".join(v.replace(",", "") if _GROUPED.fullmatch(v) else v for v in values)
 
@@ -288,107 +220,3 @@ def _last_sentence_list(text: str) -> str | None:
     sentence = _SENTENCE_BREAK.split(text.strip())[-1]
     copulas = list(_COPULA.finditer(sentence))
     return _listed(sentence[copulas[-1].end() :]) if copulas else None
-
-
-def _first_value(text: str) -> str | None:
-    """The leftmost math span or number, whichever starts first (math-verify's lazy
-    match after "answer:"); as `_last_value`, never one right after a negation."""
-    span = _first_span(text)
-    number = next((m for m in _VALUE.finditer(text) if not _negated(text, m.start())), None)
-    if span is None or (number is not None and number.start() < span[1]):
-        return number[0] if number else None
-    return span[0]
-
-
-def _joined(group: list[re.Match[str]]) -> str | None:
-    """One answer from spans joined by "and"/"or"/commas (math-verify reads them as
-    one set): ``$x = -2$ and $x = 1$`` is ``-2, 1``."""
-    answers = [_span_answer(m) for m in group]
-    if len(answers) == 1 or None in answers:
-        return answers[0]
-    return ", ".join(LEADING_VAR.sub("", a) for a in answers if a)
-
-
-def _span_answer(m: re.Match[str]) -> str | None:
-    """The contents of a math span; None for prose between two dollar signs (one
-    word, ``$odd$``, is an answer)."""
-    content = next(g for g in m.groups() if g is not None).strip()
-    if m["i"] is not None and has_prose(content) and not _ONE_WORD.fullmatch(content):
-        return None
-    return statement_value(content) or None
-
-
-def statement_value(content: str) -> str:
-    """A chain ``a = b = c`` reads ``c`` (math-verify's last equation), and so does a
-    statement of a value, whose left side computes (``3 + 4 = 7``, ``e^{i\\pi} = -1``,
-    ``\\lim_{x \\to 0} ... = 1``, a determinant); an equation in an unknown such as
-    ``5x - 7y + 4 = 0`` stays whole (``x = 5`` loses its ``x =`` in the comparer), and
-    so do alternatives (``p = -1 \\text{ or } p = 2``, ``x = 1; y = 2``)."""
-    sides = EQUALS.split(content)
-    alternatives = "," in content or ALTERNATIVE.search(_ENVIRONMENT_BODY.sub(" ", content))
-    if not alternatives and (len(sides) > 2 or (len(sides) == 2 and _computes(sides[0]))):
-        return sides[-1].strip()
-    return content
-
-
-def _computes(left: str) -> bool:
-    if _BOUND.match(left):
-        return True
-    return not _FREE_LETTER.search(_COMMAND.sub("", _ENVIRONMENT.sub("", left)))
-
-
-def _taken(text: str, m: re.Match[str]) -> bool:
-    """Whether a math span can be the answer: it holds math, and no negation stands
-    right before it."""
-    return not _negated(text, m.start()) and _span_answer(m) is not None
-
-
-def _first_span(text: str) -> tuple[str, int] | None:
-    """(answer, start) of the leftmost math span `_taken`, with the spans joined to it
-    by "and", "or" or commas."""
-    spans = list(_SPANS.finditer(text))
-    for i, m in enumerate(spans):
-        if not _taken(text, m):
-            continue
-        last = i
-        while (
-            last + 1 < len(spans)
-            and last - i + 1 < _MAX_JOINED
-            and _JOIN.fullmatch(text, spans[last].end(), spans[last + 1].start())
-        ):
-            last += 1
-        return _joined(spans[i : last + 1]), m.start()
-    return None
-
-
-def _last_span(text: str) -> tuple[str, int] | None:
-    """(answer, end) of the rightmost math span `_taken`, with the spans joined to it
-    by "and", "or" or commas."""
-    spans = list(_SPANS.finditer(text))
-    for i in reversed(range(len(spans))):
-        m = spans[i]
-        if not _taken(text, m):
-            continue
-        first = i
-        while (
-            first > 0
-            and i - first + 1 < _MAX_JOINED
-            and _JOIN.fullmatch(text, spans[first - 1].end(), spans[first].start())
-        ):
-            first -= 1
-        return _joined(spans[first : i + 1]), m.end()
-    return None
-
-
-def _last_number(text: str) -> tuple[str, int] | None:
-    """(number, end) of the rightmost number (or tuple of numbers) not right after a
-    negation."""
-    for m in reversed(list(_VALUE.finditer(text))):
-        if not _negated(text, m.start()):
-            return m[0], m.end()
-    return None
-
-
-def _negated(text: str, at: int) -> bool:
-    """Whether "not" (or ``\\neq``) stands right before `at`."""
-    return bool(_NEGATED.search(text[max(0, at - 12) : at]))

@@ -25,7 +25,8 @@ import re
 
 from ._answer import answer_region, boxed_answers, extract_answer, last_answer_block
 from ._compare import GradingMode, list_items, tuple_items
-from ._free_text import LEADING_VAR, free_text_answer, has_prose, statement_value
+from ._free_text import free_text_answer
+from ._spans import LEADING_VAR, has_prose, statement_value
 
 __all__ = ["final_answer", "gold_answer", "strip_end_tokens"]
 

@@ -14,9 +14,9 @@ import threading
 
 from ._answer import extract_answer
 from ._compare import GradingMode, answers_match, list_items, rel_tolerance
-from ._free_text import ALTERNATIVE, EQUALS
 from ._lenient import final_answer, gold_answer, strip_end_tokens
 from ._normalise import MAX_ANSWER_CHARS, QUALIFIER, python_powers
+from ._spans import ALTERNATIVE, EQUALS
 from ._worker import GradeRequest, SyncWorker
 
 __all__ = ["GRADING_TIMEOUT_S", "grade_request", "quick_verdict", "score"]
