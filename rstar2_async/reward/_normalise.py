@@ -23,7 +23,9 @@ math-verify tends to miss or that need no symbolic algebra at all:
   variable against an interval (``x > 2`` is ``(2,\\infty)``, see ``_compare``);
 - matrices: ``pmatrix``, ``bmatrix``, ``matrix``, ``array`` (in any brackets) and a
   list of rows ``[[1, 2], [3, 4]]`` are one form, compared cell by cell;
-- a time with zero seconds (``20:34:00``) is the minute (``20:34``);
+- a time with zero seconds (``20:34:00``) is the minute (``20:34``); an ordinal
+  (``12^{\\text{th}}``) is its number; a choice with its value (``\\textbf{(C)}\\ 12``)
+  is the choice; "all real numbers" is ``\\mathbb{R}``;
 - relations: ``\\neq``/``\\ne``/``≠`` are ``!=``, ``\\leq``/``≤`` ``<=``, ``\\geq``/``≥`` ``>=``;
 - layout noise: ``\\left``/``\\right``, spacing commands (``\\!``, ``\\,``, ``\\;``),
   spaces, ``$``, ``\\displaystyle``, a leading ``x =``, ``f(x) =`` or ``x \\in``, a
@@ -77,7 +79,7 @@ _SET_WORDS = [
     (re.compile(r"\\langle(?![a-zA-Z])"), "("),  # a vector `\langle 1, 2 \rangle` is a tuple
     (re.compile(r"\\rangle(?![a-zA-Z])"), ")"),
     (re.compile(r"\\(?:emptyset|varnothing)(?![a-zA-Z])|\\\{\s*\\\}"), "\\emptyset "),
-    (re.compile(r"\\mathbb\s*\{?\s*R\s*\}?|\\R(?![a-zA-Z])"), "(-\\infty,\\infty)"),
+    (re.compile(r"\\mathbb\s*\{?\s*R\s*\}?|\\R(?![a-zA-Z])|\b(?i:all\s+real\s+numbers)\b"), "(-\\infty,\\infty)"),
 ]
 # bmatrix, matrix and array (with its column spec) all become pmatrix; vmatrix is a
 # determinant and stays.
@@ -92,6 +94,7 @@ _NOISE = re.compile(
     r"\\\\|\\left\.|\\right\.|\\left(?![a-zA-Z])|\\right(?![a-zA-Z])|\\[bB]igg?[lr]?(?![a-zA-Z])"
     r"|\\displaystyle|\\[!,;:> ]|\\q?quad(?![a-zA-Z])|~|\$"
 )
+_ORDINAL = re.compile(r"(?<=\d)\s*\^\s*\{\s*(?:\\(?:text|mathrm)\s*\{\s*)?(?:st|nd|rd|th)\s*\}?\s*\}")  # 12^{\text{th}}
 _DEGREES = re.compile(r"(?:\{\s*\})?(?:\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree|°)")
 _PERCENT = re.compile(r"\\%|%")
 _DOLLAR = re.compile(r"\\\$|[€£¥₹]")  # currency signs
@@ -129,7 +132,8 @@ _FRAC_ARG = r"(\w|\\[a-zA-Z]+|\{[^{}]*\})"
 _FRAC_SHORT = re.compile(rf"\\frac{_FRAC_ARG}{_FRAC_ARG}")
 _SQRT_SHORT = re.compile(r"\\sqrt(\w)")
 _INFINITY = re.compile(r"\+?\\inf(?:ty)?(?![a-zA-Z])")
-_CHOICE = re.compile(r"^\(([A-Za-z])\)$")
+# `(C)`, or `\textbf{(C)}\ 12`: the choice with its value, but not `(A), (B)` or `(A)(B)`.
+_CHOICE = re.compile(r"^\(([A-Za-z])\)$|^\(([A-E])\)(?![,;])(?!.*\([A-E]\))(?=.)")
 _ROW_LIST = re.compile(r"\[(\[[^\[\]]*\](?:,\[[^\[\]]*\])*)\]")
 _TIME_SECONDS = re.compile(r"(\d{1,2}:\d{2}):00")
 
@@ -165,6 +169,7 @@ def normalize_answer(text: str) -> str:
     s = _DOLLAR.sub("", s)  # before the noise pass, which drops a bare `$`
     s = _NOISE.sub(lambda m: m[0] if m[0] == "\\\\" else " ", s)
     s = _DEGREES.sub("", s)
+    s = _ORDINAL.sub("", s)
     s = _PERCENT.sub("", s)
     s = _FRAC_ALIASES.sub(r"\\frac", s).strip()
     # Units go before `\text{}` is unwrapped, while they can still be told apart
@@ -188,7 +193,7 @@ def normalize_answer(text: str) -> str:
     s = _INFINITY.sub(r"\\infty", s)
     s = _strip_outer_braces(s)
     if m := _CHOICE.match(s):
-        s = m[1]
+        s = m[1] or m[2]
     if m := _BRACKETED_MATRIX.fullmatch(s):  # `\left(\begin{array}...\end{array}\right)`
         s = m[1]
     elif m := _ROW_LIST.fullmatch(s):

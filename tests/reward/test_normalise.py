@@ -76,6 +76,11 @@ SAME = [
     ("1:30 PM", "1:30"),
     # tuples, intervals, sets, lists, unions
     (r"\langle 1, -2, 3 \rangle", "(1,-2,3)"),  # a vector in angle brackets
+    (r"\text{all real numbers}", r"\mathbb{R}"),
+    (r"\textbf{(C) } 12", "C"),  # a choice with its value is the choice
+    (r"\text{(D)}\ 12", r"\text{(D)}"),
+    (r"12^{\text{th}}", "12"),  # an ordinal
+    ("2^{nd}", "2"),
     ("(1, 2)", "(1,2)"),
     ("(0.5, -13)", "\\left( \\frac{3}{6}, -13 \\right)"),
     ("(3,4]", "(3, 4]"),
@@ -153,6 +158,9 @@ DIFFERENT = [
     ("1,2,3", "1,2"),
     ("10 \\pi", "10"),  # pi is no unit
     ("2 \\text{ or more}", "2"),  # words that bound or take back a value are no unit
+    ("(A), (B)", "A"),  # two choices are no choice
+    ("(A)(B)", "A"),
+    (r"x^{\text{th}}", "x"),
     ("2 or more", "2"),
     ("2 \\text{ is not the answer}", "2"),
     ("\\text{at least } 2", "2"),
