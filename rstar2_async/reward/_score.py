@@ -45,11 +45,17 @@ _SEVERAL = re.compile(r",|\\(?:cup|pm|mp|in)(?![a-zA-Z])")
 """What makes a gold answer more than one value: a list, a union, ``\\pm``, a set."""
 
 
+_MANY = re.compile(r",\s*\\(?:[lc]?dots)(?![a-zA-Z])|\\begin\{cases\}")
+"""A sequence written with an ellipsis (``1, 2, \\ldots, 10``) or cases: many values."""
+
+
 def _hedged(answer: str, gold: str) -> bool:
     """An answer of alternatives (``x = 1 \\text{ or } x = 2``, ``1 \\lor 2``, ``1 \\mid 2``,
-    a line break between two values) does not answer a gold answer of one value;
-    math-verify would read one of them (the last) and accept it."""
-    if not ALTERNATIVE.search(answer) or "\\begin" in answer:
+    a line break between two values) or of many values (``1, \\ldots, 2``, cases) does
+    not answer a gold answer of one value; math-verify would read one of them (the
+    last) and accept it."""
+    many = _MANY.search(answer) and not _MANY.search(gold)
+    if not many and (not ALTERNATIVE.search(answer) or "\\begin" in answer):
         return False
     return not (ALTERNATIVE.search(gold) or _SEVERAL.search(gold)) and len(list_items(gold)) == 1
 

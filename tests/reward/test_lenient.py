@@ -200,6 +200,9 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("\\boxed{1 \\text{ (or } 2)}", "2", 0.0, 0.0),
         ("\\boxed{x = 1 \\\\ x = 2}", "2", 0.0, 0.0),
         ("\\boxed{(1, 2) \\text{ or } (2, 1)}", "(1, 2)", 0.0, 0.0),
+        ("\\boxed{1, 2, \\ldots, 10}", "10", 0.0, 0.0),  # a sequence is many values
+        ("\\boxed{\\begin{cases} 1 \\\\ 2 \\end{cases}}", "2", 0.0, 0.0),
+        ("\\boxed{1, 2, \\ldots, 10}", "1, 2, \\ldots, 10", 1.0, 1.0),
         ("The answer is 5 or 6.", "5", 0.0, 0.0),  # a hedge in prose
         ("The answer is 5 or 6.", "5, 6", 0.0, 1.0),
         # nor a value taken back or bounded by its words, which math-verify ignores
