@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_ANSWER_CHARS", "QUALIFIER", "TEXT_CMD", "normalize_answer", "python_powers"]
+__all__ = ["MAX_ANSWER_CHARS", "QUALIFIER", "TEXT_CMD", "normalize_answer", "python_notation"]
 
 MAX_ANSWER_CHARS = 2048
 """Longest answer (in characters) either check looks at.  Real final answers are a
@@ -140,12 +140,25 @@ _TIME_SECONDS = re.compile(r"(\d{1,2}:\d{2}):00")
 
 _PYTHON_POWER = re.compile(r"(?<=[\w)\]}])\*\*(?=[\w(\[{+-])")
 """Python's power ``2**(1/4)`` between two operands (not markdown's ``**bold**``)."""
+_PYTHON_NAME = re.compile(r"(?<![\w\\])(?:(pi)(?!\w)|(sqrt|exp|log|ln|sin|cos|tan)(?=\())")
+_PYTHON_SQRT = re.compile(r"\\sqrt\(([^()]*)\)")
+_LATEX_NAME = {"log": "\\ln", "pi": "\\pi"}  # Python's log is the natural one
 
 
-def python_powers(text: str) -> str:
-    """`text` with Python's ``**`` written as ``^``, which math-verify's LaTeX reads
-    (golds and answers written as code: ``2**(1/4)``)."""
-    return _PYTHON_POWER.sub("^", text) if "**" in text else text
+def python_notation(text: str) -> str:
+    """`text` with Python's math written as LaTeX, which math-verify reads (golds and
+    answers written as code): ``**`` as ``^`` (``2**(1/4)``); and, in text with no
+    LaTeX command, ``pi``, ``sqrt(2)``, ``exp(2)``, ``log(2)`` as ``\\pi``, ``\\sqrt{2}``,
+    ``\\exp(2)``, ``\\ln(2)`` (``2*pi``, ``(3*sqrt(5))/7``)."""
+    if "**" in text:
+        text = _PYTHON_POWER.sub("^", text)
+    if "\\" not in text and _PYTHON_NAME.search(text):
+        text = _PYTHON_NAME.sub(lambda m: _LATEX_NAME.get(m[0], "\\" + m[0]), text)
+        for _ in range(4):  # inner first: `sqrt(sqrt(2))`
+            text, n = _PYTHON_SQRT.subn(r"\\sqrt{\1}", text)
+            if not n:
+                break
+    return text
 
 
 def normalize_answer(text: str) -> str:

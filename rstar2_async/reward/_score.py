@@ -15,7 +15,7 @@ import threading
 from ._answer import extract_answer
 from ._compare import GradingMode, answers_match, list_items, rel_tolerance
 from ._lenient import final_answer, gold_answer, strip_end_tokens
-from ._normalise import MAX_ANSWER_CHARS, QUALIFIER, python_powers
+from ._normalise import MAX_ANSWER_CHARS, QUALIFIER, python_notation
 from ._spans import ALTERNATIVE, EQUALS
 from ._worker import GradeRequest, SyncWorker
 
@@ -83,7 +83,7 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
     """(verdict, answer, gold answer): a verdict reached without math-verify, else
     (None, answer, gold answer) for math-verify to settle."""
     given = gold
-    gold = python_powers(gold_answer(gold))
+    gold = python_notation(gold_answer(gold))
     text = strip_end_tokens(response_text)
     answer = final_answer(text, gold, mode=mode)
     if len(given) <= MAX_ANSWER_CHARS and (
@@ -92,7 +92,7 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
         return 1.0, given, given  # `odd $n$` for `odd $n$`, boxed or (lenient) not: nothing to read
     if answer is None or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0, "", gold
-    answer = python_powers(answer)
+    answer = python_notation(answer)
     if _hedged(answer, gold) or _qualified(answer, gold):
         return 0.0, answer, gold
     if answers_match(answer, gold, mode=mode):

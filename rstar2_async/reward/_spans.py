@@ -66,6 +66,8 @@ _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[a-zA-Z*]*\}")
 # variable, or has no letter but e and i.
 _BOUND = re.compile(r"\s*(?:\\(?:lim|sum|prod|int|iint|oint|det)(?![a-zA-Z])|\\begin\{vmatrix\})")
 _FREE_LETTER = re.compile(r"[a-df-hj-zA-Z]")
+# Python's math names, which are no prose: `sqrt(2)`, `2*pi`.
+_PYTHON_MATH = re.compile(r"\b(?:sqrt|exp|log|ln|sin|cos|tan)(?=\s*\()|(?<=[\d*/(])\s*pi\b|\bpi(?=\s*[*/)])")
 # Words in any script (two letters or more), and CJK characters, outside LaTeX commands.
 _WORD = re.compile(
     r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]"
@@ -95,8 +97,9 @@ def has_prose(text: str) -> bool:
 
 
 def words(text: str) -> list[str]:
-    """The words of prose in `text`, LaTeX commands and environment names aside."""
-    return _WORD.findall(_COMMAND.sub(" ", _ENVIRONMENT.sub(" ", text)))
+    """The words of prose in `text`, LaTeX commands, environment names and Python's
+    math names (``sqrt(2)``, ``2*pi``) aside."""
+    return _WORD.findall(_PYTHON_MATH.sub(" ", _COMMAND.sub(" ", _ENVIRONMENT.sub(" ", text))))
 
 
 def span_bounds(text: str) -> list[tuple[int, int]]:

@@ -175,6 +175,14 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
             1.0,
         ),
         ("\\boxed{\\sqrt{\\sqrt{2}}}", "2**(1/4)", 1.0, 1.0),
+        # Python's math names, in text with no LaTeX command
+        ("\\boxed{2*pi}", "2\\pi", 1.0, 1.0),
+        ("\\boxed{(3*sqrt(5))/7}", "\\frac{3\\sqrt{5}}{7}", 1.0, 1.0),
+        ("\\boxed{sqrt(sqrt(2))}", "2**(1/4)", 1.0, 1.0),
+        ("\\boxed{log(2)}", "\\ln 2", 1.0, 1.0),  # Python's log is the natural one
+        ("\\boxed{exp(2)}", "e^2", 1.0, 1.0),
+        ("The answer is -1 + sqrt(2).", "\\sqrt{2} - 1", 0.0, 1.0),
+        ("\\boxed{2*pi}", "\\pi", 0.0, 0.0),
         ("\\boxed{\\sqrt{\\sqrt{3}}}", "2**(1/4)", 0.0, 0.0),
         ("\\boxed{**3**}", "3", 1.0, 1.0),
         # a decimal within 1e-4 of a gold that is no integer: lenient only (the field's math_equal)
