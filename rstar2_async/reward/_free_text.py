@@ -151,7 +151,7 @@ def _bare_answer(text: str) -> str | None:
     one word (``\\mathrm{E}``, ``odd``, ``x^2 + 2*x + 1``), or one matrix."""
     text = text.strip().strip("*").strip()  # markdown bold: `**3**`
     long = len(text) > _MAX_WHOLE and not _ONE_ENVIRONMENT.fullmatch(text)
-    if not text or long or "\n" in text or "$" in text or "\\[" in text or "\\(" in text:
+    if not text or long or "\n" in text or "$" in text.replace("\\$", "") or "\\[" in text or "\\(" in text:
         return None
     if len(words(text)) > 1:
         return None

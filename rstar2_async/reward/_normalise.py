@@ -28,10 +28,11 @@ math-verify tends to miss or that need no symbolic algebra at all:
   is the choice; "all real numbers" is ``\\mathbb{R}``;
 - relations: ``\\neq``/``\\ne``/``≠`` are ``!=``, ``\\leq``/``≤`` ``<=``, ``\\geq``/``≥`` ``>=``;
 - layout noise: ``\\left``/``\\right``, spacing commands (``\\!``, ``\\,``, ``\\;``),
-  spaces, ``$``, ``\\displaystyle``, a leading ``x =``, ``f(x) =`` or ``x \\in``, a
-  leading ``Answer:`` (``\\text{Final answer: }``, ``**Answer:**``), a final period
-  and a final lone backslash (``185\\``); outside an environment, a command escaped
-  twice (``\\\\le``: LaTeX that went through JSON or a Python string).
+  spaces, ``$``, ``\\displaystyle``, a leading ``x =``, ``f(x) =`` or ``x \\in`` (or a
+  trailing ``= x`` after a number), a leading ``Answer:`` (``\\text{Final answer: }``,
+  ``**Answer:**``), a final period and a final lone backslash (``185\\``); outside an
+  environment, a command escaped twice (``\\\\le``: LaTeX that went through JSON or a
+  Python string).
 
 Guarantees: pure functions, no I/O, no sympy, nothing evaluated (``9^{9^9}`` stays a
 string), so every call is fast and bounded; inputs longer than `MAX_ANSWER_CHARS`
@@ -124,6 +125,7 @@ _OR = re.compile(r"\bor\b", re.IGNORECASE)
 _UNIT_TAIL_WORDS = re.compile(
     r"^(?P<head>[-+]?[\d.,/:]*\d)\s*(?!pi\b)[a-zA-Z]{2,}(?:\s+[a-zA-Z]+)*(?:\s*\^\s*\{?\d\}?)?\s*\.?$"
 )
+_TRAILING_VARIABLE = re.compile(r"([^a-zA-Z=<>!]*[0-9][^a-zA-Z=<>!]*)=\s*[a-zA-Z](?:_\{?\w+\}?)?\s*")
 _LEADING_VARIABLE = re.compile(
     r"^(?:[a-zA-Z]|\\[a-zA-Z]+)(?:_\{?\w+\}?)?(?:\s*\(\s*[a-z]\s*\))?\s*(?:=|\\in(?![a-zA-Z]))"
 )
@@ -199,6 +201,8 @@ def normalize_answer(text: str) -> str:
         s = s.replace(",", "")
     if s.count("=") == 1 or "\\in" in s:
         s = _LEADING_VARIABLE.sub("", s, count=1)
+    if s.count("=") == 1 and (m := _TRAILING_VARIABLE.fullmatch(s)):
+        s = m[1]  # `2 = x`
     s = "".join(s.split())
     s = _SINGLE_CHAR_GROUP.sub(r"\1\2", s)
     s = _FRAC_SHORT.sub(lambda m: rf"\frac{_braced(m[1])}{_braced(m[2])}", s)

@@ -75,6 +75,7 @@ FREE_TEXT = [
     ("That leaves 45% of the class.", "45%"),
     ("He pays $5 and gets $3 back, so he has 18 dollars.", "18"),  # currency, not math
     ("The result is 3.14.", "3.14"),
+    ("\\$15{,}000", "\\$15{,}000"),  # an escaped dollar is no math span: a bare answer
     ("The center is at (1, -2).", "(1, -2)"),  # a tuple of numbers in prose
     ("so x lies in [0.5, 3) here", "[0.5, 3)"),
     ("We get f(1, 2) = 5", "5"),  # arguments are no tuple

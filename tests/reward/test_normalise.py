@@ -81,6 +81,8 @@ SAME = [
     (r"\text{(D)}\ 12", r"\text{(D)}"),
     (r"12^{\text{th}}", "12"),  # an ordinal
     ("2^{nd}", "2"),
+    ("2 = x", "2"),  # the variable on the right
+    ("-3 = y_1", "-3"),
     ("(1, 2)", "(1,2)"),
     ("(0.5, -13)", "\\left( \\frac{3}{6}, -13 \\right)"),
     ("(3,4]", "(3, 4]"),
@@ -160,6 +162,7 @@ DIFFERENT = [
     ("2 \\text{ or more}", "2"),  # words that bound or take back a value are no unit
     ("(A), (B)", "A"),  # two choices are no choice
     ("(A)(B)", "A"),
+    ("a + b = c", "a + b"),
     (r"x^{\text{th}}", "x"),
     ("2 or more", "2"),
     ("2 \\text{ is not the answer}", "2"),
