@@ -12,7 +12,9 @@ grade leniently (`final_answer` with ``mode="lenient"``):
 2. Without a box, the answer is read from free text (``_free_text``): that of the
    last ``<answer>`` block first, then of the whole response.
 
-In both modes a box holding prose (``\\boxed{The answer is 8}``) is read as free
+In both modes only the text after a reasoning model's last ``</think>`` is read (a
+box written while thinking is no answer, and a response cut off while thinking has
+none), a box holding prose (``\\boxed{The answer is 8}``) is read as free
 text, and a response's chat end-of-turn tokens (``<|im_end|>``, ``<|eot_id|>``,
 ``</s>``...) are dropped first: the engine grades text without them, and a stored
 sample's ``response_text`` keeps them, so regrading it gives the score the run gave.
@@ -28,7 +30,7 @@ from ._compare import GradingMode, list_items, tuple_items
 from ._free_text import free_text_answer
 from ._spans import LEADING_VAR, has_prose, statement_value
 
-__all__ = ["final_answer", "gold_answer", "strip_end_tokens"]
+__all__ = ["after_thinking", "final_answer", "gold_answer", "strip_end_tokens"]
 
 # Chat templates' special tokens as a stored transcript spells them: ChatML and
 # Llama 3's `<|...|>`, DeepSeek's `<｜...｜>`, and the SentencePiece and Gemma ends.
@@ -66,7 +68,7 @@ def final_answer(text: str, gold: str | None = None, *, mode: GradingMode = "str
     """
     if mode not in ("strict", "lenient"):
         raise ValueError(f"mode: expected 'strict' or 'lenient', got {mode!r}")
-    text = strip_end_tokens(text)
+    text = after_thinking(strip_end_tokens(text))
     if mode == "strict":
         boxed = extract_answer(text)
         return None if boxed is None else _inside_box(boxed)
@@ -75,6 +77,17 @@ def final_answer(text: str, gold: str | None = None, *, mode: GradingMode = "str
     if not boxes:
         return _free_text(text)
     return _several_boxes(text[start:end], boxes, gold) or _inside_box(boxes[-1][0])
+
+
+def after_thinking(text: str) -> str:
+    """The part of a response after its reasoning, which is where its final answer is:
+    the text after the last ``</think>``; nothing when the last ``<think>`` is never
+    closed (the response ended while thinking); the whole text when it has no
+    ``<think>``.  A box the model wrote while thinking and then took back is no answer."""
+    opened, closed = text.rfind("<think>"), text.rfind("</think>")
+    if opened > closed:
+        return ""
+    return text[closed + len("</think>") :] if closed >= 0 else text
 
 
 def _inside_box(content: str) -> str | None:

@@ -14,7 +14,7 @@ import threading
 
 from ._answer import extract_answer
 from ._compare import GradingMode, answers_match, list_items, rel_tolerance
-from ._lenient import final_answer, gold_answer, strip_end_tokens
+from ._lenient import after_thinking, final_answer, gold_answer, strip_end_tokens
 from ._normalise import MAX_ANSWER_CHARS, QUALIFIER, python_notation
 from ._spans import ALTERNATIVE, EQUALS
 from ._worker import GradeRequest, SyncWorker
@@ -84,7 +84,7 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
     (None, answer, gold answer) for math-verify to settle."""
     given = gold
     gold = python_notation(gold_answer(gold))
-    text = strip_end_tokens(response_text)
+    text = after_thinking(strip_end_tokens(response_text))
     answer = final_answer(text, gold, mode=mode)
     if len(given) <= MAX_ANSWER_CHARS and (
         _same_text(extract_answer(text) or "", given) or (mode == "lenient" and _same_text(text, given))

@@ -229,6 +229,13 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("\\boxed{x \\not= 5}", "x \\neq 5", 1.0, 1.0),  # `\not` is a command, not the word
         ("\\boxed{\\;\\angle APC = 74^\\circ\\;}", "74^\\circ", 1.0, 1.0),  # `\;` is a space
         ("\\boxed{x \\\\le 2}", "x \\le 2", 1.0, 1.0),  # `\\le` is `\le` escaped twice
+        # a reasoning model's answer is after its last </think>
+        ("<think>Maybe \\boxed{5}? No, recount: 6.</think>\n\nThe answer is 6.", "6", 0.0, 1.0),
+        ("<think>Maybe \\boxed{5}? No, recount: 6.</think>\n\nThe answer is 6.", "5", 0.0, 0.0),
+        ("<think>Maybe 5. Recount: 6.</think>\n\nThe answer is \\boxed{6}.", "6", 1.0, 1.0),
+        ("Let me count: 6.</think>\n\n\\boxed{6}", "6", 1.0, 1.0),  # the template opened it
+        ("<think>So it is \\boxed{6}", "6", 0.0, 0.0),  # cut off while thinking
+        ("<think>a</think> \\boxed{5}, calling a tool. <think>recheck</think> \\boxed{6}", "6", 1.0, 1.0),
         # numbers as people write them, and a vector as a tuple: lenient only
         ("The answer is five.", "5", 0.0, 1.0),
         ("\\boxed{\\text{twelve}}", "12", 0.0, 1.0),
