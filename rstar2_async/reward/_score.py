@@ -43,8 +43,6 @@ def _unsolved(answer: str, gold: str) -> bool:
 
 _SEVERAL = re.compile(r",|\\(?:cup|pm|mp|in)(?![a-zA-Z])")
 """What makes a gold answer more than one value: a list, a union, ``\\pm``, a set."""
-
-
 _MANY = re.compile(r",\s*\\(?:[lc]?dots)(?![a-zA-Z])|\\begin\{cases\}")
 """A sequence written with an ellipsis (``1, 2, \\ldots, 10``) or cases: many values."""
 
@@ -54,8 +52,9 @@ def _hedged(answer: str, gold: str) -> bool:
     a line break between two values) or of many values (``1, \\ldots, 2``, cases) does
     not answer a gold answer of one value; math-verify would read one of them (the
     last) and accept it."""
+    alternatives = ALTERNATIVE.search(answer) and "\\begin" not in answer
     many = _MANY.search(answer) and not _MANY.search(gold)
-    if not many and (not ALTERNATIVE.search(answer) or "\\begin" in answer):
+    if not (alternatives or many):
         return False
     return not (ALTERNATIVE.search(gold) or _SEVERAL.search(gold)) and len(list_items(gold)) == 1
 
