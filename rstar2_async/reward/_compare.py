@@ -22,7 +22,7 @@ from typing import Literal
 
 from ._normalise import MAX_ANSWER_CHARS, normalize_answer
 
-__all__ = ["LENIENT_REL_TOL", "GradingMode", "answers_match", "list_items", "rel_tolerance", "tuple_items"]
+__all__ = ["LENIENT_REL_TOL", "GradingMode", "answer_parts", "answers_match", "rel_tolerance"]
 
 GradingMode = Literal["strict", "lenient"]
 """``"strict"``: rStar2's format (training).  ``"lenient"``: a box if there is one,
@@ -322,19 +322,11 @@ def _decimal_comma(a: str, b: str) -> bool:
     )
 
 
-def tuple_items(answer: str) -> list[str]:
-    """The parts of an answer that is a tuple (``(2, 3)``), canonical, in order; ``[]``
-    for any other answer."""
+def answer_parts(answer: str) -> tuple[str, list[str]]:
+    """(kind, parts) of an answer: ``"()"`` and its parts in order for a tuple
+    (``(2, 3)``), ``"list"`` and its parts for an unordered list or set (``3, 5, 7``,
+    ``\\{1, 2\\}``), else ``""`` and the answer itself; parts canonical."""
     s = normalize_answer(answer) if len(answer) <= MAX_ANSWER_CHARS else answer
-    if (c := _compound(s)) is not None and c[0] == "()":
-        return c[1]
-    return []
-
-
-def list_items(answer: str) -> list[str]:
-    """The parts of an answer that is an unordered list or set (``3, 5, 7``,
-    ``\\{1, 2\\}``), canonical; ``[answer]`` for any other answer."""
-    s = normalize_answer(answer) if len(answer) <= MAX_ANSWER_CHARS else answer
-    if (c := _compound(s)) is not None and c[0] == "list":
-        return c[1]
-    return [s]
+    if (c := _compound(s)) is not None and c[0] in ("()", "list"):
+        return c[0], c[1]
+    return "", [s]

@@ -137,9 +137,10 @@ def _without_afterword(text: str) -> str:
     ("$\\frac{1}{6}$, which is approximately 0.1667") or an aside in parentheses ("25
     square units (5 x 5)"), each cut only when a value stands before it and it draws
     no conclusion of its own ("Check: ... wrong, so x = 3.5" stays)."""
+    spans = span_bounds(text)  # a cut never falls inside a span, so they hold for the rest
     for afterword in (_CHECK, _APPROXIMATION, _ASIDE):
         m = afterword.search(text)
-        if not m or _CONCLUSION.search(m[0]) or any(a < m.start() < b for a, b in span_bounds(text)):
+        if not m or _CONCLUSION.search(m[0]) or any(a < m.start() < b for a, b in spans):
             continue  # it concludes, or it is inside math: `$(7,11), (11,7)$`
         if last_value(text[: m.start()]) is not None:
             text = text[: m.start()]
@@ -191,9 +192,7 @@ def _value_in_prose(sentence: str) -> str:
     the sentence's first span or number, else the sentence itself."""
     if listed := _listed(sentence):
         return listed  # "5 or 6", "1 and 2"
-    spans = span_bounds(sentence)  # an `=` inside math is no copula
-    copulas = [c for c in _COPULA.finditer(sentence) if not any(a <= c.start() < b for a, b in spans)]
-    if copulas:
+    if copulas := _copulas(sentence):
         after = sentence[copulas[-1].end() :].strip().strip("*").strip()
         if m := SPANS.fullmatch(after):
             return span_answer(m) or sentence
@@ -218,5 +217,11 @@ def _last_sentence_list(text: str) -> str | None:
     """The values listed after the last copula of the last sentence, if that is all
     there is after it ("The solutions are 1 and 2.")."""
     sentence = _SENTENCE_BREAK.split(text.strip())[-1]
-    copulas = list(_COPULA.finditer(sentence))
+    copulas = _copulas(sentence)
     return _listed(sentence[copulas[-1].end() :]) if copulas else None
+
+
+def _copulas(sentence: str) -> list[re.Match[str]]:
+    """The copulas of a sentence outside its math spans (an `=` inside math is none)."""
+    spans = span_bounds(sentence)
+    return [c for c in _COPULA.finditer(sentence) if not any(a <= c.start() < b for a, b in spans)]

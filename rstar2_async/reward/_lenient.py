@@ -26,7 +26,7 @@ import itertools
 import re
 
 from ._answer import answer_region, boxed_answers, extract_answer, last_answer_block
-from ._compare import GradingMode, list_items, tuple_items
+from ._compare import GradingMode, answer_parts
 from ._free_text import free_text_answer
 from ._spans import LEADING_VAR, has_prose, statement_value
 
@@ -132,8 +132,8 @@ def _several_boxes(text: str, boxes: list[tuple[str, int, int]], gold: str | Non
     \\boxed{5}`` is no answer ``3, 5``."""
     if gold is None or len(boxes) < 2:
         return None
-    parts = tuple_items(gold)
-    k = len(parts) or len(list_items(gold))
+    kind, parts = answer_parts(gold)
+    k = len(parts)
     if k < 2:
         return None
     run = 1
@@ -144,6 +144,6 @@ def _several_boxes(text: str, boxes: list[tuple[str, int, int]], gold: str | Non
         run += 1
     if run != k:
         return None
-    if parts:
+    if kind == "()":
         return "(" + ", ".join(LEADING_VAR.sub("", content) for content, _, _ in boxes[-k:]) + ")"
     return ", ".join(content for content, _, _ in boxes[-k:])

@@ -13,7 +13,7 @@ import re
 import threading
 
 from ._answer import extract_answer
-from ._compare import GradingMode, answers_match, list_items, rel_tolerance
+from ._compare import GradingMode, answers_match, rel_tolerance
 from ._lenient import after_thinking, final_answer, gold_answer, strip_end_tokens
 from ._normalise import MAX_ANSWER_CHARS, QUALIFIER, python_notation
 from ._spans import ALTERNATIVE, EQUALS
@@ -42,7 +42,8 @@ def _unsolved(answer: str, gold: str) -> bool:
 
 
 _SEVERAL = re.compile(r",|\\(?:cup|pm|mp|in)(?![a-zA-Z])")
-"""What makes a gold answer more than one value: a list, a union, ``\\pm``, a set."""
+"""What makes a gold answer more than one value: a list or set (their commas), a union,
+``\\pm``; every gold the comparer splits into parts has one of them."""
 _MANY = re.compile(r",\s*\\(?:[lc]?dots)(?![a-zA-Z])|\\begin\{cases\}")
 """A sequence written with an ellipsis (``1, 2, \\ldots, 10``) or cases: many values."""
 
@@ -56,7 +57,7 @@ def _hedged(answer: str, gold: str) -> bool:
     many = _MANY.search(answer) and not _MANY.search(gold)
     if not (alternatives or many):
         return False
-    return not (ALTERNATIVE.search(gold) or _SEVERAL.search(gold)) and len(list_items(gold)) == 1
+    return not (ALTERNATIVE.search(gold) or _SEVERAL.search(gold))
 
 
 # An answer that opens with a relation or a negation: `\ge 2` is no value.
