@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_ANSWER_CHARS", "QUALIFIER", "TEXT_CMD", "normalize_answer", "python_notation"]
+__all__ = ["MAX_ANSWER_CHARS", "PYTHON_FUNCTIONS", "QUALIFIER", "TEXT_CMD", "normalize_answer", "python_notation"]
 
 MAX_ANSWER_CHARS = 2048
 """Longest answer (in characters) either check looks at.  Real final answers are a
@@ -142,7 +142,9 @@ _TIME_SECONDS = re.compile(r"(\d{1,2}:\d{2}):00")
 
 _PYTHON_POWER = re.compile(r"(?<=[\w)\]}])\*\*(?=[\w(\[{+-])")
 """Python's power ``2**(1/4)`` between two operands (not markdown's ``**bold**``)."""
-_PYTHON_NAME = re.compile(r"(?<![\w\\])(?:(pi)(?!\w)|(sqrt|exp|log|ln|sin|cos|tan)(?=\())")
+PYTHON_FUNCTIONS = "sqrt|exp|log|ln|sin|cos|tan"
+"""Python's math functions read as LaTeX (`python_notation`), and so no prose."""
+_PYTHON_NAME = re.compile(rf"(?<![\w\\])(?:(pi)(?!\w)|(?:{PYTHON_FUNCTIONS})(?=\())")
 _PYTHON_SQRT = re.compile(r"\\sqrt\(([^()]*)\)")
 _LATEX_NAME = {"log": "\\ln", "pi": "\\pi"}  # Python's log is the natural one
 
