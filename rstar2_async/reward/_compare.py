@@ -251,11 +251,11 @@ def _same(a: str, b: str, tolerant: bool) -> bool:
 
 
 def _vectors(kind_a: str, kind_b: str, n: int) -> bool:
-    """A tuple and a one-column (or one-row) matrix of the same `n` entries: one
-    vector written two ways (``(1, 2, 3)`` for ``\\begin{pmatrix} 1 \\\\ 2 \\\\ 3
-    \\end{pmatrix}``), which lenient mode reads as equal."""
-    vector = {"()", f"matrix{n}x1", f"matrix1x{n}"}
-    return kind_a in vector and kind_b in vector and "()" in (kind_a, kind_b)
+    """A tuple (or a list in brackets) and a one-column (or one-row) matrix of the same
+    `n` entries: one vector written two ways (``(1, 2, 3)`` or ``[1, 2, 3]`` for
+    ``\\begin{pmatrix} 1 \\\\ 2 \\\\ 3 \\end{pmatrix}``), which lenient mode reads as equal."""
+    vector = {"()", "[]", f"matrix{n}x1", f"matrix1x{n}"}
+    return kind_a in vector and kind_b in vector and any(k.startswith("matrix") for k in (kind_a, kind_b))
 
 
 def answers_match(pred: str, gold: str, *, mode: GradingMode = "strict") -> bool:
@@ -305,13 +305,19 @@ def _numeral(answer: str) -> str:
 def rel_tolerance(answer: str, gold: str, mode: GradingMode) -> float:
     """The relative tolerance math-verify's verdict on two final answers may be widened
     by: `LENIENT_REL_TOL` in lenient mode when one of them is a decimal number and the
-    gold is no integer literal (``1.4142`` for ``\\sqrt{2}``), else 0.0 (exact)."""
+    gold is no integer literal (``1.4142`` for ``\\sqrt{2}``), or when both are tuples,
+    lists or matrices of as many entries and one entry is a decimal; else 0.0 (exact)."""
     if mode != "lenient" or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0
     a, g = normalize_answer(answer), normalize_answer(gold)
-    if not (_POINT_DECIMAL.fullmatch(a) or _POINT_DECIMAL.fullmatch(g)) or not _rounded(a, g):
-        return 0.0
-    return float(LENIENT_REL_TOL)
+    if (_POINT_DECIMAL.fullmatch(a) or _POINT_DECIMAL.fullmatch(g)) and _rounded(a, g):
+        return float(LENIENT_REL_TOL)
+    # A tuple, list or matrix with a decimal entry: the worker compares entry by entry,
+    # each under the rule above (``(3, 1.5708)`` for ``(3, \\frac{\\pi}{2})``).
+    ca, cg = _compound(a), _compound(g)
+    if ca and cg and len(ca[1]) == len(cg[1]) and any(_POINT_DECIMAL.fullmatch(x) for x in ca[1] + cg[1]):
+        return float(LENIENT_REL_TOL)
+    return 0.0
 
 
 def _decimal_comma(a: str, b: str) -> bool:

@@ -43,6 +43,7 @@ value is left to math-verify.
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 __all__ = ["MAX_ANSWER_CHARS", "PYTHON_FUNCTIONS", "QUALIFIER", "TEXT_CMD", "normalize_answer", "python_notation"]
 
@@ -105,6 +106,11 @@ _THOUSANDS_NUMBER = re.compile(r"[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")  # `0,
 _TRAILING_BACKSLASH = re.compile(r"(?<!\\)\\$")
 # LaTeX escaped once more (as in JSON or a Python string): `-2 \\le x \\le 7`.
 _DOUBLED_ESCAPE = re.compile(r"\\\\(?=[a-zA-Z])")
+_SINGLE_COMMAND = re.compile(r"(?<!\\)\\[a-zA-Z]")
+# `1 1/2`, a mixed number written with a space (which would otherwise join it into 11/2).
+_SPACED_MIXED = re.compile(r"([-+]?\d+)\s+(\d+)\s*/\s*(\d+)")
+# `2.5 \times 10^{-3}`: a number in scientific notation, read as the decimal it is.
+_TIMES_TEN = re.compile(r"([-+]?\d+(?:\.\d+)?)(?:\\times|\\cdot|\*|×)10\^\{?([-+]?\d{1,3})\}?")
 _FRAC_ALIASES = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 # A number followed by a unit: the head must hold a digit and no letters but those of
 # a few numeric commands, so `\text{A} \text{ and } \text{B}` or `2x \text{ cm}`
@@ -126,8 +132,11 @@ _UNIT_TAIL_WORDS = re.compile(
     r"^(?P<head>[-+]?[\d.,/:]*\d)\s*(?!pi\b)[a-zA-Z]{2,}(?:\s+[a-zA-Z]+)*(?:\s*\^\s*\{?\d\}?)?\s*\.?$"
 )
 _TRAILING_VARIABLE = re.compile(r"([^a-zA-Z=<>!]*[0-9][^a-zA-Z=<>!]*)=\s*[a-zA-Z](?:_\{?\w+\}?)?\s*")
+FUNCTION_COMMANDS = r"(?:arc)?(?:sin|cos|tan|cot|sec|csc)h?|log|ln|lg|exp|det"
+"""LaTeX's function names: `\\sin(x) =` names no variable, as `\\theta =` does."""
 _LEADING_VARIABLE = re.compile(
-    r"^(?:[a-zA-Z]|\\[a-zA-Z]+)(?:_\{?\w+\}?)?(?:\s*\(\s*[a-z]\s*\))?\s*(?:=|\\in(?![a-zA-Z]))"
+    rf"^(?:[a-zA-Z]|\\(?!(?:{FUNCTION_COMMANDS})(?![a-zA-Z]))[a-zA-Z]+)(?:_\{{?\w+\}}?)?"
+    r"(?:\s*\(\s*[a-z]\s*\))?\s*(?:=|\\in(?![a-zA-Z]))"
 )
 _SINGLE_CHAR_GROUP = re.compile(r"([\^_])\{(\w)\}")
 _FRAC_ARG = r"(\w|\\[a-zA-Z]+|\{[^{}]*\})"
@@ -175,6 +184,8 @@ def normalize_answer(text: str) -> str:
     s = _TRAILING_BACKSLASH.sub("", text.translate(_UNICODE).strip()).strip()  # `185\`
     if "\\begin" not in s:  # outside an environment `\\` breaks no line: a doubled escape
         s = _DOUBLED_ESCAPE.sub(lambda _: "\\", s)
+    elif "\\\\begin" in s and not _SINGLE_COMMAND.search(s):  # every command escaped twice
+        s = s.replace("\\\\", "\\")
     s = _unwrap_boxed(s)
     s = _ANSWER_PREFIX.sub("", s, count=1)
     for pattern, canonical in (*_RELATIONS, *_SET_WORDS):
@@ -205,7 +216,11 @@ def normalize_answer(text: str) -> str:
         s = _LEADING_VARIABLE.sub("", s, count=1)
     if s.count("=") == 1 and (m := _TRAILING_VARIABLE.fullmatch(s)):
         s = m[1]  # `2 = x`
+    if m := _SPACED_MIXED.fullmatch(s):
+        s = f"{m[1]}\\frac{{{m[2]}}}{{{m[3]}}}"
     s = "".join(s.split())
+    if m := _TIMES_TEN.fullmatch(s):
+        s = format(Decimal(m[1]).scaleb(int(m[2])), "f")
     s = _SINGLE_CHAR_GROUP.sub(r"\1\2", s)
     s = _FRAC_SHORT.sub(lambda m: rf"\frac{_braced(m[1])}{_braced(m[2])}", s)
     s = _SQRT_SHORT.sub(r"\\sqrt{\1}", s)

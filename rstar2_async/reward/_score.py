@@ -15,7 +15,7 @@ import threading
 from ._answer import extract_answer
 from ._compare import GradingMode, answers_match, rel_tolerance
 from ._lenient import after_thinking, final_answer, gold_answer, strip_end_tokens
-from ._normalise import MAX_ANSWER_CHARS, QUALIFIER, python_notation
+from ._normalise import FUNCTION_COMMANDS, MAX_ANSWER_CHARS, QUALIFIER, python_notation
 from ._spans import ALTERNATIVE, EQUALS
 from ._worker import GradeRequest, SyncWorker
 
@@ -39,6 +39,20 @@ def _unsolved(answer: str, gold: str) -> bool:
     side (11) and accept it."""
     sides = EQUALS.split(answer)
     return len(sides) == 2 and "=" not in gold and bool(_UNKNOWN_EXPRESSION.match(_SUBSCRIPT.sub("", sides[0])))
+
+
+_FUNCTION_LEFT = re.compile(rf"\s*\\(?:{FUNCTION_COMMANDS})(?![a-zA-Z])")
+_GROUPING = re.compile(r"[(){}\s]|\\left|\\right")
+
+
+def _other_function(answer: str, gold: str) -> bool:
+    """``\\cos(x) = \\frac{42}{59}`` does not answer ``\\sin(x) = \\frac{42}{59}``: two
+    equations whose left sides apply different functions; math-verify would compare
+    their right sides only and accept it."""
+    a, g = EQUALS.split(answer), EQUALS.split(gold)
+    if len(a) != 2 or len(g) != 2 or not (_FUNCTION_LEFT.match(a[0]) or _FUNCTION_LEFT.match(g[0])):
+        return False
+    return _GROUPING.sub("", a[0]) != _GROUPING.sub("", g[0])
 
 
 _SEVERAL = re.compile(r",|\\(?:cup|pm|mp|in)(?![a-zA-Z])")
@@ -97,7 +111,7 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
         return 0.0, answer, gold
     if answers_match(answer, gold, mode=mode):
         return 1.0, answer, gold
-    if _unsolved(answer, gold):
+    if _unsolved(answer, gold) or _other_function(answer, gold):
         return 0.0, answer, gold
     if _PLAIN_INT.fullmatch(answer) and _PLAIN_INT.fullmatch(gold):
         return 0.0, answer, gold  # two different integers: math-verify cannot disagree

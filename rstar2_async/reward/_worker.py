@@ -16,7 +16,7 @@ answers every `GradeRequest` with one `GradeReply`.  A function worker first sen
 `RewardRequest` with one `RewardReply`.  EOF on stdin ends the child.
 
 Importing this module imports neither math-verify nor sympy (the child imports them
-in `verify_answer`).
+in `math_verify_verdict`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from .._paths import child_env
 from ..errors import GraderBrokenError
 from ..types import Problem
+from ._verify import math_verify_verdict
 
 HEADER = struct.Struct(">I")
 """Frame header: payload length in bytes."""
@@ -101,39 +102,12 @@ def frame(message: GradeRequest | GradeReply | RewardRequest | RewardReply) -> b
 
 
 def verify_answer(answer: str, gold: str, alarm_s: int, rel_tol: float = 0.0) -> GradeReply:
-    """Grade with math-verify, in this process.  Main thread only when `alarm_s` > 0.
-
-    Both sides are parsed as ``\\boxed{...}`` so that math-verify reads them as the
-    final answers they are, whatever else they contain.  With `rel_tol` > 0, two
-    constant real values that close are equal too (see `GradeRequest.rel_tol`).
-    """
-    from math_verify import parse, verify
-
-    limit = alarm_s if alarm_s > 0 else None
+    """`math_verify_verdict` as a reply, its error named in it.  Main thread only when
+    `alarm_s` > 0."""
     try:
-        gold_parsed = parse("\\boxed{" + gold + "}", parsing_timeout=limit)
-        answer_parsed = parse("\\boxed{" + answer + "}", parsing_timeout=limit)
-        correct = bool(gold_parsed and answer_parsed) and verify(
-            gold_parsed, answer_parsed, timeout_seconds=limit
-        )
-        if not correct and rel_tol > 0 and gold_parsed and answer_parsed:
-            correct = _numerically_close(answer_parsed[0], gold_parsed[0], rel_tol)
+        return GradeReply(correct=math_verify_verdict(answer, gold, alarm_s, rel_tol))
     except Exception as exc:  # math-verify swallows most errors itself; be sure
         return GradeReply(correct=False, error=f"{type(exc).__name__}: {exc}")
-    return GradeReply(correct=bool(correct))
-
-
-def _numerically_close(answer: object, gold: object, rel_tol: float) -> bool:
-    """Two parsed answers that are finite real constants within `rel_tol` of each
-    other; an integer gold must be met exactly (``\\infty`` is no number here)."""
-    import sympy
-
-    if not all(isinstance(v, sympy.Expr) and v.is_number for v in (answer, gold)) or gold.is_integer:
-        return False
-    a, g = complex(answer.evalf(30)), complex(gold.evalf(30))
-    if a.imag or g.imag or not (math.isfinite(a.real) and math.isfinite(g.real)):
-        return False
-    return abs(a.real - g.real) <= rel_tol * max(abs(a.real), abs(g.real))
 
 
 # --- parent side: driving a worker -------------------------------------------------
@@ -159,9 +133,7 @@ class SyncWorker:
     def __init__(self) -> None:
         command, env = worker_command()
         try:
-            self.process = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0
-            )
+            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0)
         except OSError as exc:
             raise GraderBrokenError(f"cannot start a grading worker: {exc}") from exc
         self.owner_pid = os.getpid()

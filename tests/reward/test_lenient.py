@@ -247,6 +247,23 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("The center is at (1, -2).", "(1,-2)", 0.0, 1.0),
         ("$x = \\boxed{2}$ and $y = \\boxed{3}$", "(2, 3)", 0.0, 1.0),  # strict reads the last box
         ("$x = \\boxed{3}$ and $y = \\boxed{2}$", "(2, 3)", 0.0, 0.0),
+        # rounded entries of a tuple, list, matrix or interval: lenient only, entry by entry
+        ("\\boxed{(3, 1.5708)}", "(3, \\frac{\\pi}{2})", 0.0, 1.0),
+        ("\\boxed{1/3, 1.732, 3.1416}", "\\frac13, \\sqrt3, \\pi", 0.0, 1.0),
+        (
+            "\\boxed{\\begin{pmatrix} 1.4142 \\\\ 0.5 \\end{pmatrix}}",
+            "\\begin{pmatrix} \\sqrt2 \\\\ \\frac12 \\end{pmatrix}",
+            0.0,
+            1.0,
+        ),
+        ("\\boxed{(1.4142, 2)}", "(\\sqrt{2}, 2)", 0.0, 1.0),
+        ("\\boxed{(1.4, 2)}", "(\\sqrt{2}, 2)", 0.0, 0.0),  # 1e-2 off
+        ("\\boxed{(1.4142, 2.0001)}", "(\\sqrt{2}, 2)", 0.0, 0.0),  # an integer entry is exact
+        ("\\boxed{[1.4142, 2)}", "(\\sqrt{2}, 2)", 0.0, 0.0),  # an interval keeps its brackets
+        ("\\boxed{[1, \\infty)}", "[2^{\\frac{1}{2^{1000}}}, \\infty)", 0.0, 0.0),  # no decimal: exact
+        # an equation's function is part of the answer
+        ("\\boxed{\\cos(x) = \\frac{42}{59}}", "\\sin(x) = \\frac{42}{59}", 0.0, 0.0),
+        ("\\boxed{\\sin x = \\frac{1}{2}}", "\\sin(x) = \\frac{1}{2}", 1.0, 1.0),
     ],
 )
 def test_score_in_both_modes(response: str, gold: str, strict: float, lenient: float) -> None:

@@ -22,6 +22,17 @@ SAME = [
     ("\\dfrac{14}{3}", "\\frac{14}{3}"),
     ("\\tfrac{14}{3}", "14/3"),
     ("\\frac43", "\\frac{4}{3}"),
+    ("1 1/2", "\\frac{3}{2}"),  # a mixed number written with a space (MARIO_EVAL's test)
+    ("-2 3/4", "-2.75"),
+    # scientific notation
+    ("2.5 \\times 10^{-3}", "0.0025"),
+    ("3 \\cdot 10^{5}", "300000"),
+    ("1.5\\times10^3", "1500"),
+    # every command escaped twice, an environment's rows too
+    (
+        "\\\\begin{pmatrix} 1 \\\\\\\\ \\\\frac{1}{2} \\\\end{pmatrix}",
+        "\\begin{pmatrix} 1 \\\\ \\frac{1}{2} \\end{pmatrix}",
+    ),
     ("\\frac 59", "5/9"),
     ("\\frac9{19}", "\\frac{9}{19}"),
     ("-\\frac{3}{8}", "\\frac{-3}{8}"),
@@ -149,6 +160,9 @@ SAME = [
 
 DIFFERENT = [
     ("1", "2"),
+    ("1 1/2", "11/2"),  # the space was once dropped, making 11/2 of it
+    ("2.5 \\times 10^{-3}", "0.025"),
+    ("\\cos(x)=\\frac{1}{2}", "\\sin(x)=\\frac{1}{2}"),  # a function is no variable to drop
     ("0.333", "\\frac{1}{3}"),
     ("(1,2)", "(2,1)"),  # tuples are ordered
     ("(3,4]", "(3,4)"),  # intervals keep their brackets
@@ -261,7 +275,8 @@ def test_lenient_numbers_within_the_fields_tolerance(pred: str, gold: str, lenie
         ("\\begin{bmatrix} 1 & -2 \\end{bmatrix}", "(1, -2)", True),
         ("(1, 3, 2)", "\\begin{pmatrix} 1 \\\\ 2 \\\\ 3 \\end{pmatrix}", False),  # in order
         ("(1, 2)", "\\begin{pmatrix} 1 \\\\ 2 \\\\ 3 \\end{pmatrix}", False),
-        ("[1, 2]", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", False),  # an interval is no vector
+        ("[1, 2]", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", True),  # brackets too, as math-verify reads them
+        ("[2, 1]", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", False),
         ("(1, 2, 3, 4)", "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}", False),  # nor a 2x2 matrix
     ],
 )

@@ -1,0 +1,92 @@
+"""math-verify's verdict on two final answers, as the grading worker's child reaches
+it (`_worker`): both parsed as boxed answers, and, where lenient mode's tolerance
+applies, numbers within it (see `GradeRequest.rel_tol`).
+
+Importing this module imports neither math-verify nor sympy; the child imports them
+on its first verdict.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def math_verify_verdict(answer: str, gold: str, alarm_s: int, rel_tol: float = 0.0) -> bool:
+    """Grade with math-verify, in this process.  Main thread only when `alarm_s` > 0.
+
+    Both sides are parsed as ``\\boxed{...}`` so that math-verify reads them as the
+    final answers they are, whatever else they contain.  With `rel_tol` > 0, two
+    constant real values that close are equal too, and so are two tuples, sets,
+    matrices or intervals whose entries are (`_numerically_close`).
+    """
+    from math_verify import parse, verify
+
+    limit = alarm_s if alarm_s > 0 else None
+    gold_parsed = parse("\\boxed{" + gold + "}", parsing_timeout=limit)
+    answer_parsed = parse("\\boxed{" + answer + "}", parsing_timeout=limit)
+    if not (gold_parsed and answer_parsed):
+        return False
+    if verify(gold_parsed, answer_parsed, timeout_seconds=limit):
+        return True
+    return rel_tol > 0 and _numerically_close(answer_parsed[0], gold_parsed[0], rel_tol)
+
+
+def _numerically_close(answer: object, gold: object, rel_tol: float) -> bool:
+    """Two parsed answers within `rel_tol` of each other: finite real constants (an
+    integer gold must be met exactly; ``\\infty`` is no number here), or tuples and
+    matrices entry by entry in order, sets in any order and intervals by their ends
+    and openness, where an entry with no decimal in it must be exact."""
+    import sympy
+
+    if isinstance(answer, sympy.Interval) and isinstance(gold, sympy.Interval):
+        if (answer.left_open, answer.right_open) != (gold.left_open, gold.right_open):
+            return False
+        return _entries_close([answer.start, answer.end], [gold.start, gold.end], rel_tol, ordered=True)
+    for kind in (sympy.Tuple, sympy.MatrixBase, sympy.FiniteSet):
+        if isinstance(answer, kind) and isinstance(gold, kind):
+            if getattr(answer, "shape", None) != getattr(gold, "shape", None):
+                return False
+            ordered = kind is not sympy.FiniteSet
+            return _entries_close(
+                list(answer if ordered else answer.args), list(gold if ordered else gold.args), rel_tol, ordered=ordered
+            )
+    return _close_number(answer, gold, rel_tol)
+
+
+def _entries_close(answers: list, golds: list, rel_tol: float, *, ordered: bool) -> bool:
+    if len(answers) != len(golds):
+        return False
+    if ordered:
+        return all(_entry_close(a, g, rel_tol) for a, g in zip(answers, golds, strict=True))
+    remaining = list(golds)
+    for a in answers:
+        match = next((i for i, g in enumerate(remaining) if _entry_close(a, g, rel_tol)), None)
+        if match is None:
+            return False
+        del remaining[match]
+    return True
+
+
+def _entry_close(answer: object, gold: object, rel_tol: float) -> bool:
+    """One entry of a tuple, set, matrix or interval: within `rel_tol` when either side
+    was written as a decimal, else exactly equal."""
+    import sympy
+
+    if answer == gold:
+        return True
+    if not (isinstance(answer, sympy.Expr) and isinstance(gold, sympy.Expr)):
+        return False
+    if answer.has(sympy.Float) or gold.has(sympy.Float):
+        return _close_number(answer, gold, rel_tol)
+    return bool(sympy.simplify(answer - gold) == 0)
+
+
+def _close_number(answer: object, gold: object, rel_tol: float) -> bool:
+    import sympy
+
+    if not all(isinstance(v, sympy.Expr) and v.is_number for v in (answer, gold)) or gold.is_integer:
+        return False
+    a, g = complex(answer.evalf(30)), complex(gold.evalf(30))
+    if a.imag or g.imag or not (math.isfinite(a.real) and math.isfinite(g.real)):
+        return False
+    return abs(a.real - g.real) <= rel_tol * max(abs(a.real), abs(g.real))
