@@ -172,6 +172,13 @@ SOURCES = [
         "parametrize",
         shape=Shape(gold=("answer",), pred=("completion",), verdict="['correct_answer']"),
     ),
+    Source(
+        "MARIO-Math-Reasoning/MARIO_EVAL",
+        "13584f20b71ffc6e9873e86481054849ed015065",
+        "MIT",  # declared by its setup.py's classifier; the repository has no LICENSE file
+        ("math_evaluation/tests/test_is_equiv.py",),
+        "calls",
+    ),
 ]
 
 

@@ -172,6 +172,9 @@ def read_calls(tree: ast.Module, skipped: list[str], shape: Shape) -> Iterator[R
         values: dict[str, ast.AST] = {}
         pending: tuple[int, str, str, set[str]] | None = None
         for stmt in fn.body:
+            if isinstance(stmt, ast.For):
+                yield from _looped_pairs(stmt, values, fn.name)
+                continue
             if pending is not None and (label := _assertion_label(stmt, pending[3])) is not None:
                 yield Row(pending[1], pending[2], label, pending[0], fn.name, "")
                 pending = None
@@ -187,6 +190,21 @@ def read_calls(tree: ast.Module, skipped: list[str], shape: Shape) -> Iterator[R
                     pending = None
         if pending is not None:
             skipped.append(f"{fn.name}:{pending[0]}")
+
+
+def _looped_pairs(loop: ast.For, values: dict[str, ast.AST], test: str) -> Iterator[Row]:
+    """``for test_in, test_out in pairs: self.assertTrue(is_equiv(test_in, test_out))``
+    over a list of literal pairs assigned before it: a row per pair, on the pair's line."""
+    table = values.get(loop.iter.id) if isinstance(loop.iter, ast.Name) else None
+    names = [t.id for t in getattr(loop.target, "elts", []) if isinstance(t, ast.Name)]
+    if not isinstance(table, ast.List) or len(names) != 2 or len(loop.body) != 1:
+        return
+    for pair in table.elts:
+        if isinstance(pair, ast.Tuple) and len(pair.elts) == 2:
+            found = _graded_pair(loop.body[0], {**values, **dict(zip(names, pair.elts, strict=True))})
+            label = _assertion_label(loop.body[0], set())
+            if found is not None and label is not None:
+                yield Row(found[0], found[1], label, pair.lineno, test, "")
 
 
 def _graded_pair(stmt: ast.stmt, values: dict[str, ast.AST]) -> tuple[str, str] | None:
