@@ -28,7 +28,26 @@ def math_verify_verdict(answer: str, gold: str, alarm_s: int, rel_tol: float = 0
         return False
     if verify(gold_parsed, answer_parsed, timeout_seconds=limit):
         return True
+    if _complex_equal(answer_parsed[0], gold_parsed[0]):
+        return True
     return rel_tol > 0 and _numerically_close(answer_parsed[0], gold_parsed[0], rel_tol)
+
+
+def _complex_equal(answer: object, gold: object) -> bool:
+    """Two complex numbers written with ``i`` (the answer may use Python's ``j``), equal
+    once it is the imaginary unit: ``i(2-i)`` is ``1+2i``, ``i^5`` is ``i``, ``e^{i\\pi/3}`` is ``\\frac12 +
+    \\frac{\\sqrt3}{2} i``.  math-verify
+    reads ``i`` as a variable, and cannot see it."""
+    import sympy
+
+    if not (isinstance(answer, sympy.Expr) and isinstance(gold, sympy.Expr)):
+        return False
+    gold_names = {s.name for s in gold.free_symbols}
+    answer_names = {s.name for s in answer.free_symbols}
+    if not gold_names <= {"i"} or not (answer_names <= {"i"} or answer_names == {"j"}) or not gold_names | answer_names:
+        return False
+    unit = {s: sympy.I for s in answer.free_symbols | gold.free_symbols}
+    return bool(sympy.simplify(sympy.expand_complex(answer.subs(unit) - gold.subs(unit))) == 0)
 
 
 def _numerically_close(answer: object, gold: object, rel_tol: float) -> bool:

@@ -261,6 +261,14 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("\\boxed{(1.4142, 2.0001)}", "(\\sqrt{2}, 2)", 0.0, 0.0),  # an integer entry is exact
         ("\\boxed{[1.4142, 2)}", "(\\sqrt{2}, 2)", 0.0, 0.0),  # an interval keeps its brackets
         ("\\boxed{[1, \\infty)}", "[2^{\\frac{1}{2^{1000}}}, \\infty)", 0.0, 0.0),  # no decimal: exact
+        # complex numbers: i is the imaginary unit (math-verify reads it as a variable)
+        ("\\boxed{i(2-i)}", "1+2i", 1.0, 1.0),
+        ("\\boxed{i^5}", "i", 1.0, 1.0),
+        ("\\boxed{(1+i)(1-i)}", "2", 1.0, 1.0),
+        ("\\boxed{1+2j}", "1+2i", 1.0, 1.0),  # Python's j
+        ("\\boxed{e^{i\\pi/3}}", "\\frac12+\\frac{\\sqrt3}{2}i", 1.0, 1.0),
+        ("\\boxed{2+i}", "1+2i", 0.0, 0.0),
+        ("\\boxed{0.333i}", "\\frac13 i", 0.0, 0.0),
         # an equation's function is part of the answer
         ("\\boxed{\\cos(x) = \\frac{42}{59}}", "\\sin(x) = \\frac{42}{59}", 0.0, 0.0),
         ("\\boxed{\\sin x = \\frac{1}{2}}", "\\sin(x) = \\frac{1}{2}", 1.0, 1.0),
