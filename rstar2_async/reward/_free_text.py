@@ -92,6 +92,15 @@ _APPROXIMATION = re.compile(
     r"|\s*(?:≈|\\approx|~))\s*\$?[-+]?\.?\d[^\n]{0,40}$",
     re.IGNORECASE,
 )
+# Where an optimum is reached, after its value: ", attained at $x = 1$", " when t = 3".
+_SETTING = r"\$?\s*[a-zA-Z](?:_\{?\w+\}?)?\s*=\s*[^\n=;,$]{1,30}?\s*\$?"
+_ATTAINED = re.compile(
+    r"(?:,\s*(?:which\s+(?:is\s+)?)?|\s+)"
+    r"(?:(?:attained|achieved|reached|obtained|occurs|occurring|happens)\s+(?:at|when|for|if)|at|when|for)\s+"
+    rf"{_SETTING}(?:\s*(?:,\s*(?:and\s+)?|and\s+){_SETTING}){{0,2}}\s*[.!]?\s*$",
+    re.IGNORECASE,
+)
+_EXTREMUM = re.compile(r"\b(?:min|max)(?:imum|imal|imize[ds]?)?\b|\b(?:least|greatest|smallest|largest)\b", re.I)
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+(?=\S)|\n")
 _CONCLUSION = re.compile(
     r"\b(?:so|thus|therefore|hence|actually|instead|wrong|mistake|error|incorrect|correction|wait|but)\b",
@@ -135,13 +144,17 @@ def _without_afterword(text: str) -> str:
     """`text` without what follows its last statement of a value and only restates or
     checks it: a check ("Let me double-check: $17 = 3 \\cdot 5 + 2$"), an approximation
     ("$\\frac{1}{6}$, which is approximately 0.1667") or an aside in parentheses ("25
-    square units (5 x 5)"), each cut only when a value stands before it and it draws
-    no conclusion of its own ("Check: ... wrong, so x = 3.5" stays)."""
+    square units (5 x 5)") or where an optimum is reached ("The minimum is 2, attained
+    at $x = 1$"), each cut only when a value stands before it and it draws no
+    conclusion of its own ("Check: ... wrong, so x = 3.5" stays)."""
     spans = span_bounds(text)  # a cut never falls inside a span, so they hold for the rest
-    for afterword in (_CHECK, _APPROXIMATION, _ASIDE):
+    for afterword in (_CHECK, _APPROXIMATION, _ASIDE, _ATTAINED):
         m = afterword.search(text)
         if not m or _CONCLUSION.search(m[0]) or any(a < m.start() < b for a, b in spans):
             continue  # it concludes, or it is inside math: `$(7,11), (11,7)$`
+        sentence = text[max(text.rfind("\n", 0, m.start()), text.rfind(". ", 0, m.start())) + 1 : m.start()]
+        if afterword is _ATTAINED and not _EXTREMUM.search(sentence):
+            continue  # "f(n) = 5 when n = 3" may answer for n
         if last_value(text[: m.start()]) is not None:
             text = text[: m.start()]
     return text

@@ -54,6 +54,12 @@ FREE_TEXT = [
     ("The remainder is $2$. Let me double-check: $17 = 3 \\cdot 5 + 2$. Yes.", "2"),
     ("x = 3.\nCheck: 2(3) + 1 = 7, but we need 8, so x = 3.5.", "3.5"),  # a check that concludes stays
     ("The probability is 1/6, which is approximately 0.1667.", "1/6"),
+    # where an optimum is reached is no answer; without an optimum it may be
+    ("The minimum value is 2, attained at $x = 1$.", "2"),
+    ("The maximum is $5$, which occurs when $t=3$.", "5"),
+    ("The maximum area is 50 when x = 5 and y = 10.", "50"),
+    ("The minimum occurs at x = 1.", "1"),
+    ("We get f(n) = 5 when n = 3.", "3"),
     ("So the probability is $\\frac{1}{6}$, or about $0.167$.", "\\frac{1}{6}"),
     ("The probability is $\\frac{1}{6}$ (about 16.7%).", "\\frac{1}{6}"),
     ("The area is 25 square units (5 x 5).", "25"),
