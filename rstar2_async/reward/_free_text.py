@@ -100,7 +100,9 @@ _ATTAINED = re.compile(
     rf"{_SETTING}(?:\s*(?:,\s*(?:and\s+)?|and\s+){_SETTING}){{0,2}}\s*[.!]?\s*$",
     re.IGNORECASE,
 )
-_EXTREMUM = re.compile(r"\b(?:min|max)(?:imum|imal|imize[ds]?)?\b|\b(?:least|greatest|smallest|largest)\b", re.I)
+_EXTREMUM = re.compile(
+    r"\b(?:min|max)(?:imum|imal|imize[ds]?)?\b|\b(?:least|greatest|smallest|largest)\b", re.IGNORECASE
+)
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+(?=\S)|\n")
 _CONCLUSION = re.compile(
     r"\b(?:so|thus|therefore|hence|actually|instead|wrong|mistake|error|incorrect|correction|wait|but)\b",
