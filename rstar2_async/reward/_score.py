@@ -63,11 +63,12 @@ _MANY = re.compile(r",\s*\\(?:[lc]?dots)(?![a-zA-Z])|\\begin\{cases\}")
 
 
 def _hedged(answer: str, gold: str) -> bool:
-    """An answer of alternatives (``x = 1 \\text{ or } x = 2``, ``1 \\lor 2``, ``1 \\mid 2``,
+    """An answer of alternatives (``x = 1 \\text{ or } x = 2``, ``1 \\lor 2``, ``1 \\mid 2``, ``1 | 2``,
     a line break between two values) or of many values (``1, \\ldots, 2``, cases) does
     not answer a gold answer of one value; math-verify would read one of them (the
     last) and accept it."""
-    alternatives = ALTERNATIVE.search(answer) and "\\begin" not in answer
+    # A lone `|` separates too (`1 | 2`); two are an absolute value.
+    alternatives = (ALTERNATIVE.search(answer) or answer.count("|") == 1) and "\\begin" not in answer
     many = _MANY.search(answer) and not _MANY.search(gold)
     if not (alternatives or many):
         return False
@@ -82,8 +83,8 @@ def _qualified(answer: str, gold: str) -> bool:
     """An answer that takes its value back or bounds it (``2 \\text{ (wrong)}``, ``2
     \\text{ is not the answer}``, ``\\text{at least } 2``, ``\\ge 2``) does not answer a
     gold that says no such thing; math-verify ignores ``\\text{}`` and would accept it."""
-    if QUALIFIER.search(answer) and not QUALIFIER.search(gold):
-        return True
+    if (QUALIFIER.search(answer) and not QUALIFIER.search(gold)) or ("?" in answer and "?" not in gold):
+        return True  # `2 \\text{?}` is a guess
     return bool(_OPEN_RELATION.match(answer)) and not _OPEN_RELATION.match(gold)
 
 

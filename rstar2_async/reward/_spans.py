@@ -80,10 +80,10 @@ JOIN = re.compile(r"\s*(?:,\s*and|,\s*or|and|or|,)\s*")
 MAX_JOINED = 5
 """Most spans read as one answer (math-verify's limit too)."""
 ALTERNATIVE = re.compile(
-    r"\b(?:or|and)\b|(?<!\\);|\\(?:lor|vee|land|wedge|mid|quad|qquad)(?![a-zA-Z])|\\\\(?![a-zA-Z])"
+    r"\b(?:or|and)\b|(?<!\\);|\\(?:lor|vee|land|wedge|mid|quad|qquad)(?![a-zA-Z])|\\\\(?![a-zA-Z])|\\&"
 )
-"""A word or sign that separates two alternatives (``or``, ``\\lor``, ``\\quad``, a line
-break ``\\\\``), not the spacing ``\\;`` or the ``\\\\le`` of LaTeX escaped twice."""
+"""A word or sign that separates two alternatives (``or``, ``\\lor``, ``\\quad``, ``\\&``,
+a line break ``\\\\``), not the spacing ``\\;`` or the ``\\\\le`` of LaTeX escaped twice."""
 _ENVIRONMENT_BODY = re.compile(r"\\begin\{([a-zA-Z]+\*?)\}.*?\\end\{\1\}", re.DOTALL)
 LEADING_VAR = re.compile(r"^\s*[a-zA-Z](?:_\{?\w+\}?)?\s*=(?!=)\s*")
 """A leading ``x =`` (``x_1 =``) before a value."""

@@ -212,6 +212,10 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("\\boxed{x=1 \\vee x=2}", "2", 0.0, 0.0),
         ("\\boxed{x=1 \\quad x=2}", "2", 0.0, 0.0),
         ("\\boxed{1 \\mid 2}", "2", 0.0, 0.0),
+        ("\\boxed{1 \\,|\\, 2}", "2", 0.0, 0.0),
+        ("\\boxed{|-2|}", "2", 1.0, 1.0),  # two bars: an absolute value
+        ("\\boxed{3 \\& 2}", "2", 0.0, 0.0),
+        ("\\boxed{2\\text{?}}", "2", 0.0, 0.0),  # a guess
         ("\\boxed{1 \\text{ (or } 2)}", "2", 0.0, 0.0),
         ("\\boxed{x = 1 \\\\ x = 2}", "2", 0.0, 0.0),
         ("\\boxed{(1, 2) \\text{ or } (2, 1)}", "(1, 2)", 0.0, 0.0),
