@@ -113,7 +113,7 @@ _NOT = re.compile(r"\s*(?:not|n't)\b", re.IGNORECASE)
 # Where the answer after an anchor ends: a line break, a full stop (not a decimal
 # point), a semicolon, a comma before a word, or a word that starts an explanation.
 _ANSWER_END = re.compile(
-    r"\n|\.(?!\d)|;|\?|。|；|？|，|(?<=\S)\s+\(|,\s*(?=[a-zA-Z]{2})"
+    r"\n|\.(?!\w)|;|\?|。|；|？|，|(?<=\S)\s+\(|,\s*(?=[a-zA-Z]{2})"
     r"|\s(?:because|since|which|as|so|for|when|where|but|if|and\s+(?:so|thus|hence))\b",
     re.IGNORECASE,
 )

@@ -45,7 +45,16 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-__all__ = ["MAX_ANSWER_CHARS", "PYTHON_FUNCTIONS", "QUALIFIER", "TEXT_CMD", "normalize_answer", "python_notation"]
+__all__ = [
+    "FUNCTION_COMMANDS",
+    "MAX_ANSWER_CHARS",
+    "PYTHON_FUNCTIONS",
+    "PYTHON_MODULES",
+    "QUALIFIER",
+    "TEXT_CMD",
+    "normalize_answer",
+    "python_notation",
+]
 
 MAX_ANSWER_CHARS = 2048
 """Longest answer (in characters) either check looks at.  Real final answers are a
@@ -151,21 +160,38 @@ _TIME_SECONDS = re.compile(r"(\d{1,2}:\d{2}):00")
 
 _PYTHON_POWER = re.compile(r"(?<=[\w)\]}])\*\*(?=[\w(\[{+-])")
 """Python's power ``2**(1/4)`` between two operands (not markdown's ``**bold**``)."""
-PYTHON_FUNCTIONS = "sqrt|exp|log|ln|sin|cos|tan"
+_LATEX_FUNCTIONS = "sqrt|exp|log|ln|sin|cos|tan"
+PYTHON_FUNCTIONS = f"{_LATEX_FUNCTIONS}|comb|binomial|factorial|Rational|Fraction"
 """Python's math functions read as LaTeX (`python_notation`), and so no prose."""
-_PYTHON_NAME = re.compile(rf"(?<![\w\\])(?:(pi)(?!\w)|(?:{PYTHON_FUNCTIONS})(?=\())")
+_PYTHON_NAME = re.compile(rf"(?<![\w\\])(?:(pi)(?!\w)|(?:{_LATEX_FUNCTIONS})(?=\())")
 _PYTHON_SQRT = re.compile(r"\\sqrt\(([^()]*)\)")
 _LATEX_NAME = {"log": "\\ln", "pi": "\\pi"}  # Python's log is the natural one
+PYTHON_MODULES = "math|cmath|numpy|np|sympy|sp"
+"""Modules whose names prefix Python's math functions (``math.sqrt``), no prose either."""
+_MODULE = re.compile(rf"(?<![\w.])(?:{PYTHON_MODULES})\.(?=[a-zA-Z])")
+_PAIR_CALL = re.compile(r"(?<![\w.])(comb|binomial|Rational|Fraction)\(\s*([^(),]+?)\s*,\s*([^(),]+?)\s*\)")
+_FACTORIAL_CALL = re.compile(r"(?<![\w.])factorial\(\s*([^()]+?)\s*\)")
 
 
 def python_notation(text: str) -> str:
     """`text` with Python's math written as LaTeX, which math-verify reads (golds and
     answers written as code): ``**`` as ``^`` (``2**(1/4)``); and, in text with no
     LaTeX command, ``pi``, ``sqrt(2)``, ``exp(2)``, ``log(2)`` as ``\\pi``, ``\\sqrt{2}``,
-    ``\\exp(2)``, ``\\ln(2)`` (``2*pi``, ``(3*sqrt(5))/7``)."""
+    ``\\exp(2)``, ``\\ln(2)`` (``2*pi``, ``(3*sqrt(5))/7``), ``comb(10, 3)`` as
+    ``\\binom{10}{3}``, ``Rational(1, 3)`` as ``\\frac{1}{3}``, ``factorial(5)`` as
+    ``5!``, with or without their module (``math.sqrt(2)``, ``np.pi``)."""
     if "**" in text:
         text = _PYTHON_POWER.sub("^", text)
-    if "\\" not in text and _PYTHON_NAME.search(text):
+    if "\\" in text or "(" not in text and "pi" not in text:
+        return text
+    text = _MODULE.sub("", text)
+    text = _PAIR_CALL.sub(
+        lambda m: ("\\binom" if m[1] in ("comb", "binomial") else "\\frac") + f"{{{m[2]}}}{{{m[3]}}}", text
+    )
+    text = _FACTORIAL_CALL.sub(
+        lambda m: (m[1] if re.fullmatch(r"\w", m[1]) or m[1].isdigit() else f"({m[1]})") + "!", text
+    )
+    if _PYTHON_NAME.search(text):
         text = _PYTHON_NAME.sub(lambda m: _LATEX_NAME.get(m[0], "\\" + m[0]), text)
         for _ in range(4):  # inner first: `sqrt(sqrt(2))`
             text, n = _PYTHON_SQRT.subn(r"\\sqrt{\1}", text)

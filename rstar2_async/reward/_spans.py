@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from ._normalise import PYTHON_FUNCTIONS, TEXT_CMD
+from ._normalise import PYTHON_FUNCTIONS, PYTHON_MODULES, TEXT_CMD
 
 __all__ = [
     "ALTERNATIVE",
@@ -67,7 +67,9 @@ _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[a-zA-Z*]*\}")
 _BOUND = re.compile(r"\s*(?:\\(?:lim|sum|prod|int|iint|oint|det)(?![a-zA-Z])|\\begin\{vmatrix\})")
 _FREE_LETTER = re.compile(r"[a-df-hj-zA-Z]")
 # Python's math names, which are no prose: `sqrt(2)`, `2*pi`.
-_PYTHON_MATH = re.compile(rf"\b(?:{PYTHON_FUNCTIONS})(?=\s*\()|(?<=[\d*/(])\s*pi\b|\bpi(?=\s*[*/)])")
+_PYTHON_MATH = re.compile(
+    rf"\b(?:{PYTHON_MODULES})\.(?=[a-zA-Z])|\b(?:{PYTHON_FUNCTIONS})(?=\s*\()|(?<=[\d*/(.])\s*pi\b|\bpi(?=\s*[*/)])"
+)
 # Words in any script (two letters or more), and CJK characters, outside LaTeX commands.
 _WORD = re.compile(
     r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]"

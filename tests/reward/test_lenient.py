@@ -186,6 +186,13 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("\\boxed{2*pi}", "2\\pi", 1.0, 1.0),
         ("\\boxed{(3*sqrt(5))/7}", "\\frac{3\\sqrt{5}}{7}", 1.0, 1.0),
         ("\\boxed{sqrt(sqrt(2))}", "2**(1/4)", 1.0, 1.0),
+        ("\\boxed{math.comb(10, 3)}", "120", 1.0, 1.0),
+        ("\\boxed{comb(10, 3)}", "\\binom{10}{3}", 1.0, 1.0),
+        ("\\boxed{factorial(n+1)}", "(n+1)!", 1.0, 1.0),
+        ("\\boxed{Rational(1, 3)}", "\\frac{1}{3}", 1.0, 1.0),
+        ("\\boxed{np.sqrt(3)/2}", "\\frac{\\sqrt{3}}{2}", 1.0, 1.0),
+        ("The answer is math.sqrt(2).", "\\sqrt{2}", 0.0, 1.0),
+        ("\\boxed{comb(10, 4)}", "120", 0.0, 0.0),
         ("\\boxed{log(2)}", "\\ln 2", 1.0, 1.0),  # Python's log is the natural one
         ("\\boxed{exp(2)}", "e^2", 1.0, 1.0),
         ("The answer is -1 + sqrt(2).", "\\sqrt{2} - 1", 0.0, 1.0),
