@@ -75,6 +75,19 @@ def _hedged(answer: str, gold: str) -> bool:
     return not (ALTERNATIVE.search(gold) or _SEVERAL.search(gold))
 
 
+_GAP = r"(?:\s|\\[,;:! ]|~)+"
+_SPACED_DIGITS = re.compile(rf"(?<![\w./^_])\d+(?:{_GAP}\d+)+(?![\w./^_])")  # not `1 1/2`, `2^6 3^5`
+_THOUSANDS = re.compile(rf"\d{{1,3}}(?:{_GAP}\d{{3}})+")
+
+
+def _split_number(answer: str, gold: str) -> bool:
+    """Digits apart by spacing that are no thousands groups (``2 3``, ``2\\,3``) are no
+    clear number (23? 2 and 3? math-verify reads 5); ``1 000`` is one."""
+    return any(not _THOUSANDS.fullmatch(m[0]) for m in _SPACED_DIGITS.finditer(answer)) and not (
+        _SPACED_DIGITS.search(gold)
+    )
+
+
 # An answer that opens with a relation or a negation: `\ge 2` is no value.
 _OPEN_RELATION = re.compile(r"\s*(?:\\(?:geq?|leq?|neq?|gt|lt|neg|lnot|nless|ngtr)(?![a-zA-Z])|[<>≥≤≠]|!=)")
 
@@ -108,7 +121,7 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
     if answer is None or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0, "", gold
     answer = python_notation(answer)
-    if _hedged(answer, gold) or _qualified(answer, gold):
+    if _hedged(answer, gold) or _qualified(answer, gold) or _split_number(answer, gold):
         return 0.0, answer, gold
     if answers_match(answer, gold, mode=mode):
         return 1.0, answer, gold
