@@ -16,7 +16,7 @@ from ._answer import extract_answer
 from ._compare import GradingMode, answers_match, rel_tolerance
 from ._lenient import after_thinking, final_answer, gold_answer, strip_end_tokens
 from ._normalise import FUNCTION_COMMANDS, MAX_ANSWER_CHARS, QUALIFIER, python_notation
-from ._spans import ALTERNATIVE, EQUALS
+from ._spans import ALTERNATIVE, EQUALS, false_equation
 from ._worker import GradeRequest, SyncWorker
 
 __all__ = ["GRADING_TIMEOUT_S", "grade_request", "quick_verdict", "score"]
@@ -125,7 +125,7 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
         return 0.0, answer, gold
     if answers_match(answer, gold, mode=mode):
         return 1.0, answer, gold
-    if _unsolved(answer, gold) or _other_function(answer, gold):
+    if _unsolved(answer, gold) or _other_function(answer, gold) or false_equation(answer):
         return 0.0, answer, gold
     if _PLAIN_INT.fullmatch(answer) and _PLAIN_INT.fullmatch(gold):
         return 0.0, answer, gold  # two different integers: math-verify cannot disagree

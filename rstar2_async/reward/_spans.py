@@ -24,6 +24,7 @@ __all__ = [
     "SPANS",
     "TEXT",
     "VALUE",
+    "false_equation",
     "first_value",
     "has_prose",
     "joined",
@@ -157,8 +158,18 @@ def statement_value(content: str) -> str:
     sides = EQUALS.split(content)
     alternatives = "," in content or ALTERNATIVE.search(_ENVIRONMENT_BODY.sub(" ", content))
     if not alternatives and (len(sides) > 2 or (len(sides) == 2 and _computes(sides[0]))):
-        return sides[-1].strip()
+        return content if false_equation(content) else sides[-1].strip()
     return content
+
+
+_PLAIN = re.compile(r"\s*[-+]?\d+(?:\.\d+)?\s*")
+
+
+def false_equation(content: str) -> bool:
+    """A chain of plain numbers that are not all equal (``3 = 2``): it states no value,
+    though math-verify would read its right side."""
+    sides = EQUALS.split(content)
+    return len(sides) > 1 and all(_PLAIN.fullmatch(side) for side in sides) and len({float(s) for s in sides}) > 1
 
 
 def _computes(left: str) -> bool:
