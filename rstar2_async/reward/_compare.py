@@ -22,7 +22,7 @@ from typing import Literal
 
 from ._normalise import MAX_ANSWER_CHARS, normalize_answer
 
-__all__ = ["LENIENT_REL_TOL", "GradingMode", "answer_parts", "answers_match", "rel_tolerance"]
+__all__ = ["LENIENT_REL_TOL", "GradingMode", "answer_parts", "answers_match", "false_equation", "rel_tolerance"]
 
 GradingMode = Literal["strict", "lenient"]
 """``"strict"``: rStar2's format (training).  ``"lenient"``: a box if there is one,
@@ -286,6 +286,24 @@ def answers_match(pred: str, gold: str, *, mode: GradingMode = "strict") -> bool
     if (ip is None) != (ig is None):
         return _same(ip or p, ig or g, tolerant)
     return False
+
+
+_EQUALS = re.compile(r"(?<![<>!\\])=")
+_BARE_NUMBER = re.compile(r"\s*[-+]?(?:\d+(?:\.\d+)?|\d+\s*/\s*\d+|\\[dt]?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\})\s*")
+
+
+def false_equation(content: str) -> bool:
+    """A chain of plain numbers that are not all equal, even roughly (``3 = 2``,
+    ``\\frac13 = \\frac12``): it states no value, though math-verify would read its
+    right side."""
+    sides = _EQUALS.split(content)
+    if len(sides) < 2 or not all(_BARE_NUMBER.fullmatch(side) for side in sides):
+        return False  # a unit or a sign (`1 \\text{ km} = 1000 \\text{ m}`, `25\\% = 0.25`) may make it hold
+    values = [_to_number(normalize_answer(side)) for side in sides]
+    if None in values:
+        return False
+    last = values[-1]  # `\\frac13 = 0.3333` is a rounding, not a false statement
+    return any(abs(v - last) > Fraction(1, 100) * max(abs(v), abs(last)) for v in values)
 
 
 def _numeral(answer: str) -> str:

@@ -13,10 +13,10 @@ import re
 import threading
 
 from ._answer import extract_answer
-from ._compare import GradingMode, answers_match, rel_tolerance
+from ._compare import GradingMode, answers_match, false_equation, rel_tolerance
 from ._lenient import after_thinking, final_answer, gold_answer, strip_end_tokens
 from ._normalise import FUNCTION_COMMANDS, MAX_ANSWER_CHARS, QUALIFIER, python_notation
-from ._spans import ALTERNATIVE, EQUALS, false_equation
+from ._spans import ALTERNATIVE, EQUALS
 from ._worker import GradeRequest, SyncWorker
 
 __all__ = ["GRADING_TIMEOUT_S", "grade_request", "quick_verdict", "score"]

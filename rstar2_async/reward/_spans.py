@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from ._compare import false_equation
 from ._normalise import PYTHON_FUNCTIONS, PYTHON_MODULES, TEXT_CMD
 
 __all__ = [
@@ -24,7 +25,6 @@ __all__ = [
     "SPANS",
     "TEXT",
     "VALUE",
-    "false_equation",
     "first_value",
     "has_prose",
     "joined",
@@ -160,16 +160,6 @@ def statement_value(content: str) -> str:
     if not alternatives and (len(sides) > 2 or (len(sides) == 2 and _computes(sides[0]))):
         return content if false_equation(content) else sides[-1].strip()
     return content
-
-
-_PLAIN = re.compile(r"\s*[-+]?\d+(?:\.\d+)?\s*")
-
-
-def false_equation(content: str) -> bool:
-    """A chain of plain numbers that are not all equal (``3 = 2``): it states no value,
-    though math-verify would read its right side."""
-    sides = EQUALS.split(content)
-    return len(sides) > 1 and all(_PLAIN.fullmatch(side) for side in sides) and len({float(s) for s in sides}) > 1
 
 
 def _computes(left: str) -> bool:

@@ -226,6 +226,8 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("\\boxed{3 = 2}", "2", 0.0, 0.0),  # a false equation states no value
         ("\\boxed{1 = 2 = 2}", "2", 0.0, 0.0),
         ("\\boxed{2 = 2.0}", "2", 1.0, 1.0),
+        ("\\boxed{\\frac{1}{3} = \\frac{1}{2}}", "\\frac{1}{2}", 0.0, 0.0),
+        ("\\boxed{\\frac{2}{4} = \\frac{1}{2}}", "\\frac{1}{2}", 1.0, 1.0),
         # digits apart that are no thousands groups are no clear number (math-verify reads 2 3 as 5)
         ("\\boxed{2 3}", "23", 0.0, 0.0),
         ("\\boxed{2 3}", "5", 0.0, 0.0),
