@@ -68,7 +68,7 @@ def final_answer(text: str, gold: str | None = None, *, mode: GradingMode = "str
     """
     if mode not in ("strict", "lenient"):
         raise ValueError(f"mode: expected 'strict' or 'lenient', got {mode!r}")
-    text = after_thinking(strip_end_tokens(text))
+    text = strip_end_tokens(after_thinking(text))  # thinking first: its tags may look like special tokens
     if mode == "strict":
         boxed = extract_answer(text)
         return None if boxed is None else _inside_box(boxed)
@@ -79,15 +79,24 @@ def final_answer(text: str, gold: str | None = None, *, mode: GradingMode = "str
     return _several_boxes(text[start:end], boxes, gold) or _inside_box(boxes[-1][0])
 
 
+_THINKING = (("<think>", "</think>"), ("<|begin_of_thought|>", "<|end_of_thought|>"))
+"""How reasoning models mark their thinking: DeepSeek-R1 and Qwen3, and Sky-T1 and
+OpenThinker (whose answer then stands in ``<|begin_of_solution|>``)."""
+
+
 def after_thinking(text: str) -> str:
     """The part of a response after its reasoning, which is where its final answer is:
-    the text after the last ``</think>``; nothing when the last ``<think>`` is never
-    closed (the response ended while thinking); the whole text when it has no
-    ``<think>``.  A box the model wrote while thinking and then took back is no answer."""
-    opened, closed = text.rfind("<think>"), text.rfind("</think>")
-    if opened > closed:
-        return ""
-    return text[closed + len("</think>") :] if closed >= 0 else text
+    the text after the last ``</think>`` (or ``<|end_of_thought|>``); nothing when the
+    last ``<think>`` is never closed (the response ended while thinking); the whole
+    text when it has no such tags.  A box the model wrote while thinking and then took
+    back is no answer."""
+    for begin, end in _THINKING:
+        opened, closed = text.rfind(begin), text.rfind(end)
+        if opened > closed:
+            return ""
+        if closed >= 0:
+            text = text[closed + len(end) :]
+    return text
 
 
 def _inside_box(content: str) -> str | None:

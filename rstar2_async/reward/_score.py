@@ -112,7 +112,7 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
     (None, answer, gold answer) for math-verify to settle."""
     given = gold
     gold = python_notation(gold_answer(gold))
-    text = after_thinking(strip_end_tokens(response_text))
+    text = strip_end_tokens(after_thinking(response_text))
     answer = final_answer(text, gold, mode=mode)
     if len(given) <= MAX_ANSWER_CHARS and (
         _same_text(extract_answer(text) or "", given) or (mode == "lenient" and _same_text(text, given))

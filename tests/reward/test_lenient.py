@@ -262,6 +262,20 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("<think>Maybe 5. Recount: 6.</think>\n\nThe answer is \\boxed{6}.", "6", 1.0, 1.0),
         ("Let me count: 6.</think>\n\n\\boxed{6}", "6", 1.0, 1.0),  # the template opened it
         ("<think>So it is \\boxed{6}", "6", 0.0, 0.0),  # cut off while thinking
+        # Sky-T1 and OpenThinker mark their thinking otherwise, with what look like special tokens
+        (
+            "<|begin_of_thought|>\\boxed{5}? No.<|end_of_thought|><|begin_of_solution|>\\boxed{6}<|end_of_solution|>",
+            "6",
+            1.0,
+            1.0,
+        ),
+        (
+            "<|begin_of_thought|>\\boxed{5}? No.<|end_of_thought|><|begin_of_solution|>\\boxed{6}<|end_of_solution|>",
+            "5",
+            0.0,
+            0.0,
+        ),
+        ("<|begin_of_thought|>So it is \\boxed{5}", "5", 0.0, 0.0),
         ("<think>a</think> \\boxed{5}, calling a tool. <think>recheck</think> \\boxed{6}", "6", 1.0, 1.0),
         # numbers as people write them, and a vector as a tuple: lenient only
         ("The answer is five.", "5", 0.0, 1.0),
