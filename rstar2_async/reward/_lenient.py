@@ -79,9 +79,14 @@ def final_answer(text: str, gold: str | None = None, *, mode: GradingMode = "str
     return _several_boxes(text[start:end], boxes, gold) or _inside_box(boxes[-1][0])
 
 
-_THINKING = (("<think>", "</think>"), ("<|begin_of_thought|>", "<|end_of_thought|>"))
-"""How reasoning models mark their thinking: DeepSeek-R1 and Qwen3, and Sky-T1 and
-OpenThinker (whose answer then stands in ``<|begin_of_solution|>``)."""
+_THINKING = (
+    ("<think>", "</think>"),
+    ("<|begin_of_thought|>", "<|end_of_thought|>"),
+    ("<|channel|>analysis", "<|channel|>final<|message|>"),
+)
+"""How reasoning models mark their thinking: DeepSeek-R1 and Qwen3; Sky-T1 and
+OpenThinker (whose answer then stands in ``<|begin_of_solution|>``); gpt-oss's
+analysis channel, when its text keeps the harmony format's tokens."""
 
 
 def after_thinking(text: str) -> str:

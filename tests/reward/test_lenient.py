@@ -276,6 +276,19 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
             0.0,
         ),
         ("<|begin_of_thought|>So it is \\boxed{5}", "5", 0.0, 0.0),
+        (
+            "<|channel|>analysis<|message|>Maybe \\boxed{5}.<|end|><|start|>assistant<|channel|>final<|message|>\\boxed{6}",
+            "6",
+            1.0,
+            1.0,
+        ),
+        (
+            "<|channel|>analysis<|message|>Maybe \\boxed{5}.<|end|><|start|>assistant<|channel|>final<|message|>\\boxed{6}",
+            "5",
+            0.0,
+            0.0,
+        ),
+        ("<|channel|>analysis<|message|>So it is \\boxed{5}", "5", 0.0, 0.0),
         ("<think>a</think> \\boxed{5}, calling a tool. <think>recheck</think> \\boxed{6}", "6", 1.0, 1.0),
         # numbers as people write them, and a vector as a tuple: lenient only
         ("The answer is five.", "5", 0.0, 1.0),
