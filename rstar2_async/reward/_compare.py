@@ -22,7 +22,15 @@ from typing import Literal
 
 from ._normalise import MAX_ANSWER_CHARS, normalize_answer
 
-__all__ = ["LENIENT_REL_TOL", "GradingMode", "answer_parts", "answers_match", "false_equation", "rel_tolerance"]
+__all__ = [
+    "EQUALS",
+    "LENIENT_REL_TOL",
+    "GradingMode",
+    "answer_parts",
+    "answers_match",
+    "false_equation",
+    "rel_tolerance",
+]
 
 GradingMode = Literal["strict", "lenient"]
 """``"strict"``: rStar2's format (training).  ``"lenient"``: a box if there is one,
@@ -288,7 +296,8 @@ def answers_match(pred: str, gold: str, *, mode: GradingMode = "strict") -> bool
     return False
 
 
-_EQUALS = re.compile(r"(?<![<>!\\])=")
+EQUALS = re.compile(r"(?<![<>!\\])=")
+"""An ``=`` that is not part of ``<=``, ``>=``, ``!=`` or ``\\=``."""
 _BARE_NUMBER = re.compile(r"\s*[-+]?(?:\d+(?:\.\d+)?|\d+\s*/\s*\d+|\\[dt]?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\})\s*")
 
 
@@ -296,7 +305,7 @@ def false_equation(content: str) -> bool:
     """A chain of plain numbers that are not all equal, even roughly (``3 = 2``,
     ``\\frac13 = \\frac12``): it states no value, though math-verify would read its
     right side."""
-    sides = _EQUALS.split(content)
+    sides = EQUALS.split(content)
     if len(sides) < 2 or not all(_BARE_NUMBER.fullmatch(side) for side in sides):
         return False  # a unit or a sign (`1 \\text{ km} = 1000 \\text{ m}`, `25\\% = 0.25`) may make it hold
     values = [_to_number(normalize_answer(side)) for side in sides]

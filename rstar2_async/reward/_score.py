@@ -13,10 +13,10 @@ import re
 import threading
 
 from ._answer import extract_answer
-from ._compare import GradingMode, answers_match, false_equation, rel_tolerance
+from ._compare import EQUALS, GradingMode, answers_match, false_equation, rel_tolerance
 from ._lenient import after_thinking, final_answer, gold_answer, strip_end_tokens
 from ._normalise import FUNCTION_COMMANDS, MAX_ANSWER_CHARS, QUALIFIER, python_notation
-from ._spans import ALTERNATIVE, EQUALS
+from ._spans import ALTERNATIVE
 from ._worker import GradeRequest, SyncWorker
 
 __all__ = ["GRADING_TIMEOUT_S", "grade_request", "quick_verdict", "score"]
@@ -63,10 +63,10 @@ _MANY = re.compile(r",\s*\\(?:[lc]?dots)(?![a-zA-Z])|\\begin\{cases\}")
 
 
 def _hedged(answer: str, gold: str) -> bool:
-    """An answer of alternatives (``x = 1 \\text{ or } x = 2``, ``1 \\lor 2``, ``1 \\mid 2``, ``1 | 2``,
-    a line break between two values) or of many values (``1, \\ldots, 2``, cases) does
-    not answer a gold answer of one value; math-verify would read one of them (the
-    last) and accept it."""
+    """An answer of alternatives (``x = 1 \\text{ or } x = 2``, ``1 \\lor 2``, ``1 \\mid
+    2``, ``1 | 2``, a line break between two values) or of many values (``1, \\ldots,
+    2``, cases) does not answer a gold answer of one value; math-verify would read one
+    of them (the last) and accept it."""
     # A lone `|` separates too (`1 | 2`); two are an absolute value.
     alternatives = (ALTERNATIVE.search(answer) or answer.count("|") == 1) and "\\begin" not in answer
     many = _MANY.search(answer) and not _MANY.search(gold)

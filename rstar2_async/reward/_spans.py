@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import re
 
-from ._compare import false_equation
+from ._compare import EQUALS, false_equation
 from ._normalise import PYTHON_FUNCTIONS, PYTHON_MODULES, TEXT_CMD
 
 __all__ = [
     "ALTERNATIVE",
-    "EQUALS",
     "JOIN",
     "LEADING_VAR",
     "MAX_JOINED",
@@ -58,8 +57,6 @@ VALUE = re.compile(f"{_TUPLE.pattern}|{_NUMBER.pattern}")
 """A number, or a tuple of numbers."""
 _NEGATED = re.compile(r"(?:\bnot|n't|\\neq?|≠)\s*\$?\s*$", re.IGNORECASE)
 _ONE_WORD = re.compile(r"[a-zA-Z]+")
-EQUALS = re.compile(r"(?<![<>!\\])=")
-"""An ``=`` that is not part of ``<=``, ``>=``, ``!=`` or ``\\=``."""
 TEXT = re.compile(TEXT_CMD + r"\s*\{[^{}]*\}")
 _COMMAND = re.compile(r"\\[a-zA-Z]+")
 _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[a-zA-Z*]*\}")

@@ -1,6 +1,7 @@
 """math-verify's verdict on two final answers, as the grading worker's child reaches
-it (`_worker`): both parsed as boxed answers, and, where lenient mode's tolerance
-applies, numbers within it (see `GradeRequest.rel_tol`).
+it (`_worker`): both parsed as boxed answers; complex numbers in ``i`` compared as
+such; and, where lenient mode's tolerance applies, numbers within it (see
+`GradeRequest.rel_tol`).
 
 Importing this module imports neither math-verify nor sympy; the child imports them
 on its first verdict.
@@ -15,7 +16,8 @@ def math_verify_verdict(answer: str, gold: str, alarm_s: int, rel_tol: float = 0
     """Grade with math-verify, in this process.  Main thread only when `alarm_s` > 0.
 
     Both sides are parsed as ``\\boxed{...}`` so that math-verify reads them as the
-    final answers they are, whatever else they contain.  With `rel_tol` > 0, two
+    final answers they are, whatever else they contain.  Complex numbers written with
+    ``i`` are compared as complex numbers (`_complex_equal`).  With `rel_tol` > 0, two
     constant real values that close are equal too, and so are two tuples, sets,
     matrices or intervals whose entries are (`_numerically_close`).
     """
@@ -35,9 +37,9 @@ def math_verify_verdict(answer: str, gold: str, alarm_s: int, rel_tol: float = 0
 
 def _complex_equal(answer: object, gold: object) -> bool:
     """Two complex numbers written with ``i`` (the answer may use Python's ``j``), equal
-    once it is the imaginary unit: ``i(2-i)`` is ``1+2i``, ``i^5`` is ``i``, ``e^{i\\pi/3}`` is ``\\frac12 +
-    \\frac{\\sqrt3}{2} i``.  math-verify
-    reads ``i`` as a variable, and cannot see it."""
+    once it is the imaginary unit: ``i(2-i)`` is ``1+2i``, ``i^5`` is ``i``,
+    ``e^{i\\pi/3}`` is ``\\frac12 + \\frac{\\sqrt3}{2} i``.  math-verify reads ``i`` as a
+    variable and refuses them."""
     import sympy
 
     if not (isinstance(answer, sympy.Expr) and isinstance(gold, sympy.Expr)):

@@ -61,8 +61,9 @@ class GradeRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     alarm_s: int
     rel_tol: float = 0.0
     """When math-verify says no, two constant real values this close (relative) are
-    still equal (lenient mode's `LENIENT_REL_TOL`, for a decimal against ``\\sqrt{2}``
-    or ``\\pi``); 0.0: math-verify's verdict stands."""
+    still equal, and so are tuples, sets, matrices and intervals entry by entry
+    (lenient mode's `LENIENT_REL_TOL`, for a decimal against ``\\sqrt{2}`` or
+    ``\\pi``); 0.0: math-verify's verdict stands."""
 
 
 class GradeReply(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
