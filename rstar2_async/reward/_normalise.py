@@ -6,8 +6,9 @@ right.  These two modules are the rule-based half.  They are built for the answe
 math-verify tends to miss or that need no symbolic algebra at all:
 
 - plain numbers, decimals (``.5``), fractions (``\\frac``, ``\\dfrac``, ``\\tfrac``,
-  ``\\frac12``, ``a/b``) and mixed numbers (``1\\frac{4}{5}``, the MATH convention),
-  all compared exactly as rationals (lenient mode also takes a decimal within the
+  ``\\frac12``, ``a/b``), mixed numbers (``1\\frac{4}{5}``, the MATH convention, and
+  ``1 1/2``) and scientific notation (``2.5 \\times 10^{-3}``), all compared exactly as
+  rationals (lenient mode also takes a decimal within the
   field's relative 1e-4 of a gold that is no integer, see ``_compare``);
 - thousands separators (``1,000``, ``1{,}000``, ``10,\\!080``), only where the whole
   answer is one number written with 3-digit groups and no space after the commas, so
@@ -30,9 +31,10 @@ math-verify tends to miss or that need no symbolic algebra at all:
 - layout noise: ``\\left``/``\\right``, spacing commands (``\\!``, ``\\,``, ``\\;``),
   spaces, ``$``, ``\\displaystyle``, a leading ``x =``, ``f(x) =`` or ``x \\in`` (or a
   trailing ``= x`` after a number), a leading ``Answer:`` (``\\text{Final answer: }``,
-  ``**Answer:**``), a final period and a final lone backslash (``185\\``); outside an
-  environment, a command escaped twice (``\\\\le``: LaTeX that went through JSON or a
-  Python string).
+  ``**Answer:**``), a final period and a final lone backslash (``185\\``); a command
+  escaped twice (``\\\\le``: LaTeX that went through JSON or a Python string), inside
+  an environment only when every command is.  A function's name before ``=``
+  (``\\sin(x) =``) stays: it is no variable.
 
 Guarantees: pure functions, no I/O, no sympy, nothing evaluated (``9^{9^9}`` stays a
 string), so every call is fast and bounded; inputs longer than `MAX_ANSWER_CHARS`
@@ -182,7 +184,7 @@ def python_notation(text: str) -> str:
     ``5!``, with or without their module (``math.sqrt(2)``, ``np.pi``)."""
     if "**" in text:
         text = _PYTHON_POWER.sub("^", text)
-    if "\\" in text or "(" not in text and "pi" not in text:
+    if "\\" in text or ("(" not in text and "pi" not in text):
         return text
     text = _MODULE.sub("", text)
     text = _PAIR_CALL.sub(
