@@ -20,7 +20,9 @@ Per set (and per half of ``checks``):
 - ``cases_math_verify_right_ours_wrong``: each case math-verify judges as labelled
   and lenient mode does not, with its policy reason (GRADER_CHECKS.md) or null;
 - ``median_ms``, ``p99_ms``, ``worst_ms``: lenient grading time per case (the math-verify
-  worker warm), against ``GRADING_TIMEOUT_S``.
+  worker warm), against ``GRADING_TIMEOUT_S``;
+- ``by_source`` (each half of ``checks``): lenient boxed and math-verify agreement per
+  project a case was first taken from; a source added later is its own held-out set.
 
 Prints each disagreement of the tuning half and the project set (never the reporting
 half's cases), then one JSON line.  ``--update-verdicts`` also rewrites the checks'
@@ -99,6 +101,11 @@ def project_cases() -> list[dict]:
     return out
 
 
+def agreement(cases: list[dict], verdicts: dict[str, dict], key: str) -> float:
+    """The share of `cases` whose verdict under `key` is their label."""
+    return round(sum(verdicts[c["id"]][key] == c["label"] for c in cases) / len(cases), 4)
+
+
 def report(cases: list[dict], verdicts: dict[str, dict], policy: dict[str, str], show: bool) -> dict:
     n = len(cases)
     v = [verdicts[c["id"]] for c in cases]
@@ -119,12 +126,14 @@ def report(cases: list[dict], verdicts: dict[str, dict], policy: dict[str, str],
         for c, x in zip(cases, v):
             for key in ("lenient_raw", "lenient_boxed", "math_verify_raw"):
                 if x[key] != c["label"]:
-                    print(f"  {key} wrong (label {c['label']}): gold={c['gold']!r} pred={c['prediction'][:100]!r} [{c['id']}]")
+                    print(
+                        f"  {key} wrong (label {c['label']}): gold={c['gold']!r} pred={c['prediction'][:100]!r} [{c['id']}]"
+                    )
     return {
         "cases": n,
-        "agreement_lenient_raw": round(sum(x["lenient_raw"] == c["label"] for c, x in zip(cases, v)) / n, 4),
-        "agreement_math_verify_raw": round(sum(x["math_verify_raw"] == c["label"] for c, x in zip(cases, v)) / n, 4),
-        "agreement_lenient_boxed": round(sum(x["lenient_boxed"] == c["label"] for c, x in zip(cases, v)) / n, 4),
+        "agreement_lenient_raw": agreement(cases, verdicts, "lenient_raw"),
+        "agreement_math_verify_raw": agreement(cases, verdicts, "math_verify_raw"),
+        "agreement_lenient_boxed": agreement(cases, verdicts, "lenient_boxed"),
         "false_positives_strict": sum(i not in policy for i in fp_strict),
         "false_positives_strict_by_policy": [{"id": i, "policy": policy[i]} for i in fp_strict if i in policy],
         "cases_math_verify_right_ours_wrong": mv_right_ours_wrong,
@@ -132,6 +141,20 @@ def report(cases: list[dict], verdicts: dict[str, dict], policy: dict[str, str],
         "p99_ms": round(times[min(n - 1, int(0.99 * n))], 3),
         "worst_ms": round(times[-1], 3),
     }
+
+
+def by_source(cases: list[dict], verdicts: dict[str, dict]) -> dict[str, dict]:
+    """Agreement per project a case was first taken from: a source added later is a
+    held-out set of its own, unseen by the grader changes made before it."""
+    out: dict[str, dict] = {}
+    for repo in sorted({c["sources"][0]["repo"] for c in cases}):
+        mine = [c for c in cases if c["sources"][0]["repo"] == repo]
+        out[repo] = {
+            "cases": len(mine),
+            "agreement_lenient_boxed": agreement(mine, verdicts, "lenient_boxed"),
+            "agreement_math_verify_raw": agreement(mine, verdicts, "math_verify_raw"),
+        }
+    return out
 
 
 def main() -> None:
@@ -151,7 +174,8 @@ def main() -> None:
     out: dict = {"benchmark": "grader_agreement", "grading_timeout_ms": GRADING_TIMEOUT_S * 1000}
     for half in ("tuning", "reporting"):
         print(f"\n{half} half of the checks:" if half == "tuning" else "")
-        out[half] = report([c for c in checks if c["half"] == half], verdicts, policy, show=half == "tuning")
+        cases = [c for c in checks if c["half"] == half]
+        out[half] = report(cases, verdicts, policy, show=half == "tuning") | {"by_source": by_source(cases, verdicts)}
     print("\nproject set:")
     out["project"] = report(project, verdicts, policy, show=True)
     if args.update_verdicts:
