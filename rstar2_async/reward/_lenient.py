@@ -30,7 +30,7 @@ from ._compare import GradingMode, answer_parts
 from ._free_text import free_text_answer
 from ._spans import LEADING_VAR, has_prose, statement_value
 
-__all__ = ["after_thinking", "final_answer", "gold_answer", "strip_end_tokens"]
+__all__ = ["answer_in", "final_answer", "gold_answer", "readable"]
 
 # Chat templates' special tokens as a stored transcript spells them: ChatML and
 # Llama 3's `<|...|>`, DeepSeek's `<｜...｜>`, and the SentencePiece and Gemma ends.
@@ -66,9 +66,19 @@ def final_answer(text: str, gold: str | None = None, *, mode: GradingMode = "str
     Raises:
         ValueError: an unknown `mode`.
     """
+    return answer_in(readable(text), gold, mode=mode)
+
+
+def readable(text: str) -> str:
+    """The part of a response its final answer is read from: after its thinking
+    (`after_thinking`), without chat templates' special tokens (`strip_end_tokens`)."""
+    return strip_end_tokens(after_thinking(text))  # thinking first: its tags may look like special tokens
+
+
+def answer_in(text: str, gold: str | None = None, *, mode: GradingMode = "strict") -> str | None:
+    """`final_answer` of a text that is already `readable`."""
     if mode not in ("strict", "lenient"):
         raise ValueError(f"mode: expected 'strict' or 'lenient', got {mode!r}")
-    text = strip_end_tokens(after_thinking(text))  # thinking first: its tags may look like special tokens
     if mode == "strict":
         boxed = extract_answer(text)
         return None if boxed is None else _inside_box(boxed)

@@ -14,7 +14,7 @@ import threading
 
 from ._answer import extract_answer
 from ._compare import EQUALS, GradingMode, answers_match, false_equation, rel_tolerance
-from ._lenient import after_thinking, final_answer, gold_answer, strip_end_tokens
+from ._lenient import answer_in, gold_answer, readable
 from ._normalise import FUNCTION_COMMANDS, MAX_ANSWER_CHARS, QUALIFIER, python_notation
 from ._spans import ALTERNATIVE
 from ._worker import GradeRequest, SyncWorker
@@ -112,8 +112,8 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
     (None, answer, gold answer) for math-verify to settle."""
     given = gold
     gold = python_notation(gold_answer(gold))
-    text = strip_end_tokens(after_thinking(response_text))
-    answer = final_answer(text, gold, mode=mode)
+    text = readable(response_text)
+    answer = answer_in(text, gold, mode=mode)
     if len(given) <= MAX_ANSWER_CHARS and (
         _same_text(extract_answer(text) or "", given) or (mode == "lenient" and _same_text(text, given))
     ):
