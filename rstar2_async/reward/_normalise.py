@@ -123,9 +123,6 @@ _SPACED_MIXED = re.compile(r"([-+]?\d+)\s+(\d+)\s*/\s*(\d+)")
 # `2.5 \times 10^{-3}`: a number in scientific notation, read as the decimal it is.
 _TIMES_TEN = re.compile(r"([-+]?\d+(?:\.\d+)?)(?:\\times|\\cdot|\*|×)10\^\{?([-+]?\d{1,3})\}?")
 _FRAC_ALIASES = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
-# A number followed by a unit: the head must hold a digit and no letters but those of
-# a few numeric commands, so `\text{A} \text{ and } \text{B}` or `2x \text{ cm}`
-# keep their words.
 QUALIFIER = re.compile(
     r"(?<!\\)\b(?:not|no|never|wrong|incorrect|false|maybe|perhaps|probably|possibly|except|unless|if|but"
     r"|at\s+(?:least|most)|(?:more|less|fewer|greater|smaller|larger)\s+than)\b",
@@ -133,6 +130,9 @@ QUALIFIER = re.compile(
 )
 """Words that take back or bound the value beside them ("2 (wrong)", "at least 2"):
 never a unit.  Not a command: ``\\not=`` is a relation."""
+# A number followed by a unit: the head must hold a digit and no letters but those of
+# a few numeric commands, so `\text{A} \text{ and } \text{B}` or `2x \text{ cm}`
+# keep their words.
 _UNIT_TAIL_TEXT = re.compile(
     r"^(?P<head>(?:[^a-zA-Z\\]|\\(?:frac|sqrt|pi|cdot|times)(?![a-zA-Z]))*?)"
     rf"\s*{TEXT_CMD}\{{\s*[a-zA-Z][a-zA-Z./\s]*\}}"
