@@ -301,11 +301,18 @@ EQUALS = re.compile(r"(?<![<>!\\])=")
 _BARE_NUMBER = re.compile(r"\s*[-+]?(?:\d+(?:\.\d+)?|\d+\s*/\s*\d+|\\[dt]?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\})\s*")
 
 
+_LINKS = re.compile(rf"{EQUALS.pattern}|\\(?:to|rightarrow|longrightarrow|Rightarrow|implies|iff|mapsto)(?![a-zA-Z])")
+"""What joins the links of a chain a value is read from: ``=``, and the arrows
+math-verify's boxed reading passes over to their right side (``1 \\implies 2``).  Not
+``\\equiv`` (``17 \\equiv 2`` is a remainder), nor ``\\approx`` or ``\\sim``: a
+rounding as coarse as the writer likes (``\\frac23 \\approx 0.7``) cannot make them false."""
+
+
 def false_equation(content: str) -> bool:
     """A chain of plain numbers that are not all equal, even roughly (``3 = 2``,
-    ``\\frac13 = \\frac12``): it states no value, though math-verify would read its
-    right side."""
-    sides = EQUALS.split(content)
+    ``\\frac13 = \\frac12``, ``1 \\to 2``): it states no value, though
+    math-verify would read its right side."""
+    sides = _LINKS.split(content)
     if len(sides) < 2 or not all(_BARE_NUMBER.fullmatch(side) for side in sides):
         return False  # a unit or a sign (`1 \\text{ km} = 1000 \\text{ m}`, `25\\% = 0.25`) may make it hold
     values = [_to_number(normalize_answer(side)) for side in sides]

@@ -228,6 +228,11 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
         ("\\boxed{2 = 2.0}", "2", 1.0, 1.0),
         ("\\boxed{\\frac{1}{3} = \\frac{1}{2}}", "\\frac{1}{2}", 0.0, 0.0),
         ("\\boxed{\\frac{2}{4} = \\frac{1}{2}}", "\\frac{1}{2}", 1.0, 1.0),
+        # nor do arrows, which math-verify reads past to their right side
+        ("\\boxed{1 \\implies 2}", "2", 0.0, 0.0),
+        ("\\boxed{1 \\to 2}", "2", 0.0, 0.0),
+        ("\\boxed{\\frac{2}{3} \\approx 0.7}", "\\frac{2}{3}", 1.0, 1.0),  # a rounding, however coarse
+        ("\\boxed{17 \\equiv 2}", "2", 1.0, 1.0),  # a remainder
         # digits apart that are no thousands groups are no clear number (math-verify reads 2 3 as 5)
         ("\\boxed{2 3}", "23", 0.0, 0.0),
         ("\\boxed{2 3}", "5", 0.0, 0.0),
