@@ -98,19 +98,29 @@ _THINKING = (
 OpenThinker (whose answer then stands in ``<|begin_of_solution|>``); gpt-oss's
 analysis channel, when its text keeps the harmony format's tokens."""
 
+_BARE_ANALYSIS = re.compile(r"\s*analysis(?=[A-Z]|.*assistantfinal)", re.DOTALL)
+_BARE_FINAL = "assistantfinal"
+"""gpt-oss decoded without its special tokens (vLLM's default ``skip_special_tokens``):
+``analysisWe need ...assistantfinalThe answer is 5.``  Only a text that opens so is
+read this way; the word "analysis" elsewhere is prose."""
+
 
 def after_thinking(text: str) -> str:
     """The part of a response after its reasoning, which is where its final answer is:
     the text after the last ``</think>`` (or ``<|end_of_thought|>``); nothing when the
     last ``<think>`` is never closed (the response ended while thinking); the whole
-    text when it has no such tags.  A box the model wrote while thinking and then took
-    back is no answer."""
+    text when it has no such tags.  gpt-oss's text without its special tokens is read
+    the same way (`_BARE_ANALYSIS`).  A box the model wrote while thinking and then
+    took back is no answer."""
     for begin, end in _THINKING:
         opened, closed = text.rfind(begin), text.rfind(end)
         if opened > closed:
             return ""
         if closed >= 0:
             text = text[closed + len(end) :]
+    if _BARE_ANALYSIS.match(text):
+        final = text.rfind(_BARE_FINAL)
+        return "" if final < 0 else text[final + len(_BARE_FINAL) :]
     return text
 
 

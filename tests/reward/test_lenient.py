@@ -294,6 +294,11 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
             0.0,
         ),
         ("<|channel|>analysis<|message|>So it is \\boxed{5}", "5", 0.0, 0.0),
+        # gpt-oss decoded without its special tokens: the channels' names run into the text
+        ("analysisMaybe \\boxed{5}. No: 6.assistantfinalThe answer is \\boxed{6}.", "6", 1.0, 1.0),
+        ("analysisMaybe \\boxed{5}. No: 6.assistantfinalThe answer is \\boxed{6}.", "5", 0.0, 0.0),
+        ("analysisWe need x. It is \\boxed{5}", "5", 0.0, 0.0),  # cut off while thinking
+        ("analysis: it is \\boxed{5}.", "5", 1.0, 1.0),  # the word, not the channel
         ("<think>a</think> \\boxed{5}, calling a tool. <think>recheck</think> \\boxed{6}", "6", 1.0, 1.0),
         # numbers as people write them, and a vector as a tuple: lenient only
         ("The answer is five.", "5", 0.0, 1.0),
