@@ -93,10 +93,17 @@ _THINKING = (
     ("<think>", "</think>"),
     ("<|begin_of_thought|>", "<|end_of_thought|>"),
     ("<|channel|>analysis", "<|channel|>final<|message|>"),
+    ("[THINK]", "[/THINK]"),
+    ("<seed:think>", "</seed:think>"),
+    ("\u25c1think\u25b7", "\u25c1/think\u25b7"),
+    ("<|START_THINKING|>", "<|END_THINKING|>"),
+    ("<thought>", "</thought>"),
 )
-"""How reasoning models mark their thinking: DeepSeek-R1 and Qwen3; Sky-T1 and
-OpenThinker (whose answer then stands in ``<|begin_of_solution|>``); gpt-oss's
-analysis channel, when its text keeps the harmony format's tokens."""
+"""How reasoning models mark their thinking: DeepSeek-R1, Qwen3, GLM, MiniMax, Phi-4
+and most others; Sky-T1 and OpenThinker (whose answer then stands in
+``<|begin_of_solution|>``); gpt-oss's analysis channel, when its text keeps the
+harmony format's tokens; Mistral's Magistral; ByteDance's Seed-OSS; Moonshot's Kimi
+(``\u25c1think\u25b7``); Cohere's Command A; LG's EXAONE Deep."""
 
 _BARE_ANALYSIS = re.compile(r"\s*analysis(?=[A-Z]|.*assistantfinal)", re.DOTALL)
 _BARE_FINAL = "assistantfinal"

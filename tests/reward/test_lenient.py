@@ -294,6 +294,19 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
             0.0,
         ),
         ("<|channel|>analysis<|message|>So it is \\boxed{5}", "5", 0.0, 0.0),
+        # other families' tags: Magistral, Seed-OSS, Kimi, Command A, EXAONE Deep
+        ("[THINK]Maybe \\boxed{5}.[/THINK]The answer is \\boxed{6}.", "5", 0.0, 0.0),
+        ("[THINK]Maybe \\boxed{5}.[/THINK]The answer is \\boxed{6}.", "6", 1.0, 1.0),
+        ("<seed:think>Maybe \\boxed{5}.</seed:think>So \\boxed{6}.", "5", 0.0, 0.0),
+        ("\u25c1think\u25b7Maybe \\boxed{5}.\u25c1/think\u25b7So \\boxed{6}.", "6", 1.0, 1.0),
+        ("\u25c1think\u25b7So it is \\boxed{5}.", "5", 0.0, 0.0),
+        (
+            "<|START_THINKING|>Maybe \\boxed{5}.<|END_THINKING|><|START_RESPONSE|>The answer is 6.<|END_RESPONSE|>",
+            "6",
+            0.0,
+            1.0,
+        ),
+        ("<thought>Maybe \\boxed{5}.</thought>\\boxed{6}", "5", 0.0, 0.0),
         # gpt-oss decoded without its special tokens: the channels' names run into the text
         ("analysisMaybe \\boxed{5}. No: 6.assistantfinalThe answer is \\boxed{6}.", "6", 1.0, 1.0),
         ("analysisMaybe \\boxed{5}. No: 6.assistantfinalThe answer is \\boxed{6}.", "5", 0.0, 0.0),
