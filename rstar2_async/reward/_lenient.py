@@ -71,8 +71,32 @@ def final_answer(text: str, gold: str | None = None, *, mode: GradingMode = "str
 
 def readable(text: str) -> str:
     """The part of a response its final answer is read from: after its thinking
-    (`after_thinking`), without chat templates' special tokens (`strip_end_tokens`)."""
-    return strip_end_tokens(after_thinking(text))  # thinking first: its tags may look like special tokens
+    (`after_thinking`), without chat templates' special tokens (`strip_end_tokens`),
+    with LaTeX escapes a string literal turned into control characters restored
+    (`restore_escapes`)."""
+    return strip_end_tokens(
+        after_thinking(restore_escapes(text))
+    )  # thinking first: its tags may look like special tokens
+
+
+# LaTeX written in a Python or JSON string without escaping its backslashes loses some
+# of them to control characters: `\frac` becomes a form feed and "rac", `\boxed` a
+# backspace and "oxed".  Those four never stand in math text; a tab, carriage return
+# or line feed is taken back only before the rest of a command's name that is no word
+# (a line may start with `e^x` or `u = 3`, and a tab with "an").
+_LOST_ESCAPE = re.compile(
+    r"[\x07\x08\x0b\x0c](?=[a-zA-Z])"
+    r"|\r(?=(?:ight|ho|angle|floor|ceil)(?![a-zA-Z]))"
+    r"|\t(?=(?:ext|imes|heta|frac|riangle|ilde)(?![a-zA-Z]))"
+    r"|\n(?=(?:eq|ot|abla)(?![a-zA-Z]))"
+)
+_ESCAPED = {"\x07": "\\a", "\x08": "\\b", "\x0b": "\\v", "\x0c": "\\f", "\r": "\\r", "\t": "\\t", "\n": "\\n"}
+
+
+def restore_escapes(text: str) -> str:
+    """`text` with the backslashes an unescaped string literal lost put back
+    (``\\x0crac{1}{2}`` is ``\\frac{1}{2}``, ``\\text{13}`` after a tab is ``\\text{13}``)."""
+    return _LOST_ESCAPE.sub(lambda m: _ESCAPED[m[0]], text)
 
 
 def answer_in(text: str, gold: str | None = None, *, mode: GradingMode = "strict") -> str | None:
@@ -154,6 +178,7 @@ def gold_answer(gold: str) -> str:
     solution) is its last box, or all its boxes as one list when nothing but
     punctuation, "and" and "or" stands between them (``\\(\\boxed{1}\\) and
     \\(\\boxed{-2}\\)``)."""
+    gold = restore_escapes(gold)
     if "\\boxed" not in gold and "\\fbox" not in gold:
         return gold
     boxes = boxed_answers(gold)

@@ -294,6 +294,14 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
             0.0,
         ),
         ("<|channel|>analysis<|message|>So it is \\boxed{5}", "5", 0.0, 0.0),
+        # LaTeX from a string literal that did not escape its backslashes
+        ("The answer is $\x0crac{1}{2}$.", "\\frac{1}{2}", 0.0, 1.0),
+        ("\x08oxed{5}", "5", 1.0, 1.0),
+        ("\\boxed{13}", "\text{13}", 1.0, 1.0),
+        ("\\boxed{x \neq 2}", "x \\neq 2", 1.0, 1.0),
+        ("\\boxed{x \neq 2}", "x = 2", 0.0, 0.0),
+        ("We get\ne^{x}, so \\boxed{e^x}", "e^x", 1.0, 1.0),  # a line may start with e
+        ("\\boxed{\\left(1, 2\right)}", "(1, 2)", 1.0, 1.0),
         # other families' tags: Magistral, Seed-OSS, Kimi, Command A, EXAONE Deep
         ("[THINK]Maybe \\boxed{5}.[/THINK]The answer is \\boxed{6}.", "5", 0.0, 0.0),
         ("[THINK]Maybe \\boxed{5}.[/THINK]The answer is \\boxed{6}.", "6", 1.0, 1.0),
