@@ -106,12 +106,17 @@ def answer_in(text: str, gold: str | None = None, *, mode: GradingMode = "strict
     if mode == "strict":
         boxed = extract_answer(text)
         return None if boxed is None else _inside_box(boxed)
+    text = _BARE_BOX.sub(r"\\\g<0>", text)
     start, end = answer_region(text)
     boxes = boxed_answers(text[start:end])
     if not boxes:
         return _free_text(text)
     return _several_boxes(text[start:end], boxes, gold) or _inside_box(boxes[-1][0])
 
+
+_BARE_BOX = re.compile(r"(?<![\\a-zA-Z])(?:boxed|fbox)(?=\{)")
+"""A box whose backslash a renderer or an unescaped string ate (``boxed{42}``): lenient
+mode reads it as a box; strict mode, rStar2's format, does not."""
 
 _THINKING = (
     ("<think>", "</think>"),

@@ -294,6 +294,9 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
             0.0,
         ),
         ("<|channel|>analysis<|message|>So it is \\boxed{5}", "5", 0.0, 0.0),
+        # a box that lost its backslash: lenient only
+        ("So the answer is boxed{42}.", "42", 0.0, 1.0),
+        ("Maybe boxed{5}; no, \\boxed{42}.", "5", 0.0, 0.0),
         # LaTeX from a string literal that did not escape its backslashes
         ("The answer is $\x0crac{1}{2}$.", "\\frac{1}{2}", 0.0, 1.0),
         ("\x08oxed{5}", "5", 1.0, 1.0),
