@@ -3,7 +3,9 @@
 Either a model directory (a checkpoint: a vLLM server is started for it) or any
 OpenAI-compatible endpoint.  Sampling is always explicit: --temperature and --top-p
 are required.  Every sample is kept in OUT/<dataset>/samples.jsonl; running the same
-command again resumes without redoing finished samples.
+command again resumes without redoing finished samples (and refuses to, naming the
+setting, when the samples there were made with another model, prompt, sampling or
+grading: see OUT/<dataset>/settings.json).
 
 A checkpoint of `rstar2 train` carries the rollout settings it was trained with
 (rollout.toml: system prompt, tools, turns, response budget); --model (or --tokenizer,
@@ -164,6 +166,7 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from rstar2_async.cli._eval_record import check_resumable, sample_settings, write_record
     from rstar2_async.config import to_toml
     from rstar2_async.recipe import (
         evaluate,
@@ -179,7 +182,12 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
     datasets = {resolve(name).stem: load_problems(name, limit=args.limit, fields=config.data) for name in args.data}
     name = args.model.resolve().name if args.model else config.inference.model.replace("/", "_")
     out = args.out or Path("runs/eval") / name
+    settings = sample_settings(config, args.model)
+    for dataset in datasets:  # all checked before any record changes, and before a server starts
+        check_resumable(out / dataset, settings)
     out.mkdir(parents=True, exist_ok=True)
+    for dataset in datasets:
+        write_record(out / dataset, settings)
     (out / "config.toml").write_text(to_toml(config))
     tune_gc()
     summaries = []

@@ -43,6 +43,15 @@ def test_eval_against_an_endpoint_and_resume(tmp_path: Path, endpoint: tuple[str
     [again] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again["resumed_samples"] == 6 and again["avg_at_n"] == 1.0
 
+    # Other sampling or grading would score two kinds of sample as one: refused before a request, naming each.
+    other = [*argv, "--grading", "strict"]
+    other[other.index("--temperature") + 1] = "1.0"
+    with pytest.raises(SystemExit, match=r"(?s)reward\.grading: 'lenient' then, 'strict' now.*temperature: 0\.7 then, 1\.0 now"):
+        main(other)
+    assert len([r for r in server.requests if "messages" in r]) == len(chats)
+    assert json.loads((tmp_path / "out" / "toy" / "settings.json").read_text())["rollout.sampling.temperature"] == 0.7
+    assert len((tmp_path / "out" / "toy" / "samples.jsonl").read_text().splitlines()) == 6
+
 
 def test_eval_requires_explicit_sampling(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):

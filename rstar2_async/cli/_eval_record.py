@@ -1,0 +1,72 @@
+"""What the samples of one data set of `rstar2 eval` were made with, kept beside
+them (``OUT/<set>/settings.json``), so that running the command again adds samples
+only to those made the same way.
+
+Resuming is how an interrupted evaluation finishes, and how ``--n`` grows; but a
+run with another temperature, model, prompt or grading mode that resumed into the
+same directory would mix two kinds of sample into one avg@n, and say nothing: its
+summary would name only the new settings.  The record names what decides a sample
+and its grade; the operational settings (timeouts, concurrency, shards, the seed)
+may change between runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+if TYPE_CHECKING:
+    from rstar2_async.config import EvalConfig
+
+__all__ = ["check_resumable", "sample_settings", "write_record"]
+
+RECORD = "settings.json"
+_ROLLOUT_FIELDS = ("max_turns", "max_response_tokens", "system_prompt", "list_tools", "chat_template", "tools")
+
+
+def sample_settings(config: EvalConfig, model: Path | None) -> dict[str, Any]:
+    """The settings that decide a sample and its grade, by dotted name: the model
+    (its directory, or an endpoint's served model name), how it is asked (transport,
+    prompt, tools, turns, budget, sampling but its seed), how it is graded, and how
+    the data set's rows are read."""
+    rollout = msgspec.to_builtins(config.rollout)
+    settings: dict[str, Any] = {
+        "model": str(model.resolve()) if model is not None else config.inference.model,
+        "inference.mode": config.inference.mode,
+    }
+    settings |= {f"rollout.sampling.{k}": v for k, v in rollout["sampling"].items() if k != "seed"}
+    settings |= {f"rollout.{k}": rollout.get(k) for k in _ROLLOUT_FIELDS}
+    settings |= {"reward.function": config.reward.function, "reward.grading": config.reward.grading}
+    settings |= {f"data.{k}": v for k, v in msgspec.to_builtins(config.data).items()}
+    return json.loads(json.dumps(settings))  # as the record reads back
+
+
+def check_resumable(directory: Path, settings: dict[str, Any]) -> None:
+    """Refuse to resume into ``directory`` when it holds samples made otherwise.
+
+    A directory without samples, or whose samples predate records, is no conflict.
+
+    Raises:
+        SystemExit: the samples there were made with other settings; the message
+            names each one, then and now.
+    """
+    samples, record = directory / "samples.jsonl", directory / RECORD
+    if not (record.exists() and samples.exists() and samples.stat().st_size > 0):
+        return
+    before = json.loads(record.read_text())
+    changed = [key for key in settings.keys() | before.keys() if before.get(key) != settings.get(key)]
+    if changed:
+        lines = "\n".join(f"  {key}: {before.get(key)!r} then, {settings.get(key)!r} now" for key in sorted(changed))
+        raise SystemExit(
+            f"rstar2 eval: {samples} holds samples made with other settings:\n{lines}\n"
+            "Resuming would score both kinds together. Pass another --out, or delete that file to start the set over."
+        )
+
+
+def write_record(directory: Path, settings: dict[str, Any]) -> None:
+    """Record ``settings`` as what the samples in ``directory`` are made with."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / RECORD).write_text(json.dumps(settings, indent=1, sort_keys=True) + "\n")
