@@ -34,9 +34,10 @@ __all__ = [
     "words",
 ]
 
-# The math spans math-verify looks for; inline ones stay on one line.
+# The math spans math-verify looks for; inline ones stay on one line.  An escaped
+# dollar (`\$36`) is text inside them.
 SPANS = re.compile(
-    r"\$\$(?P<d>[^$]+?)\$\$"
+    r"\$\$(?P<d>(?:\\\$|[^$])+?)\$\$"
     r"|\\\[(?P<b>.+?)\\\]"
     r"|\\\((?P<p>[^\n]+?)\\\)"
     r"|(?<![\\\d$])\$(?P<i>(?:\\\$|[^\n$])+?)(?<!\\)\$",

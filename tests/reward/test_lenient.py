@@ -294,6 +294,7 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
             0.0,
         ),
         ("<|channel|>analysis<|message|>So it is \\boxed{5}", "5", 0.0, 0.0),
+        ("Hence the answer is\n$$\n\\$32,\\!348\n$$", "\\$32,\\!348", 0.0, 1.0),  # an escaped dollar in display math
         # a box that lost its backslash: lenient only
         ("So the answer is boxed{42}.", "42", 0.0, 1.0),
         ("Maybe boxed{5}; no, \\boxed{42}.", "5", 0.0, 0.0),
