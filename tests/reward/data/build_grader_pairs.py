@@ -13,7 +13,11 @@ Every label is decided here, by construction or by hand, never by running a grad
   adversarial settings: the gold appears earlier in the text, after "not", in a box
   outside the answer block, as a prefix of the answer; unequal by construction;
 - hand-written pairs for each equivalence of issue 15 and their near misses, each
-  with a note saying why.
+  with a note saying why;
+- the distinct gold answers of the competition sets once more, in the shapes reasoning
+  models' responses take (each family's thinking tags, chat tokens kept or skipped),
+  equal by construction; or, for every third integer gold, the gold boxed only while
+  thinking and another answer after it, or a response cut off while thinking: unequal.
 
 ``expected`` maps each grading mode the case applies to onto the right verdict.
 ``adversarial`` marks a wrong answer a careless extraction would accept.
@@ -679,8 +683,124 @@ def hand_cases() -> list[dict]:
     ]
 
 
+# --- the gold answers again, in the shapes reasoning models' responses take ----------------
+
+# Each family's thinking and final answer as its raw text reads (chat templates' tokens
+# kept, or lost to a decode that skips special tokens); G is the gold, W another answer.
+FAMILY_FORMS = [
+    (
+        "Llama 3",
+        lambda g, w: f"## Step 1\n...\n\nTherefore, the final answer is: $\\boxed{{{g}}}$. I hope it is correct.",
+        BOTH_TRUE,
+    ),
+    (
+        "Minerva",
+        lambda g, w: f"We compute.\nFinal Answer: The final answer is ${g}$. I hope it is correct.",
+        LENIENT_ONLY,
+    ),
+    (
+        "DeepSeek-R1, Qwen3",
+        lambda g, w: f"<think>\nTry {w}? \\boxed{{{w}}} fails.\n</think>\n\nSo $\\boxed{{{g}}}$.",
+        BOTH_TRUE,
+    ),
+    (
+        "gpt-oss, harmony tokens kept",
+        lambda g, w: (
+            f"<|channel|>analysis<|message|>Maybe \\boxed{{{w}}}.<|end|><|start|>assistant<|channel|>final<|message|>**Answer:** ${g}$<|return|>"
+        ),
+        LENIENT_ONLY,
+    ),
+    (
+        "gpt-oss, special tokens skipped",
+        lambda g, w: f"analysisWe need it. Maybe \\boxed{{{w}}}.assistantfinal\\boxed{{{g}}}",
+        BOTH_TRUE,
+    ),
+    (
+        "Magistral",
+        lambda g, w: f"[THINK]Is it {w}? \\boxed{{{w}}}? No.[/THINK]\n\n# Answer\n\n\\boxed{{{g}}}",
+        BOTH_TRUE,
+    ),
+    (
+        "Sky-T1, OpenThinker",
+        lambda g, w: (
+            f"<|begin_of_thought|>\\boxed{{{w}}}?<|end_of_thought|>\n\n<|begin_of_solution|>\\boxed{{{g}}}<|end_of_solution|>"
+        ),
+        BOTH_TRUE,
+    ),
+    (
+        "Command A",
+        lambda g, w: (
+            f"<|START_THINKING|>\\boxed{{{w}}}?<|END_THINKING|><|START_RESPONSE|>The answer is ${g}$.<|END_RESPONSE|>"
+        ),
+        LENIENT_ONLY,
+    ),
+    (
+        "Kimi",
+        lambda g, w: f"\u25c1think\u25b7\\boxed{{{w}}}?\u25c1/think\u25b7The answer is $\\boxed{{{g}}}$.",
+        BOTH_TRUE,
+    ),
+    ("Seed-OSS", lambda g, w: f"<seed:think>\\boxed{{{w}}}?</seed:think>So the answer is $\\boxed{{{g}}}$.", BOTH_TRUE),
+    (
+        "a display after 'the answer is'",
+        lambda g, w: f"Checking {w} fails, hence the answer is\n$$\n{g}\n$$",
+        LENIENT_ONLY,
+    ),
+]
+# The gold boxed only while thinking, then another answer in words, or no end to the
+# thinking: wrong, though the response's only box is the gold.
+FAMILY_TRAPS = [
+    ("DeepSeek-R1: gold boxed in thinking", lambda g, w: f"<think>\\boxed{{{g}}}? No.</think>\nThe answer is {w}."),
+    ("cut off while thinking", lambda g, w: f"<think>\nSo it is \\boxed{{{g}}}, let me double-check"),
+    (
+        "gpt-oss, tokens skipped: gold boxed in analysis",
+        lambda g, w: f"analysisIt is \\boxed{{{g}}}. Hmm.assistantfinalIt is {w}.",
+    ),
+    ("Magistral: gold boxed in thinking", lambda g, w: f"[THINK]\\boxed{{{g}}}? No.[/THINK]The answer is {w}."),
+    ("Magistral: cut off while thinking", lambda g, w: f"[THINK]So it is \\boxed{{{g}}}, let me"),
+    (
+        "Kimi: gold boxed in thinking",
+        lambda g, w: f"\u25c1think\u25b7\\boxed{{{g}}}?\u25c1/think\u25b7The answer is {w}.",
+    ),
+    (
+        "Command A: gold boxed in thinking",
+        lambda g, w: (
+            f"<|START_THINKING|>\\boxed{{{g}}}?<|END_THINKING|><|START_RESPONSE|>The answer is {w}.<|END_RESPONSE|>"
+        ),
+    ),
+    ("EXAONE Deep: gold boxed in thinking", lambda g, w: f"<thought>\\boxed{{{g}}}?</thought>\nThe answer is {w}."),
+]
+
+
+def family_cases() -> list[dict]:
+    """Every distinct gold of the competition sets once more, in a model family's
+    shape (rotating); every third integer gold in a trap instead."""
+    cases, seen, ints = [], set(), 0
+    for name in ["math500", "aime24", "aime25", "hmmt_feb2024", "hmmt_feb2025"]:
+        for g in golds(name):
+            if g in seen:
+                continue
+            seen.add(g)
+            w = "7" if g.strip() != "7" else "8"
+            if re.fullmatch(r"-?\d+", g) and (ints := ints + 1) % 3 == 0:
+                note, form = FAMILY_TRAPS[ints // 3 % len(FAMILY_TRAPS)]
+                expected, adversarial = BOTH_FALSE, True
+            else:
+                note, form, expected = FAMILY_FORMS[len(seen) % len(FAMILY_FORMS)]
+                adversarial = False
+            cases.append(
+                {
+                    "gold": g,
+                    "response": form(g, w),
+                    "expected": expected,
+                    "note": f"{name}: {note}",
+                    "adversarial": adversarial,
+                }
+            )
+    return cases
+
+
 def main() -> None:
-    cases = gold_cases() + hand_cases()
+    cases = gold_cases() + hand_cases() + family_cases()
     with (HERE / "grader_pairs.jsonl").open("w") as f:
         for case in cases:
             f.write(json.dumps(case, ensure_ascii=False) + "\n")
