@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -152,6 +154,21 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
     for text in degenerate:
         final_answer(text, "1, 2", mode="lenient")
     assert time.perf_counter() - start < 2.0
+
+
+@pytest.mark.parametrize("think", [True, False])
+@pytest.mark.parametrize("box", [True, False])
+def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
+    # 60K characters of MATH problems (LaTeX, dollars, numbers) before the answer, as
+    # benchmarks/grader_long.py builds them; there it is timed against math-verify.
+    data = Path(__file__).resolve().parents[3] / "shared" / "data" / "train_math.jsonl"
+    with data.open() as f:
+        body = "\n\n".join(json.loads(line)["problem"] for line, _ in zip(f, range(400), strict=False))[:60_000]
+    answer = "\\boxed{42}." if box else "$42$."
+    text = (
+        f"<think>{body}</think>\n\nThe final answer is {answer}" if think else f"{body}\n\nThe final answer is {answer}"
+    )
+    assert (score(text, "42", mode="strict"), score(text, "42", mode="lenient")) == (1.0 if box else 0.0, 1.0)
 
 
 @pytest.mark.parametrize(
@@ -404,8 +421,6 @@ def test_a_stored_sample_regrades_as_the_run_graded_it(end: str, text: str, gold
 def test_a_stored_sample_from_the_real_chat_template_regrades_as_graded() -> None:
     # The transcript as the engine records it (_conversation.TokenConversation), with
     # the tiny Qwen2's real template: each turn decoded without its EOS, then eos_text.
-    from pathlib import Path
-
     from transformers import AutoTokenizer
 
     from rstar2_async.demo import cached_tiny_model
