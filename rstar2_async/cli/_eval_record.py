@@ -7,11 +7,13 @@ run with another temperature, model, prompt or grading mode that resumed into th
 same directory would mix two kinds of sample into one avg@n, and say nothing: its
 summary would name only the new settings.  The record names what decides a sample
 and its grade; the operational settings (timeouts, concurrency, shards, the seed)
-may change between runs.
+may change between runs, and so may ``--n`` and ``--limit`` (more samples or
+problems of the same kind).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,15 +29,17 @@ RECORD = "settings.json"
 _ROLLOUT_FIELDS = ("max_turns", "max_response_tokens", "system_prompt", "list_tools", "chat_template", "tools")
 
 
-def sample_settings(config: EvalConfig, model: Path | None) -> dict[str, Any]:
+def sample_settings(config: EvalConfig, model: Path | None, data: Path) -> dict[str, Any]:
     """The settings that decide a sample and its grade, by dotted name: the model
     (its directory, or an endpoint's served model name), how it is asked (transport,
-    prompt, tools, turns, budget, sampling but its seed), how it is graded, and how
-    the data set's rows are read."""
+    prompt, tools, turns, budget, sampling but its seed), how it is graded, and the
+    data set (its file's SHA-256: a gold answer corrected since would leave stored
+    grades wrong) and how its rows are read."""
     rollout = msgspec.to_builtins(config.rollout)
     settings: dict[str, Any] = {
         "model": str(model.resolve()) if model is not None else config.inference.model,
         "inference.mode": config.inference.mode,
+        "data.sha256": hashlib.sha256(data.read_bytes()).hexdigest(),
     }
     settings |= {f"rollout.sampling.{k}": v for k, v in rollout["sampling"].items() if k != "seed"}
     settings |= {f"rollout.{k}": rollout.get(k) for k in _ROLLOUT_FIELDS}

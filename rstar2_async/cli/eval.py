@@ -182,12 +182,12 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
     datasets = {resolve(name).stem: load_problems(name, limit=args.limit, fields=config.data) for name in args.data}
     name = args.model.resolve().name if args.model else config.inference.model.replace("/", "_")
     out = args.out or Path("runs/eval") / name
-    settings = sample_settings(config, args.model)
+    settings = {resolve(name).stem: sample_settings(config, args.model, resolve(name)) for name in args.data}
     for dataset in datasets:  # all checked before any record changes, and before a server starts
-        check_resumable(out / dataset, settings)
+        check_resumable(out / dataset, settings[dataset])
     out.mkdir(parents=True, exist_ok=True)
     for dataset in datasets:
-        write_record(out / dataset, settings)
+        write_record(out / dataset, settings[dataset])
     (out / "config.toml").write_text(to_toml(config))
     tune_gc()
     summaries = []

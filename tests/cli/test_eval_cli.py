@@ -51,6 +51,10 @@ def test_eval_against_an_endpoint_and_resume(tmp_path: Path, endpoint: tuple[str
     assert len([r for r in server.requests if "messages" in r]) == len(chats)
     assert json.loads((tmp_path / "out" / "toy" / "settings.json").read_text())["rollout.sampling.temperature"] == 0.7
     assert len((tmp_path / "out" / "toy" / "samples.jsonl").read_text().splitlines()) == 6
+    # Nor may the data set's file change under its samples (a corrected gold answer).
+    data.write_text(data.read_text().replace('"answer": "7"', '"answer": "8"'))
+    with pytest.raises(SystemExit, match=r"data\.sha256"):
+        main(argv)
 
 
 def test_eval_requires_explicit_sampling(capsys: pytest.CaptureFixture[str]) -> None:
