@@ -10,8 +10,8 @@ as filler text full of LaTeX) to 2K, 20K and 60K characters, in four shapes: wit
 without a ``<think>`` block before the answer, and with the answer boxed or written
 out (``The final answer is $42$.``).  Per shape and size:
 
-- ``ours_strict_ms``, ``ours_lenient_ms``: the median time of `quick_verdict` (every
-  step before math-verify; each built response settles there);
+- ``ours_strict_ms``, ``ours_lenient_ms``: the median time of ``score`` (each built
+  response is settled before math-verify would be asked, so this is the reading);
 - ``math_verify_parse_ms``: the baseline, math-verify's ``parse`` of the same
   response (how math-verify alone reads a whole response), median;
 - ``verdicts_ok``: every verdict is the built one (lenient 1; strict 1 for a box, 0
@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rstar2_async.reward._score import quick_verdict
+from rstar2_async.reward import score
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "train_math.jsonl"
 SIZES = (2_000, 20_000, 60_000)
@@ -78,13 +78,13 @@ def main() -> None:
         for think in (True, False):
             for box in (True, False):
                 text = build(problems, chars, think=think, box=box, rng=rng)
-                strict, lenient = quick_verdict(text, GOLD, "strict")[0], quick_verdict(text, GOLD, "lenient")[0]
+                strict, lenient = score(text, GOLD, mode="strict"), score(text, GOLD, mode="lenient")
                 row = {
                     "chars": chars,
                     "think": think,
                     "box": box,
-                    "ours_strict_ms": median_ms(lambda: quick_verdict(text, GOLD, "strict"), args.repeats),  # noqa: B023
-                    "ours_lenient_ms": median_ms(lambda: quick_verdict(text, GOLD, "lenient"), args.repeats),  # noqa: B023
+                    "ours_strict_ms": median_ms(lambda: score(text, GOLD, mode="strict"), args.repeats),  # noqa: B023
+                    "ours_lenient_ms": median_ms(lambda: score(text, GOLD, mode="lenient"), args.repeats),  # noqa: B023
                     "math_verify_parse_ms": median_ms(lambda: parse(text, parsing_timeout=None), args.repeats),  # noqa: B023
                     "verdicts_ok": lenient == 1.0 and strict == (1.0 if box else 0.0),
                 }
