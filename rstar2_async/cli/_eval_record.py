@@ -61,9 +61,10 @@ def check_resumable(directory: Path, settings: dict[str, Any]) -> None:
     if not (record.exists() and samples.exists() and samples.stat().st_size > 0):
         return
     before = json.loads(record.read_text())
-    changed = [key for key in settings.keys() | before.keys() if before.get(key) != settings.get(key)]
+    # A setting one of the two records lacks (written by another version) cannot be compared.
+    changed = [key for key in settings.keys() & before.keys() if before[key] != settings[key]]
     if changed:
-        lines = "\n".join(f"  {key}: {before.get(key)!r} then, {settings.get(key)!r} now" for key in sorted(changed))
+        lines = "\n".join(f"  {key}: {before[key]!r} then, {settings[key]!r} now" for key in sorted(changed))
         raise SystemExit(
             f"rstar2 eval: {samples} holds samples made with other settings:\n{lines}\n"
             "Resuming would score both kinds together. Pass another --out, or delete that file to start the set over."

@@ -57,6 +57,18 @@ def test_eval_against_an_endpoint_and_resume(tmp_path: Path, endpoint: tuple[str
         main(argv)
 
 
+def test_a_resume_record_compares_the_settings_both_versions_know(tmp_path: Path) -> None:
+    from rstar2_async.cli._eval_record import check_resumable, write_record
+
+    (tmp_path / "samples.jsonl").write_text("{}\n")
+    write_record(tmp_path, {"model": "m", "rollout.sampling.temperature": 0.7})
+    check_resumable(tmp_path, {"model": "m", "rollout.sampling.temperature": 0.7, "data.sha256": "ab"})  # newer
+    with pytest.raises(SystemExit, match=r"model: 'm' then, 'n' now"):
+        check_resumable(tmp_path, {"model": "n", "rollout.sampling.temperature": 0.7})
+    (tmp_path / "samples.jsonl").write_text("")  # no samples yet: nothing to mix
+    check_resumable(tmp_path, {"model": "n"})
+
+
 def test_eval_requires_explicit_sampling(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["eval", "--endpoint", "http://x/v1", "--served-model", "m", "--data", "aime24"])
