@@ -154,12 +154,16 @@ def _without_afterword(text: str) -> str:
         m = afterword.search(text)
         if not m or _CONCLUSION.search(m[0]) or any(a < m.start() < b for a, b in spans):
             continue  # it concludes, or it is inside math: `$(7,11), (11,7)$`
-        sentence = text[max(text.rfind("\n", 0, m.start()), text.rfind(". ", 0, m.start())) + 1 : m.start()]
-        if afterword is _ATTAINED and not _EXTREMUM.search(sentence):
+        if afterword is _ATTAINED and not _EXTREMUM.search(_sentence_before(text, m.start())):
             continue  # "f(n) = 5 when n = 3" may answer for n
         if last_value(text[: m.start()]) is not None:
             text = text[: m.start()]
     return text
+
+
+def _sentence_before(text: str, at: int) -> str:
+    """The sentence that ends at `at`: back to the last line break or ". " before it."""
+    return text[max(text.rfind("\n", 0, at), text.rfind(". ", 0, at)) + 1 : at]
 
 
 def _bare_answer(text: str) -> str | None:
