@@ -148,9 +148,9 @@ read this way; the word "analysis" elsewhere is prose."""
 
 def after_thinking(text: str) -> str:
     """The part of a response after its reasoning, which is where its final answer is:
-    the text after the last ``</think>`` (or ``<|end_of_thought|>``); nothing when the
-    last ``<think>`` is never closed (the response ended while thinking); the whole
-    text when it has no such tags.  gpt-oss's text without its special tokens is read
+    the text after the last ``</think>`` (or another family's closing tag, `_THINKING`);
+    nothing when the last ``<think>`` is never closed (the response ended while
+    thinking); the whole text when it has no such tags.  gpt-oss's text without its special tokens is read
     the same way (`_BARE_ANALYSIS`).  A box the model wrote while thinking and then
     took back is no answer."""
     if any(mark in text for mark in _THINKING_MARKS):

@@ -156,6 +156,16 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
     assert time.perf_counter() - start < 2.0
 
 
+def test_every_thinking_tag_holds_a_mark_the_quick_check_looks_for() -> None:
+    # after_thinking looks for the tags only when one of these marks is in the text;
+    # a tag added without a mark would be skipped in silence.
+    from rstar2_async.reward._lenient import _THINKING, _THINKING_MARKS
+
+    for begin, end in _THINKING:
+        for tag in (begin, end):
+            assert any(mark in tag for mark in _THINKING_MARKS), tag
+
+
 @pytest.mark.parametrize("think", [True, False])
 @pytest.mark.parametrize("box", [True, False])
 def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
