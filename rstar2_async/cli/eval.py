@@ -179,10 +179,11 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
     from rstar2_async.rollout import tune_gc
 
     # Labels: a set's name, or a file's stem.  Loaded up front to fail fast on bad names.
-    datasets = {resolve(name).stem: load_problems(name, limit=args.limit, fields=config.data) for name in args.data}
+    files = [resolve(data) for data in args.data]
+    datasets = {file.stem: load_problems(file, limit=args.limit, fields=config.data) for file in files}
+    settings = {file.stem: sample_settings(config, args.model, file) for file in files}
     name = args.model.resolve().name if args.model else config.inference.model.replace("/", "_")
     out = args.out or Path("runs/eval") / name
-    settings = {resolve(name).stem: sample_settings(config, args.model, resolve(name)) for name in args.data}
     for dataset in datasets:  # all checked before any record changes, and before a server starts
         check_resumable(out / dataset, settings[dataset])
     out.mkdir(parents=True, exist_ok=True)
