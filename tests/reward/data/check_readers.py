@@ -199,11 +199,13 @@ def _looped_pairs(loop: ast.For, values: dict[str, ast.AST], test: str) -> Itera
     names = [t.id for t in getattr(loop.target, "elts", []) if isinstance(t, ast.Name)]
     if not isinstance(table, ast.List) or len(names) != 2 or len(loop.body) != 1:
         return
+    label = _assertion_label(loop.body[0], set())
+    if label is None:
+        return
     for pair in table.elts:
         if isinstance(pair, ast.Tuple) and len(pair.elts) == 2:
             found = _graded_pair(loop.body[0], {**values, **dict(zip(names, pair.elts, strict=True))})
-            label = _assertion_label(loop.body[0], set())
-            if found is not None and label is not None:
+            if found is not None:
                 yield Row(found[0], found[1], label, pair.lineno, test, "")
 
 
