@@ -179,6 +179,9 @@ _BOUND = r"[^<>=!,]+?"
 _CHAIN = re.compile(rf"(?P<lo>{_BOUND})(?P<op1><=?|>=?)(?P<var>[a-zA-Z])(?P<op2><=?|>=?)(?P<hi>{_BOUND})")
 _LEFT = re.compile(rf"(?P<var>[a-zA-Z])(?P<op><=?|>=?)(?P<bound>{_BOUND})")
 _RIGHT = re.compile(rf"(?P<bound>{_BOUND})(?P<op><=?|>=?)(?P<var>[a-zA-Z])")
+_ABS = re.compile(rf"\|(?P<var>[a-zA-Z])\|(?P<op><=?|>=?)(?P<bound>{_BOUND})")
+# `\{x \mid x > 2\}`, `\{x \in \mathbb{R} : x > 2\}` (canonical: no spaces, `\mathbb{R}` an interval)
+_SET_BUILDER = re.compile(r"\\\{(?P<var>[a-zA-Z])(?:\\in\(-\\infty,\\infty\))?(?:\||\\mid|:|\\colon)(?P<cond>.+)\\\}")
 _OR = re.compile(r"\\cup|\\lor|\\vee|or")
 
 
@@ -203,18 +206,28 @@ def _one_interval(s: str) -> tuple[str, str] | None:
     if m := _RIGHT.fullmatch(s):  # `2 < x` is `x > 2`
         flipped = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[m["op"]]
         return m["var"], _ray(m["bound"], flipped)
+    if (m := _ABS.fullmatch(s)) and (bound := _to_number(m["bound"])) is not None and bound > 0:
+        closed, near = m["op"].endswith("="), "-" + m["bound"].lstrip("+")
+        if m["op"][0] == "<":  # `|x| < 8` is `(-8, 8)`
+            return m["var"], ("[" if closed else "(") + near + "," + m["bound"] + ("]" if closed else ")")
+        return m["var"], _ray(near, "<=" if closed else "<") + "\\cup" + _ray(m["bound"], m["op"])
     return None
 
 
-def _as_interval(s: str) -> str | None:
-    """A canonical inequality (or several joined by "or") as an interval or union;
-    None unless every part is an inequality in the same one variable."""
+def _as_interval(s: str) -> tuple[str, str] | None:
+    """(variable, interval or union) of a canonical inequality, several joined by
+    "or", or a set written by its condition (``\\{x \\mid x > 2\\}``); None unless
+    every part is an inequality in the same one variable."""
     if "<" not in s and ">" not in s:
         return None
+    named = None
+    if m := _SET_BUILDER.fullmatch(s):
+        named, s = m["var"], m["cond"]
     parts = [_one_interval(p) for p in _OR.split(s)]
-    if any(p is None for p in parts) or len({p[0] for p in parts if p}) != 1:
+    variables = {p[0] for p in parts if p}
+    if any(p is None for p in parts) or len(variables) != 1 or (named and variables != {named}):
         return None
-    return "\\cup".join(p[1] for p in parts if p)
+    return variables.pop(), "\\cup".join(p[1] for p in parts if p)
 
 
 # --- comparison --------------------------------------------------------------------
@@ -289,10 +302,13 @@ def answers_match(pred: str, gold: str, *, mode: GradingMode = "strict") -> bool
         p, g = _numeral(p), _numeral(g)
     if _same(p, g, tolerant) or _decimal_comma(p, g) or _decimal_comma(g, p):
         return True
-    # One side an inequality, the other not: read the inequality as an interval.
+    # An inequality is read as the interval it describes; two inequalities must also
+    # name the same variable (`y > 2` is not `x > 2`).
     ip, ig = _as_interval(p), _as_interval(g)
-    if (ip is None) != (ig is None):
-        return _same(ip or p, ig or g, tolerant)
+    if ip and ig:
+        return ip[0] == ig[0] and _same(ip[1], ig[1], tolerant)
+    if ip or ig:
+        return _same(ip[1] if ip else p, ig[1] if ig else g, tolerant)
     return False
 
 

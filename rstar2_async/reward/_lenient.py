@@ -108,7 +108,7 @@ def answer_in(text: str, gold: str | None = None, *, mode: GradingMode = "strict
     if mode == "strict":
         boxed = extract_answer(text)
         return None if boxed is None else _inside_box(boxed)
-    text = _BARE_BOX.sub(r"\\\g<0>", text)
+    text = _BARE_BOX.sub(r"\\\g<0>", text).replace("\\beginboxed{", "\\boxed{")
     start, end = answer_region(text)
     boxes = boxed_answers(text[start:end])
     if not boxes:
@@ -117,8 +117,9 @@ def answer_in(text: str, gold: str | None = None, *, mode: GradingMode = "strict
 
 
 _BARE_BOX = re.compile(r"boxed(?=\{)(?<![\\a-zA-Z]boxed)")  # the literal first: a fast scan
-"""A box whose backslash a renderer or an unescaped string ate (``boxed{42}``): lenient
-mode reads it as a box; strict mode, rStar2's format, does not."""
+"""A box whose backslash a renderer or an unescaped string ate (``boxed{42}``), or whose
+name is glued to a `\\begin` (``\\beginboxed{42}``): lenient mode reads it as a box;
+strict mode, rStar2's format, does not."""
 
 _THINKING = (
     ("<think>", "</think>"),

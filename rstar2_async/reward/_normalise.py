@@ -20,8 +20,9 @@ math-verify tends to miss or that need no symbolic algebra at all:
 - tuples and intervals (ordered, brackets must agree: ``(3,4]`` is not ``(3,4)``;
   ``]a,b[`` is ``(a,b)``; ``\\mathbb{R}`` is ``(-\\infty,\\infty)``), sets ``\\{...\\}``
   (``\\lbrace``) and bare comma lists (unordered, a set equals a list), unions
-  ``\\cup`` (unordered), ``\\emptyset``/``\\varnothing``/``\\{\\}``; an inequality in one
-  variable against an interval (``x > 2`` is ``(2,\\infty)``, see ``_compare``);
+  ``\\cup`` (unordered), ``\\emptyset``/``\\varnothing``/``\\{\\}``/"no solution"; an
+  inequality in one variable against an interval (``x > 2`` is ``(2,\\infty)``, ``|x| > 8``
+  a union, ``\\{x \\mid x > 2\\}`` its condition's interval, see ``_compare``);
 - matrices: ``pmatrix``, ``bmatrix``, ``matrix``, ``array`` (in any brackets) and a
   list of rows ``[[1, 2], [3, 4]]`` are one form, compared cell by cell;
 - a time with zero seconds (``20:34:00``) is the minute (``20:34``); an ordinal
@@ -92,6 +93,8 @@ _SET_WORDS = [
     (re.compile(r"\\langle(?![a-zA-Z])"), "("),  # a vector `\langle 1, 2 \rangle` is a tuple
     (re.compile(r"\\rangle(?![a-zA-Z])"), ")"),
     (re.compile(r"\\(?:emptyset|varnothing)(?![a-zA-Z])|\\\{\s*\\\}"), "\\emptyset "),
+    (re.compile(r"\b(?i:no\s+(?:real\s+)?(?:solutions?|roots?))\b"), "\\emptyset "),  # a solution set
+    (re.compile(r"\\[lr]?vert(?![a-zA-Z])"), "|"),
     (re.compile(r"\\mathbb\s*\{?\s*R\s*\}?|\\R(?![a-zA-Z])|\b(?i:all\s+real\s+numbers)\b"), "(-\\infty,\\infty)"),
 ]
 # bmatrix, matrix and array (with its column spec) all become pmatrix; vmatrix is a
@@ -124,12 +127,13 @@ _SPACED_MIXED = re.compile(r"([-+]?\d+)\s+(\d+)\s*/\s*(\d+)")
 _TIMES_TEN = re.compile(r"([-+]?\d+(?:\.\d+)?)(?:\\times|\\cdot|\*|×)10\^\{?([-+]?\d{1,3})\}?")
 _FRAC_ALIASES = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 QUALIFIER = re.compile(
-    r"(?<!\\)\b(?:not|no|never|wrong|incorrect|false|maybe|perhaps|probably|possibly|except|unless|if|but"
+    r"(?<!\\)\b(?:not|no(?!\s+(?:real\s+)?(?:solution|root)s?\b)|never|wrong|incorrect|false"
+    r"|maybe|perhaps|probably|possibly|except|unless|if|but"
     r"|at\s+(?:least|most)|(?:more|less|fewer|greater|smaller|larger)\s+than)\b",
     re.IGNORECASE,
 )
 """Words that take back or bound the value beside them ("2 (wrong)", "at least 2"):
-never a unit.  Not a command: ``\\not=`` is a relation."""
+never a unit.  Not a command: ``\\not=`` is a relation; not "no solution", an empty set."""
 # A number followed by a unit: the head must hold a digit and no letters but those of
 # a few numeric commands, so `\text{A} \text{ and } \text{B}` or `2x \text{ cm}`
 # keep their words.

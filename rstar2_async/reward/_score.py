@@ -55,9 +55,11 @@ def _other_function(answer: str, gold: str) -> bool:
     return _GROUPING.sub("", a[0]) != _GROUPING.sub("", g[0])
 
 
-_SEVERAL = re.compile(r",|\\(?:cup|pm|mp|in)(?![a-zA-Z])")
-"""What makes a gold answer more than one value: a list or set (their commas), a union,
-``\\pm``; every gold the comparer splits into parts has one of them."""
+_SEVERAL = re.compile(r",|\\(?:cup|pm|mp|in)(?![a-zA-Z])|(?:\||\\rvert)\s*(?:>|\\g)")
+"""What makes a gold answer more than one value: a list or set (their commas), a union
+(``|x| > 8`` is one too), ``\\pm``; every gold the comparer splits into parts has one of them."""
+_SET_BUILDER = re.compile(r"\s*\\\{\s*[a-zA-Z]\s*(?:\\in\s*[^|:]*?)?(?:\\mid|\||:|\\colon)")
+"""``\\{x \\mid x > 2\\}``: a set written by its condition, whose bar is no alternative."""
 _MANY = re.compile(r",\s*\\(?:[lc]?dots)(?![a-zA-Z])|\\begin\{cases\}")
 """A sequence written with an ellipsis (``1, 2, \\ldots, 10``) or cases: many values."""
 
@@ -68,7 +70,11 @@ def _hedged(answer: str, gold: str) -> bool:
     2``, cases) does not answer a gold answer of one value; math-verify would read one
     of them (the last) and accept it."""
     # A lone `|` separates too (`1 | 2`); two are an absolute value.
-    alternatives = (ALTERNATIVE.search(answer) or answer.count("|") == 1) and "\\begin" not in answer
+    alternatives = (
+        (ALTERNATIVE.search(answer) or answer.count("|") == 1)
+        and "\\begin" not in answer
+        and not _SET_BUILDER.match(answer)
+    )
     many = _MANY.search(answer) and not _MANY.search(gold)
     if not (alternatives or many):
         return False

@@ -30,9 +30,27 @@ def math_verify_verdict(answer: str, gold: str, alarm_s: int, rel_tol: float = 0
         return False
     if verify(gold_parsed, answer_parsed, timeout_seconds=limit):
         return True
+    exact_gold, exact_answer = _exact_exponents(gold_parsed[0]), _exact_exponents(answer_parsed[0])
+    changed = exact_gold is not gold_parsed[0] or exact_answer is not answer_parsed[0]
+    if changed and verify([exact_gold], [exact_answer], timeout_seconds=limit):
+        return True
     if _complex_equal(answer_parsed[0], gold_parsed[0]):
         return True
     return rel_tol > 0 and _numerically_close(answer_parsed[0], gold_parsed[0], rel_tol)
+
+
+def _exact_exponents(parsed: object) -> object:
+    """`parsed` with each decimal in an exponent made the exact fraction it is written
+    as (``2^{1.5}`` is ``2^{3/2}``, ``2\\sqrt2``); `parsed` itself when it has none.
+    math-verify keeps ``2**1.5`` unevaluated and refuses it."""
+    import sympy
+
+    if not isinstance(parsed, sympy.Basic):
+        return parsed
+    decimals = {f for power in parsed.atoms(sympy.Pow) for f in power.exp.atoms(sympy.Float)}
+    if not decimals:
+        return parsed
+    return parsed.xreplace({f: sympy.Rational(str(f)) for f in decimals})
 
 
 def _complex_equal(answer: object, gold: object) -> bool:

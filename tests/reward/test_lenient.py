@@ -388,6 +388,18 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         # an equation's function is part of the answer
         ("\\boxed{\\cos(x) = \\frac{42}{59}}", "\\sin(x) = \\frac{42}{59}", 0.0, 0.0),
         ("\\boxed{\\sin x = \\frac{1}{2}}", "\\sin(x) = \\frac{1}{2}", 1.0, 1.0),
+        # a decimal exponent is the exact fraction it is written as
+        ("\\boxed{2^{1.5}}", "2\\sqrt{2}", 1.0, 1.0),
+        ("\\boxed{2\\sqrt{2}}", "2^{1.5}", 1.0, 1.0),
+        ("\\boxed{2^{0.33}}", "2^{1/3}", 0.0, 0.0),
+        ("\\boxed{2^{1.5}}", "2.8284", 0.0, 1.0),  # the gold rounded: lenient's tolerance
+        # sets by their condition, absolute values, no solution; a bar is no alternative there
+        ("\\boxed{\\{x \\mid x > 2\\}}", "x > 2", 1.0, 1.0),
+        ("\\boxed{x < -8 \\text{ or } x > 8}", "|x| > 8", 1.0, 1.0),
+        ("\\boxed{y < -8 \\text{ or } y > 8}", "|x| > 8", 0.0, 0.0),
+        ("\\boxed{\\text{no solution}}", "\\emptyset", 1.0, 1.0),
+        ("\\boxed{\\text{no, 2}}", "2", 0.0, 0.0),
+        ("\\beginboxed{8\\sqrt{6}}", "8\\sqrt{6}", 0.0, 1.0),  # lenient reads a box glued to \\begin
     ],
 )
 def test_score_in_both_modes(response: str, gold: str, strict: float, lenient: float) -> None:

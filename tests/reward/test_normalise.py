@@ -138,6 +138,14 @@ SAME = [
     (r"x \le 0", r"(-\infty, 0]"),
     (r"-\sqrt3 < x < \sqrt3", r"(-\sqrt{3}, \sqrt{3})"),
     (r"3 > x \geq 1", "[1,3)"),
+    ("|x| > 8", r"(-\infty,-8)\cup(8,\infty)"),
+    (r"\left| x \right| \le 3", "[-3,3]"),
+    (r"\lvert x \rvert < 3", "(-3,3)"),
+    (r"x < -8 \text{ or } x > 8", "|x| > 8"),
+    (r"\{x \mid x > 2\}", r"(2,\infty)"),
+    (r"\{x \in \mathbb{R} : x \le 2\}", r"x \le 2"),
+    (r"\text{no solution}", r"\emptyset"),
+    (r"\text{No real roots}", r"\varnothing"),
     (r"x<2 \text{ or } x>3", r"(-\infty, 2) \cup (3, \infty)"),
     (r"(-\infty,2)∪(3,\infty)", r"(-\infty, 2) \cup (3, \infty)"),
     (r"\{1\pm\sqrt{5},-2\}", r"\{-2, 1+\sqrt{5}, 1-\sqrt{5}\}"),
@@ -204,7 +212,12 @@ DIFFERENT = [
     (r"3 \leq x < 4", "(3,4]"),
     (r"x < 2 \text{ or } x \geq 3", r"(-\infty, 2) \cup (3, \infty)"),
     ("x < 2 \text{ or } y > 3", r"(-\infty, 2) \cup (3, \infty)"),  # two variables
-    ("a < b", "c < b"),  # two inequalities compare as written
+    ("a < b", "c < b"),  # two inequalities name the same variable
+    ("y > 2", "x > 2"),
+    ("|x| > 8", r"(-\infty,-8]\cup[8,\infty)"),
+    ("|x| < 8", r"(-\infty,-8)\cup(8,\infty)"),
+    (r"\{y \mid x > 2\}", r"(2,\infty)"),
+    (r"\text{no solution}", "0"),
     ("]2,3[", "[2,3]"),
     (r"\{0\}", r"\emptyset"),
     (r"\mathbb{R}", r"(0,\infty)"),
