@@ -75,7 +75,9 @@ class Turn(msgspec.Struct, frozen=True):
 
     Offsets index ``Trajectory.response_ids``: the model's tokens are
     ``[start, start + num_generated)``, the appended tool-response/template tokens
-    follow for ``num_appended`` tokens (loss mask 0).
+    follow for ``num_appended`` tokens (loss mask 0).  ``text_span`` indexes
+    ``Trajectory.response_text``: the model's text of this turn, without the text of
+    its end-of-turn token; None in a record written before it was kept.
     """
 
     start: int
@@ -86,6 +88,7 @@ class Turn(msgspec.Struct, frozen=True):
     tool_results: list[ToolResult] = []
     latency_s: float = 0.0
     num_answer_blocks: int = 0
+    text_span: tuple[int, int] | None = None
 
 
 class Trajectory(msgspec.Struct, frozen=True):
@@ -133,6 +136,16 @@ class Trajectory(msgspec.Struct, frozen=True):
         the rolled-again ones included."""
         failed = len(self.infra_retries)
         return failed + self.infra_failed, failed + 1
+
+    @property
+    def model_text(self) -> str:
+        """The model's own text, its turns joined by newlines, without the tool turns
+        and chat-template text between them: what the reward graded, and what a stored
+        sample is regraded from (``score(t.model_text, gold)``; a tool's output is not
+        the model's answer).  ``response_text`` for a record without turn spans."""
+        if not self.turns or any(t.text_span is None for t in self.turns):
+            return self.response_text
+        return "\n".join(self.response_text[a:b] for a, b in (t.text_span for t in self.turns if t.text_span))
 
     @property
     def num_turns(self) -> int:

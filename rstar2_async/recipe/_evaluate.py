@@ -98,7 +98,7 @@ def majority_correct(group: Group, *, mode: GradingMode = "strict") -> bool:
     right: list[int] = []  # indices of the rewarded answers: one group
     others: list[tuple[str, list[int]]] = []  # (first answer, indices)
     for i, t in enumerate(group.trajectories):
-        answer = final_answer(t.response_text, group.problem.answer, mode=mode)
+        answer = final_answer(t.model_text, group.problem.answer, mode=mode)
         if answer is None:
             continue
         if (t.reward or 0.0) > 0.5:

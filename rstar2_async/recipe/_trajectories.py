@@ -123,7 +123,14 @@ def _tool_record(result: ToolResult) -> ToolRecord:
 
 def _split_text(text: str, turns: Sequence[Turn]) -> list[tuple[str, str]]:
     """(model text, tool turn text) per turn from the transcript alone (chat mode and
-    evaluations keep no tokenizer): each tool turn is found by its rendered results."""
+    evaluations keep no tokenizer): by the turns' text spans, or in a record without
+    them, each tool turn found by its rendered results."""
+    if turns and all(t.text_span for t in turns):
+        spans = [t.text_span for t in turns if t.text_span]
+        nexts = [a for a, _ in spans[1:]] + [len(text)]
+        return [
+            (text[a:b], text[b:e] if t.num_appended else "") for t, (a, b), e in zip(turns, spans, nexts, strict=True)
+        ]
     out, pos = [], 0
     for i, turn in enumerate(turns):
         if not turn.tool_results or not turn.num_appended or i == len(turns) - 1:
@@ -172,7 +179,7 @@ def to_record(
     return TrajectoryRecord(
         step=step, stage=stage, problem_id=t.problem_id, sample_index=t.sample_index,
         problem=problem.problem if problem else "", gold=problem.answer if problem else "",
-        answer=extract_answer(t.response_text) or "", reward=t.reward or 0.0, finish_reason=t.finish_reason,
+        answer=extract_answer(t.model_text) or "", reward=t.reward or 0.0, finish_reason=t.finish_reason,
         weight_version=t.weight_version, response_tokens=len(t.response_ids) or sum(x.num_generated for x in t.turns),
         turns=turns, roc=roc, penalty=trajectory_penalty(t), error=t.error,
     )  # fmt: skip

@@ -63,6 +63,7 @@ def _turn(start: int, gen: Generated, latency_s: float, results: list[ToolResult
         tool_results=results or [],
         latency_s=latency_s,
         num_answer_blocks=count_answer_blocks(gen.text),
+        text_span=(gen.at, gen.at + len(gen.text)),
     )
 
 
@@ -83,11 +84,10 @@ async def run_trajectory(
     tokenizer: ChatTokenizer | None,
     sampling: SamplingParams,
     prompt_ids: list[int] | None = None,
-) -> tuple[Trajectory, str]:
-    """Run one trajectory to its end.
-
-    Returns the trajectory (reward unset) and the text the model generated across
-    its turns (without tool responses), which is what gets graded.
+) -> Trajectory:
+    """Run one trajectory to its end; its reward unset.  What gets graded is its
+    ``model_text``: the text the model generated across its turns, without tool
+    responses.
 
     Args:
         sampling: the trajectory's; with a seed, each turn's request is seeded from
@@ -108,7 +108,6 @@ async def run_trajectory(
         session = (problem.id, sample_index, next(_SESSIONS))
         conv = TokenConversation(backend, tokenizer, prompt_ids, session)  # type: ignore[arg-type]
     turns: list[Turn] = []
-    model_text: list[str] = []
     finish: FinishReason = "turn_limit"
     error = infra = ""
     in_tools: tuple[int, Generated, float] | None = None
@@ -132,7 +131,6 @@ async def run_trajectory(
                 finish, error = "error", f"{type(exc).__name__}: {exc}"
                 infra = f"inference: {error}"
                 break
-            model_text.append(gen.text)
             calls = parse_tool_calls(gen.text, toolbox.tools)
             if gen.finish != "stop" or not calls or turn_index == config.max_turns - 1:
                 turns.append(_turn(start, gen, time.monotonic() - t0))
@@ -192,4 +190,4 @@ async def run_trajectory(
         error=error,
         infra_failure=infra,
     )
-    return trajectory, "\n".join(model_text)
+    return trajectory

@@ -34,6 +34,8 @@ class Generated(msgspec.Struct):
     num_tokens: int
     finish: str
     weight_version: int
+    at: int
+    """Where `text` starts in the transcript."""
 
 
 class TokenConversation:
@@ -63,6 +65,7 @@ class TokenConversation:
         self.prompt_len = len(prompt_ids)
         self.pieces: list[array[float] | int] = []  # a generation's logprobs, or a tool turn's length
         self.texts: list[str] = []
+        self.chars = 0  # the transcript's length
 
     @property
     def response_ids(self) -> list[int]:
@@ -95,8 +98,9 @@ class TokenConversation:
         self.pieces.append(array("d", c.logprobs))
         eos = bool(ids) and ids[-1] == self.tokenizer.eos_token_id
         text = self.tokenizer.decode(ids[:-1] if eos else ids)
-        self.texts.append(text + self.tokenizer.eos_text if eos else text)
-        return Generated(text, len(ids), c.finish_reason, c.weight_version)
+        at = self.chars
+        self._add_text(text + self.tokenizer.eos_text if eos else text)
+        return Generated(text, len(ids), c.finish_reason, c.weight_version, at)
 
     def tool_turn_size(self, outputs: list[str]) -> tuple[int, tuple[list[int], list[str]]]:
         ids = self.tokenizer.encode_tool_turn(outputs)
@@ -106,10 +110,14 @@ class TokenConversation:
         ids, outputs = turn
         self._extend(ids)
         self.pieces.append(len(ids))
-        self.texts.append(self.tokenizer.tool_turn_text(outputs))
+        self._add_text(self.tokenizer.tool_turn_text(outputs))
 
     def transcript(self) -> str:
         return "".join(self.texts)
+
+    def _add_text(self, text: str) -> None:
+        self.texts.append(text)
+        self.chars += len(text)
 
     def _extend(self, ids: list[int]) -> None:
         if self.ids is self.prompt:  # the first tokens of its own: the copy
@@ -125,6 +133,7 @@ class ChatConversation:
         self.backend = backend
         self.messages = list(messages)
         self.parts: list[str] = []
+        self.chars = 0  # the transcript's length
         self.length = 0
 
     def request(self, max_tokens: int, sampling: SamplingParams) -> Awaitable[ChatCompletion]:
@@ -132,9 +141,9 @@ class ChatConversation:
 
     def record(self, c: ChatCompletion) -> Generated:
         self.messages.append({"role": "assistant", "content": c.text})
-        self.parts.append(c.text)
+        at = self._add_part(c.text)
         self.length += c.completion_tokens
-        return Generated(c.text, c.completion_tokens, c.finish_reason, 0)
+        return Generated(c.text, c.completion_tokens, c.finish_reason, 0, at)
 
     def tool_turn_size(self, outputs: list[str]) -> tuple[int, str]:
         # One user message in rStar2's format: the server's template sees no tool role.
@@ -143,7 +152,14 @@ class ChatConversation:
 
     def append_tool_turn(self, content: str) -> None:
         self.messages.append({"role": "user", "content": content})
-        self.parts.append(content)
+        self._add_part(content)
 
     def transcript(self) -> str:
         return "\n".join(self.parts)
+
+    def _add_part(self, part: str) -> int:
+        """Append `part`; where it starts in the transcript (after a newline, unless first)."""
+        at = self.chars + bool(self.parts)
+        self.parts.append(part)
+        self.chars = at + len(part)
+        return at

@@ -305,7 +305,7 @@ class RolloutEngine:
         retries: list[str] = []
         try:
             while True:
-                trajectory, model_text = await run_trajectory(
+                trajectory = await run_trajectory(
                     pending.problem,
                     i,
                     backend=self.backend,
@@ -324,7 +324,7 @@ class RolloutEngine:
             if retries:
                 trajectory = msgspec.structs.replace(trajectory, infra_retries=retries)
             if self.reward is not None and not trajectory.infra_failed:
-                trajectory = msgspec.structs.replace(trajectory, reward=await self._grade(model_text, pending.problem))
+                trajectory = msgspec.structs.replace(trajectory, reward=await self._grade(trajectory.model_text, pending.problem))
         finally:
             self._limiter.release_on_behalf_of(borrower)
         self._account(trajectory)

@@ -69,7 +69,8 @@ class FormatVerdict(NamedTuple):
 def default_format_check(traj: Trajectory) -> FormatVerdict:
     """The default checker. With the response text it asks the reward's parser
     (:func:`rstar2_async.reward.answer_format`: complete blocks, stray tags, a boxed
-    answer in the last block); without text it trusts what the rollout recorded
+    answer in the last block) about the model's own text (``Trajectory.model_text``,
+    tool outputs left out); without text it trusts what the rollout recorded
     (``Turn.num_answer_blocks``). Either way a trajectory that did not end with an
     answer (turn limit, token budget, timeout, error) has a missing answer.
 
@@ -77,7 +78,7 @@ def default_format_check(traj: Trajectory) -> FormatVerdict:
     to change the rule.
     """
     if traj.response_text:
-        fmt = answer_format(traj.response_text)
+        fmt = answer_format(traj.model_text)  # a tool's output holds no answer of the model's
         ok = fmt.answer_blocks >= 1 and fmt.unmatched_tags == 0 and fmt.boxed_in_answer
         return FormatVerdict(ok and traj.finish_reason == "answer", fmt.answer_blocks)
     blocks = sum(t.num_answer_blocks for t in traj.turns)

@@ -15,10 +15,10 @@ from backends import TokenClient
 from rstar2_async.config import RolloutConfig
 from rstar2_async.errors import DatasetError
 from rstar2_async.recipe import evaluate, load_finished, load_problems, majority_correct, summarize
-from rstar2_async.reward import Grader
+from rstar2_async.reward import Grader, score
 from rstar2_async.rollout import RolloutEngine
 from rstar2_async.testing import FakeByteTokenizer, FakeModelServer, FakeSandbox, arithmetic_policy, serve_http
-from rstar2_async.types import Group, Problem, Trajectory
+from rstar2_async.types import Group, Problem, Trajectory, Turn
 
 
 def wrong_on_odd_problems(conversation: str) -> str:
@@ -50,6 +50,10 @@ async def test_metrics_samples_and_resume(tmp_path: Path) -> None:
             assert summary.finish_reasons == {"answer": 12} and summary.resumed_samples == 0
             lines = (tmp_path / "samples.jsonl").read_bytes().splitlines()
             assert len(lines) == 12
+            golds = {q.id: q.answer for q in problems()}
+            for line in lines:  # a stored sample regraded by the public API gets the run's score
+                stored = msgspec.json.decode(line, type=Trajectory)
+                assert score(stored.model_text, golds[stored.problem_id]) == stored.reward
             assert json.loads((tmp_path / "summary.json").read_text())["avg_at_n"] == 0.5
 
             # Interrupted run: keep 7 complete lines and half of the 8th.
@@ -84,6 +88,19 @@ def test_majority_vote_reads_answers_as_the_grading_mode_did() -> None:
     assert not majority_correct(group)  # strict sees only the boxed 3
     s = summarize("toy", [group], n=3, temperature=1.0, top_p=1.0, mode="lenient")
     assert s.maj_at_n == 1.0
+
+
+def test_majority_vote_reads_the_models_text_not_its_tools_output() -> None:
+    # Two samples cut off after a tool printed 3: the model answered nothing, so they
+    # are no votes for 3 (read from the whole transcript, they would outvote the 7).
+    right = Trajectory("p", 0, [], [], [], [], [], "answer", 0, response_text="\\boxed{7}", reward=1.0)
+    said = "Let me count. <tool_call>print(len('abc'))</tool_call>"
+    tool = "<|im_end|>\n<|im_start|>user\n<tool_response>\n3\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    turn = Turn(0, 10, 10, 0, "stop", text_span=(0, len(said)))
+    cut = [Trajectory("p", i, [], [], [], [], [turn], "timeout", 0, response_text=said + tool, reward=0.0) for i in (1, 2)]
+    group = Group(Problem("p", "", "7"), [right, *cut])
+    assert majority_correct(group, mode="lenient")
+    assert [t.model_text for t in cut] == [said, said]
 
 
 def test_load_finished_ignores_other_problems(tmp_path: Path) -> None:

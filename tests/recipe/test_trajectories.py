@@ -44,6 +44,16 @@ def test_record_without_a_decoder_splits_the_transcript_at_the_tool_turns() -> N
     assert r.turns[1].text == "B<answer>\\boxed{4}</answer>"
 
 
+def test_record_without_a_decoder_splits_the_transcript_by_its_text_spans() -> None:
+    # Cut off after its tool turn (a timeout): the tool's output is no model text.
+    said, tool = "A<tool_call>{}</tool_call>", "<|im_end|>\n<tool_response>\n4\n</tool_response>"
+    turn = Turn(0, 3, 2, 5, "stop", [ToolResult("ok", "4")], text_span=(0, len(said)))
+    t = msgspec.structs.replace(_trajectory(0, 0.0), turns=[turn], response_text=said + tool, finish_reason="timeout")
+    r = to_record(t, None, step=1, stage="eval")
+    assert [(u.text, u.tool_text) for u in r.turns] == [(said, tool)]
+    assert r.answer == "" and t.model_text == said
+
+
 def test_record_step_writes_every_trajectory_with_its_roc_decision_and_an_index_of_byte_ranges(tmp_path: Path) -> None:
     group = Group(Problem("p1", "2+2?", "4"), [_trajectory(i, float(i % 2)) for i in range(6)])
     decision = roc_downsample(group, 4, random.Random(0))

@@ -12,6 +12,7 @@ import pytest
 
 from backends import Completion, RetryPolicy, SamplingParams, TokenClient
 from rstar2_async.config import RolloutConfig, SamplingConfig
+from rstar2_async.reward import score
 from rstar2_async.rollout import RolloutEngine
 from rstar2_async.testing import (
     IM_END,
@@ -77,6 +78,9 @@ async def test_groups_with_tool_calls_and_token_accounting() -> None:
             assert "<tool_response>\n" + g.problem.answer in tok.decode(t.response_ids[tool])
             assert set(t.logprobs[second.start:]) == {-0.25}
             assert t.response_text == tok.decode(t.response_ids)  # kept as pieces, never re-decoded
+            # what was graded: the model's two turns, without their end tokens and the tool turn
+            own = [tok.decode(t.response_ids[u.start:u.start + u.num_generated - 1]) for u in t.turns]
+            assert t.model_text == "\n".join(own) and "<tool_response>" not in t.model_text
     # The prompt + response the server saw on the second turn is exactly our tokens.
     t = groups[0].trajectories[0]
     second_prompts = [r["prompt"] for r in server.requests if len(r["prompt"]) > len(t.prompt_ids) + 10]
@@ -217,6 +221,27 @@ async def test_timeout_during_a_tool_call_keeps_the_generated_turn() -> None:
     assert "<tool_call>" in t.response_text and t.loss_mask == [1] * turn.num_generated
 
 
+async def test_a_stored_sample_cut_off_after_its_tool_turn_regrades_as_graded() -> None:
+    """The transcript ends with the tool's output, the gold answer; the model never
+    wrote it.  The run grades the model's text (0), and so does a regrade of
+    ``model_text``; the real grader reading the whole transcript would pay the tool."""
+
+    class FakeStuckAfterTools(FakeModelServer):
+        async def __call__(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+            if body and self.requests:  # the turn after the tool's: until the trajectory's timeout
+                await anyio.sleep_forever()
+            return await super().__call__(method, path, body)
+
+    config = RolloutConfig(trajectory_timeout_s=0.5)
+    async with running(FakeStuckAfterTools(), config=config) as (engine, _):
+        [group] = await engine.run(problems(1), n=1)
+    [t] = group.trajectories
+    assert t.finish_reason == "timeout" and t.reward == 0.0 and t.num_tool_calls == 1
+    assert t.response_text.rstrip().endswith("</tool_response><|im_end|>\n<|im_start|>assistant")
+    assert score(t.model_text, group.problem.answer, mode="lenient") == 0.0
+    assert score(t.response_text, group.problem.answer, mode="lenient") == 1.0
+
+
 async def test_cancellation_leaves_no_task_or_connection() -> None:
     server = FakeModelServer(delay_s=3600)
     async with running(server) as (engine, _):
@@ -255,6 +280,7 @@ async def test_chat_mode_through_the_openai_sdk() -> None:
         for t in g.trajectories:
             assert t.finish_reason == "answer" and t.reward == 1.0 and t.num_tool_calls == 1
             assert t.response_ids == [] and "<tool_response>" in t.response_text
+            assert "<tool_response>" not in t.model_text and t.model_text.endswith(f"\\boxed{{{g.problem.answer}}}</answer>")
     assert server.requests[0]["model"] == "hosted"
     assert [m["role"] for m in server.requests[-1]["messages"]] == ["system", "user", "assistant", "user"]
 
