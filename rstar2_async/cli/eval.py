@@ -223,7 +223,8 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
     for s in summaries:
         table.add_row(
             s.dataset, str(s.problems), f"{s.avg_at_n:.3f}", f"{s.errors}/{s.problems * s.n}", f"{s.pass_at_n:.3f}",
-            f"{s.maj_at_n:.3f}", f"{s.mean_response_tokens:.0f}", f"{s.mean_turns:.2f}", f"{s.mean_tool_calls:.2f}",
+            f"{s.maj_at_n:.3f}" + (f" ({s.maj_at_n_capped} capped)" if s.maj_at_n_capped else ""),
+            f"{s.mean_response_tokens:.0f}", f"{s.mean_turns:.2f}", f"{s.mean_tool_calls:.2f}",
             f"{s.mean_tool_errors:.2f}",
         )  # fmt: skip
     Console(stderr=True).print(table)

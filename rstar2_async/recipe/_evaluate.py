@@ -12,6 +12,7 @@ by a crash is dropped on resume.
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import statistics
 import time
@@ -19,10 +20,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from pathlib import Path
 
+import anyio
 import msgspec
 
 from ..config import SamplingConfig, TrainConfig
-from ..reward import GradingMode, answers_match, final_answer
+from ..reward import GradingMode, answers_match, final_answer, score
 from ..rollout import RolloutEngine, ShardedEngine
 from ..types import Group, Problem, Trajectory
 from ._data import load_problems
@@ -58,6 +60,9 @@ class EvalSummary(msgspec.Struct, frozen=True):
     """Samples that ended as ``error``: not answers, so in no metric above."""
     first_error: str = ""
     """The first errored sample's error (what went wrong, for the message)."""
+    maj_at_n_capped: int = 0
+    """Problems whose maj@n vote ran out of the grader's comparisons (`EQUAL_BUDGET`):
+    some wrong answers were counted apart, which can only favour the right one."""
 
 
 _trajectory_decoder = msgspec.json.Decoder(Trajectory)
@@ -90,11 +95,21 @@ def majority_correct(group: Group, *, mode: GradingMode = "strict") -> bool:
     Answers are grouped by the grader's equivalence, not by their strings: every
     answer the grader rewarded equals the gold answer, so those are one group (math-
     verify's equivalences included); the others join the first group whose answer
-    `answers_match` says they equal (``0.5`` and ``\\frac{1}{2}``, ``1,5`` and ``1.5``).
-    A tie goes to the group answered first.  ``mode`` must be the grading mode the rewards
-    came from: a lenient grade of an unboxed answer is a vote only if the answer is
-    read the same lenient way.
+    they equal, by `answers_match` (``0.5`` and ``\\frac{1}{2}``, ``1,5`` and ``1.5``)
+    or, where that could decide the vote, by the grader itself (math-verify's
+    ``\\sqrt{8}`` and ``2\\sqrt{2}``).  A tie goes to the group answered first.  ``mode``
+    must be the grading mode the rewards came from: a lenient grade of an unboxed
+    answer is a vote only if the answer is read the same lenient way.
+
+    The grader compares at most `EQUAL_BUDGET` pairs of wrong answers per problem
+    (a wrong answer past it counts apart; `vote` says so).  Blocking (the grader's
+    worker, `score`): call it off the event loop.
     """
+    return vote(group, mode=mode)[0]
+
+
+def vote(group: Group, *, mode: GradingMode = "strict") -> tuple[bool, bool]:
+    """(`majority_correct`, whether the grader's budget of comparisons ran out)."""
     right: list[int] = []  # indices of the rewarded answers: one group
     others: list[tuple[str, list[int]]] = []  # (first answer, indices)
     for i, t in enumerate(group.trajectories):
@@ -110,13 +125,54 @@ def majority_correct(group: Group, *, mode: GradingMode = "strict") -> bool:
                 break
         else:
             others.append((answer, [i]))
-    groups = [(True, right)] if right else []
-    groups += [(False, votes) for _, votes in others]
-    if not groups:
-        return False
-    # the largest group; on a tie, the one answered first
+    # Merging wrong groups can only take the vote from the right one: asked only when
+    # the right group wins as they stand and enough wrong answers could outvote it.
+    if not (right and _right_wins(right, others)):
+        return False, False
+    if sum(len(votes) for _, votes in others) < len(right):
+        return True, False
+    merged, capped = _merge_equal(others, mode)
+    return _right_wins(right, merged), capped
+
+
+def _right_wins(right: list[int], others: list[tuple[str, list[int]]]) -> bool:
+    """Whether the right group is the largest; on a tie, the one answered first."""
+    groups = [(True, right)] + [(False, votes) for _, votes in others]
     is_right, _ = max(groups, key=lambda g: (len(g[1]), -g[1][0]))
     return is_right
+
+
+def _merge_equal(
+    others: list[tuple[str, list[int]]], mode: GradingMode
+) -> tuple[list[tuple[str, list[int]]], bool]:
+    """`others` with the groups the grader finds equal merged (the first one's answer
+    stands for each; `answers_match` already kept apart what it could tell), and
+    whether a comparison was left unasked for want of `EQUAL_BUDGET`."""
+    merged: list[tuple[str, list[int]]] = []
+    asked, skipped = 0, False
+    for answer, votes in others:
+        home = None
+        for first, kept in merged:
+            if asked == EQUAL_BUDGET:
+                skipped = True
+                break
+            asked += 1
+            if score(f"\\boxed{{{answer}}}", first, timeout=_EQUAL_TIMEOUT_S, mode=mode) == 1.0:
+                home = kept
+                break
+        if home is None:
+            merged.append((answer, list(votes)))
+        else:
+            home.extend(votes)
+    return [(first, sorted(votes)) for first, votes in merged], skipped
+
+
+EQUAL_BUDGET = 48
+"""Comparisons of two wrong answers by the grader per problem (math-verify, ~5-50 ms
+each): a problem whose samples all differ would need n(n-1)/2.  Deterministic, so a
+rerun gives the same maj@n."""
+_EQUAL_TIMEOUT_S = 5.0
+"""A comparison of two wrong answers that overruns this counts them as different."""
 
 
 def _mean(values: Iterable[float]) -> float:
@@ -128,11 +184,13 @@ def summarize(
     dataset: str, groups: Sequence[Group], *, n: int, temperature: float, top_p: float, mode: GradingMode = "strict"
 ) -> EvalSummary:
     """The metrics of ``groups``, over the samples that did not end as ``error``;
-    ``mode``: the grading mode of their rewards (maj@n reads answers the same way)."""
+    ``mode``: the grading mode of their rewards (maj@n reads answers the same way).
+    Blocking, as `majority_correct` is."""
     everything = [t for g in groups for t in g.trajectories]
     errored = [t for t in everything if t.finish_reason == "error"]
     ran = [Group(g.problem, kept) for g in groups if (kept := [t for t in g.trajectories if t.finish_reason != "error"])]
     samples = [t for g in ran for t in g.trajectories]
+    votes = [vote(g, mode=mode) for g in ran]
     return EvalSummary(
         dataset=dataset,
         problems=len(groups),
@@ -141,7 +199,8 @@ def summarize(
         top_p=top_p,
         avg_at_n=_mean((t.reward or 0.0) for t in samples),
         pass_at_n=_mean(float(max(g.rewards) > 0.5) for g in ran),
-        maj_at_n=_mean(float(majority_correct(g, mode=mode)) for g in ran),
+        maj_at_n=_mean(float(right) for right, _ in votes),
+        maj_at_n_capped=sum(capped for _, capped in votes),
         mean_response_tokens=_mean(sum(turn.num_generated for turn in t.turns) for t in samples),
         mean_turns=_mean(t.num_turns for t in samples),
         mean_tool_calls=_mean(t.num_tool_calls for t in samples),
@@ -181,8 +240,11 @@ async def evaluate(
             f.flush()
 
         groups = await engine.run(problems, n, sampling=sampling, finished=finished, on_trajectory=append)
+    metrics = functools.partial(
+        summarize, dataset, groups, n=n, temperature=sampling.temperature, top_p=sampling.top_p, mode=mode
+    )
     summary = msgspec.structs.replace(
-        summarize(dataset, groups, n=n, temperature=sampling.temperature, top_p=sampling.top_p, mode=mode),
+        await anyio.to_thread.run_sync(metrics),  # maj@n may ask the grader's worker
         resumed_samples=len(finished),
         wall_s=time.monotonic() - t0,
     )

@@ -15,6 +15,7 @@ from backends import TokenClient
 from rstar2_async.config import RolloutConfig
 from rstar2_async.errors import DatasetError
 from rstar2_async.recipe import evaluate, load_finished, load_problems, majority_correct, summarize
+from rstar2_async.recipe._evaluate import EQUAL_BUDGET, vote
 from rstar2_async.reward import Grader, score
 from rstar2_async.rollout import RolloutEngine
 from rstar2_async.testing import FakeByteTokenizer, FakeModelServer, FakeSandbox, arithmetic_policy, serve_http
@@ -173,3 +174,23 @@ def test_majority_vote_groups_equal_answers_written_differently() -> None:
     # a tie goes to the group answered first
     votes = [t(0, "\\boxed{3}", 0.0), t(1, "\\boxed{2}", 1.0)]
     assert not majority_correct(Group(Problem("p", "", "2"), votes))
+    # two wrong answers equal only to math-verify (the grader's worker) are one vote too
+    votes = [t(0, "\\boxed{\\sqrt{12}}", 0.0), t(1, "\\boxed{2\\sqrt{2}}", 1.0)]
+    votes += [t(2, "\\boxed{2\\sqrt{3}}", 0.0), t(3, "\\boxed{\\sqrt{8}}", 1.0)]
+    for mode in ("strict", "lenient"):
+        assert not majority_correct(Group(Problem("p", "", "2\\sqrt{2}"), votes), mode=mode)  # a tie, answered first
+    assert majority_correct(Group(Problem("p", "", "2\\sqrt{2}"), [*votes, t(4, "\\boxed{2\\sqrt{2}}", 1.0)]))
+
+
+def test_majority_vote_asks_the_grader_within_its_budget() -> None:
+    def t(i: int, text: str, reward: float) -> Trajectory:
+        return Trajectory("p", i, [], [], [], [], [], "answer", 0, response_text=text, reward=reward)
+
+    # 12 wrong answers, all different to math-verify too: 66 comparisons would settle it
+    votes = [t(0, "\\boxed{\\pi}", 1.0), t(1, "\\boxed{\\pi}", 1.0)]
+    votes += [t(2 + k, f"\\boxed{{\\sqrt{{{k + 2}}} + x}}", 0.0) for k in range(12)]
+    group = Group(Problem("p", "", "\\pi"), votes)
+    assert vote(group) == (True, True) and EQUAL_BUDGET < 66
+    summary = summarize("toy", [group], n=14, temperature=1.0, top_p=1.0)
+    assert (summary.maj_at_n, summary.maj_at_n_capped) == (1.0, 1)
+    assert vote(Group(group.problem, votes[:8])) == (True, False)  # 15 comparisons
