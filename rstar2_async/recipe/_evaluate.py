@@ -17,8 +17,8 @@ import math
 import statistics
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import anyio
 import msgspec
