@@ -53,7 +53,8 @@ EXPORTS: dict[str, list[str]] = {
         "StepBar", "StreamState", "SyncCheck", "ToolRecord", "TrainState", "TrainSummary", "Trainer", "TrajectoryRecord",
         "TurnRecord", "batch_for_step", "check_reachable", "check_servers", "data_dir", "evaluate", "index_row",
         "load_finished", "load_problems",
-        "majority_correct", "plot_metrics", "prepare_model", "read_metrics", "record_step", "resolve", "rollout_metrics",
+        "majority_correct", "plot_metrics", "prepare_model", "read_metrics", "record_step", "regrade", "resolve",
+        "rollout_metrics",
         "rollout_stack", "show_progress", "summarize", "to_record", "write_samples",
     ],
     "rstar2_async.view": [

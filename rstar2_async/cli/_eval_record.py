@@ -23,7 +23,7 @@ import msgspec
 if TYPE_CHECKING:
     from rstar2_async.config import EvalConfig
 
-__all__ = ["check_resumable", "sample_settings", "write_record"]
+__all__ = ["REGRADED", "check_regradable", "check_resumable", "sample_settings", "write_record"]
 
 RECORD = "settings.json"
 _ROLLOUT_FIELDS = ("max_turns", "max_response_tokens", "system_prompt", "list_tools", "chat_template", "tools")
@@ -57,18 +57,47 @@ def check_resumable(directory: Path, settings: dict[str, Any]) -> None:
         SystemExit: the samples there were made with other settings; the message
             names each one, then and now.
     """
-    samples, record = directory / "samples.jsonl", directory / RECORD
-    if not (record.exists() and samples.exists() and samples.stat().st_size > 0):
+    samples = directory / "samples.jsonl"
+    if not (samples.exists() and samples.stat().st_size > 0):
         return
+    if changed := _changed(directory, settings, ignore=()):
+        raise SystemExit(
+            f"rstar2 eval: {samples} holds samples made with other settings:\n{changed}\n"
+            "Resuming would score both kinds together. Pass another --out, or delete that file to start the set over"
+            " (or --regrade, when only the grading changed)."
+        )
+
+
+REGRADED = ("reward.function", "reward.grading")
+"""What ``--regrade`` may change: how the stored samples are graded."""
+
+
+def check_regradable(directory: Path, settings: dict[str, Any]) -> None:
+    """Refuse to regrade ``directory`` unless it holds samples made as ``settings``
+    say, but for how they are graded (`REGRADED`).
+
+    Raises:
+        SystemExit: no samples there, or they were made with other settings (named).
+    """
+    samples = directory / "samples.jsonl"
+    if not (samples.exists() and samples.stat().st_size > 0):
+        raise SystemExit(f"rstar2 eval --regrade: {samples} holds no samples to grade")
+    if changed := _changed(directory, settings, ignore=REGRADED):
+        raise SystemExit(
+            f"rstar2 eval --regrade: {samples} holds samples made with other settings:\n{changed}\n"
+            f"--regrade changes only how they are graded ({', '.join(REGRADED)}): pass the settings they were made with."
+        )
+
+
+def _changed(directory: Path, settings: dict[str, Any], ignore: tuple[str, ...]) -> str:
+    """Each setting ``directory``'s record has otherwise, then and now, a line each."""
+    record = directory / RECORD
+    if not record.exists():
+        return ""
     before = json.loads(record.read_text())
     # A setting one of the two records lacks (written by another version) cannot be compared.
-    changed = [key for key in settings.keys() & before.keys() if before[key] != settings[key]]
-    if changed:
-        lines = "\n".join(f"  {key}: {before[key]!r} then, {settings[key]!r} now" for key in sorted(changed))
-        raise SystemExit(
-            f"rstar2 eval: {samples} holds samples made with other settings:\n{lines}\n"
-            "Resuming would score both kinds together. Pass another --out, or delete that file to start the set over."
-        )
+    changed = [key for key in settings.keys() & before.keys() if before[key] != settings[key] and key not in ignore]
+    return "\n".join(f"  {key}: {before[key]!r} then, {settings[key]!r} now" for key in sorted(changed))
 
 
 def write_record(directory: Path, settings: dict[str, Any]) -> None:

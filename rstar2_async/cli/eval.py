@@ -5,7 +5,8 @@ OpenAI-compatible endpoint.  Sampling is always explicit: --temperature and --to
 are required.  Every sample is kept in OUT/<dataset>/samples.jsonl; running the same
 command again resumes without redoing finished samples (and refuses to, naming the
 setting, when the samples there were made with another model, prompt, sampling or
-grading: see OUT/<dataset>/settings.json).
+grading: see OUT/<dataset>/settings.json).  --regrade grades the stored samples again
+under another grading mode or reward function, without sampling.
 
 A checkpoint of `rstar2 train` carries the rollout settings it was trained with
 (rollout.toml: system prompt, tools, turns, response budget); --model (or --tokenizer,
@@ -24,6 +25,7 @@ Examples:
   OPENAI_API_KEY=... rstar2 eval --endpoint https://api.example.com/v1 --served-model m \\
       --data math500 --limit 50 --n 1 --temperature 0 --top-p 1
   rstar2 eval --endpoint http://127.0.0.1:8000/v1 --served-model m --tokenizer DIR ...  (token mode)
+  rstar2 eval --model DIR --data aime24 --temperature 0.6 --top-p 0.95 --grading lenient --regrade
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import msgspec
 if TYPE_CHECKING:
     from rstar2_async.config import EvalConfig
     from rstar2_async.recipe import EvalSummary
+    from rstar2_async.types import Problem
 
 HELP = "evaluate a checkpoint or an OpenAI-compatible endpoint on math sets (avg@n, pass@n, maj@n)"
 
@@ -77,6 +80,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--grading", choices=("strict", "lenient"), default=None,
         help="strict: rStar2's boxed answer only; lenient: also an answer written without a box "
         "(default: reward.grading, else strict for a model that carries rstar2's rollout.toml, lenient for any other)",
+    )  # fmt: skip
+
+
+    p.add_argument(
+        "--regrade", action="store_true",
+        help="grade the samples already in OUT/<set> again under this command's grading (--grading, reward.function) "
+        "and rewrite their rewards and summary; nothing is sampled and no server starts. The other settings must be "
+        "those the samples were made with; --n is ignored (every stored sample is graded)",
     )  # fmt: skip
 
 
@@ -163,10 +174,8 @@ def run(args: argparse.Namespace) -> int:
 
 async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
     import anyio
-    from rich.console import Console
-    from rich.table import Table
 
-    from rstar2_async.cli._eval_record import check_resumable, sample_settings, write_record
+    from rstar2_async.cli._eval_record import check_regradable, check_resumable, sample_settings, write_record
     from rstar2_async.config import to_toml
     from rstar2_async.recipe import (
         evaluate,
@@ -185,11 +194,15 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
     name = args.model.resolve().name if args.model else config.inference.model.replace("/", "_")
     out = args.out or Path("runs/eval") / name
     for dataset in datasets:  # all checked before any record changes, and before a server starts
-        check_resumable(out / dataset, settings[dataset])
+        (check_regradable if args.regrade else check_resumable)(out / dataset, settings[dataset])
+    if args.regrade:
+        summaries = await _regrade(out, datasets, config)
     out.mkdir(parents=True, exist_ok=True)
     for dataset in datasets:
         write_record(out / dataset, settings[dataset])
     (out / "config.toml").write_text(to_toml(config))
+    if args.regrade:
+        return _report(name, args, config, summaries)
     tune_gc()
     summaries = []
     async with rollout_stack(
@@ -214,8 +227,42 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
                     mode=config.reward.grading or "strict",
                 ))  # fmt: skip
                 tg.cancel_scope.cancel()
+    return _report(name, args, config, summaries)
+
+
+async def _regrade(out: Path, datasets: dict[str, list[Problem]], config: EvalConfig) -> list[EvalSummary]:
+    """Each set's stored samples graded again (``--regrade``), by a grader of this
+    command's ``[reward]``."""
+    import sys
+
+    from rstar2_async.recipe import regrade
+    from rstar2_async.reward import Grader
+
+    reward, summaries = config.reward, []
+    mode = reward.grading or "strict"
+    async with Grader(workers=reward.workers, timeout=reward.timeout_s, function=reward.function, mode=mode) as grader:
+        for dataset, problems in datasets.items():
+            summary, unspanned = await regrade(
+                dataset, problems, out_dir=out / dataset, reward=grader, sampling=config.rollout.sampling, mode=mode
+            )
+            if unspanned:
+                print(
+                    f"rstar2 eval --regrade: {unspanned} samples of {dataset} were stored without turn spans (an older "
+                    "version): graded from their whole transcript, tool output included",
+                    file=sys.stderr,
+                )
+            summaries.append(summary)
+    return summaries
+
+
+def _report(name: str, args: argparse.Namespace, config: EvalConfig, summaries: list[EvalSummary]) -> int:
+    """The table on stderr, the summaries' JSON as stdout's last line; the exit status."""
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(
-        title=f"{name}: n={args.n}, temperature={args.temperature}, top_p={args.top_p}, grading={config.reward.grading}"
+        title=f"{name}: n={max(s.n for s in summaries)}, temperature={args.temperature}, top_p={args.top_p}, "
+        f"grading={config.reward.grading}"
     )
     columns = ("data set", "problems", "avg@n", "errors", "pass@n", "maj@n", "tokens", "turns", "tool calls", "tool errors")
     for column in columns:

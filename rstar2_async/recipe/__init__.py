@@ -11,7 +11,7 @@ trainer imports the learner when it runs).
 """
 
 from ._data import batch_for_step, data_dir, load_problems, resolve
-from ._evaluate import EvalSummary, evaluate, load_finished, majority_correct, summarize
+from ._evaluate import EvalSummary, evaluate, load_finished, majority_correct, regrade, summarize
 from ._metrics import (
     PLOTS,
     MetricsWriter,
@@ -68,6 +68,7 @@ __all__ = [
     "prepare_model",
     "read_metrics",
     "record_step",
+    "regrade",
     "resolve",
     "rollout_metrics",
     "rollout_stack",

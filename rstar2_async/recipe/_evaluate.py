@@ -24,12 +24,12 @@ import anyio
 import msgspec
 
 from ..config import SamplingConfig, TrainConfig
-from ..reward import GradingMode, answers_match, final_answer, score
+from ..reward import GradingMode, Reward, answers_match, final_answer, score
 from ..rollout import RolloutEngine, ShardedEngine
 from ..types import Group, Problem, Trajectory
 from ._data import load_problems
 
-__all__ = ["EvalSummary", "evaluate", "evaluate_run", "load_finished", "majority_correct", "summarize"]
+__all__ = ["EvalSummary", "evaluate", "evaluate_run", "load_finished", "majority_correct", "regrade", "summarize"]
 
 
 class EvalSummary(msgspec.Struct, frozen=True):
@@ -142,9 +142,7 @@ def _right_wins(right: list[int], others: list[tuple[str, list[int]]]) -> bool:
     return is_right
 
 
-def _merge_equal(
-    others: list[tuple[str, list[int]]], mode: GradingMode
-) -> tuple[list[tuple[str, list[int]]], bool]:
+def _merge_equal(others: list[tuple[str, list[int]]], mode: GradingMode) -> tuple[list[tuple[str, list[int]]], bool]:
     """`others` with the groups the grader finds equal merged (the first one's answer
     stands for each; `answers_match` already kept apart what it could tell), and
     whether a comparison was left unasked for want of `EQUAL_BUDGET`."""
@@ -250,6 +248,60 @@ async def evaluate(
     )
     (out_dir / "summary.json").write_bytes(msgspec.json.format(_encoder.encode(summary)) + b"\n")
     return summary
+
+
+async def regrade(
+    dataset: str,
+    problems: Sequence[Problem],
+    *,
+    out_dir: Path,
+    reward: Reward,
+    sampling: SamplingConfig,
+    mode: GradingMode,
+) -> tuple[EvalSummary, int]:
+    """Grade the samples of ``problems`` in ``out_dir/samples.jsonl`` again with
+    ``reward`` (another grading mode or reward function), rewrite the file with their
+    new rewards, and write ``out_dir/summary.json``.  Nothing is sampled; errored
+    samples stay ungraded.  Returns the summary (``n``: the most samples a problem
+    has) and how many samples were stored without turn spans (by a version before
+    them): those are graded from their whole transcript, tool output included.
+    """
+    path = out_dir / "samples.jsonl"
+    load_finished(path, ())  # cuts a line a crash left half-written
+    stored = [_trajectory_decoder.decode(line) for line in path.read_bytes().splitlines()]
+    wanted = {p.id: p for p in problems}
+    todo = [i for i, t in enumerate(stored) if t.problem_id in wanted and not t.infra_failed]
+    unspanned = sum(any(turn.text_span is None for turn in stored[i].turns) for i in todo)
+    limiter = anyio.CapacityLimiter(_REGRADING)
+    t0 = time.monotonic()
+
+    async def grade(i: int) -> None:
+        async with limiter:
+            t = stored[i]
+            stored[i] = msgspec.structs.replace(t, reward=await reward.reward(t.model_text, wanted[t.problem_id]))
+
+    async with anyio.create_task_group() as tg:
+        for i in todo:
+            tg.start_soon(grade, i)
+    fresh = path.with_name(path.name + ".regraded")
+    fresh.write_bytes(b"".join(_encoder.encode(t) + b"\n" for t in stored))
+    fresh.replace(path)  # whole or not at all
+    latest = {(t.problem_id, t.sample_index): t for t in stored if t.problem_id in wanted}  # a redone line wins
+    by_problem: dict[str, list[Trajectory]] = collections.defaultdict(list)
+    for (problem_id, _), t in sorted(latest.items()):
+        by_problem[problem_id].append(t)
+    groups = [Group(p, by_problem[p.id]) for p in problems if p.id in by_problem]
+    n = max((len(g.trajectories) for g in groups), default=0)
+    metrics = functools.partial(
+        summarize, dataset, groups, n=n, temperature=sampling.temperature, top_p=sampling.top_p, mode=mode
+    )
+    summary = msgspec.structs.replace(await anyio.to_thread.run_sync(metrics), wall_s=time.monotonic() - t0)
+    (out_dir / "summary.json").write_bytes(msgspec.json.format(_encoder.encode(summary)) + b"\n")
+    return summary, unspanned
+
+
+_REGRADING = 256
+"""Samples graded at once by `regrade` (the reward bounds its own workers)."""
 
 
 async def evaluate_run(

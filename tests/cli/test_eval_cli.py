@@ -10,7 +10,7 @@ import anyio.from_thread
 import pytest
 
 from rstar2_async.cli.main import main
-from rstar2_async.testing import FakeModelServer, serve_http
+from rstar2_async.testing import FakeModelServer, arithmetic_policy, serve_http
 
 
 @pytest.fixture
@@ -55,6 +55,44 @@ def test_eval_against_an_endpoint_and_resume(tmp_path: Path, endpoint: tuple[str
     data.write_text(data.read_text().replace('"answer": "7"', '"answer": "8"'))
     with pytest.raises(SystemExit, match=r"data\.sha256"):
         main(argv)
+
+
+def unboxed(conversation: str) -> str:
+    """arithmetic_policy's solver, ending with its answer in words, not boxed."""
+    return arithmetic_policy(conversation).replace("<answer>\\boxed{", "The answer is ").replace("}</answer>", ".")
+
+
+def test_eval_regrades_stored_samples_without_sampling_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server = FakeModelServer(policy=unboxed)
+    data = tmp_path / "toy.jsonl"
+    data.write_text("".join(json.dumps({"id": f"t{i}", "problem": f"What is {i}*7?", "answer": str(i * 7)}) + "\n" for i in range(3)))
+    with anyio.from_thread.start_blocking_portal() as portal:
+        future, port = portal.start_task(serve_http, server)
+        argv = ["eval", "--endpoint", f"http://127.0.0.1:{port}/v1", "--served-model", "toy-model", "--data", str(data),
+                "--n", "2", "--temperature", "0.7", "--top-p", "0.9", "--out", str(tmp_path / "out"), "--grading", "lenient"]
+        assert main(argv) == 0
+        [lenient] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        asked = len(server.requests)
+        strict = [*argv[:-1], "strict"]
+        with pytest.raises(SystemExit, match="(?s)reward.grading: 'lenient' then, 'strict' now.*--regrade"):
+            main(strict)
+        assert main([*strict, "--regrade", "--n", "1"]) == 0  # --n aside: every stored sample
+        [regraded] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert len(server.requests) == asked  # nothing sampled
+        assert main(strict) == 0  # the record now says strict: a plain rerun resumes
+        assert len(server.requests) == asked
+        other = [*strict, "--regrade"]
+        other[other.index("--temperature") + 1] = "1.0"
+        with pytest.raises(SystemExit, match=r"(?s)temperature: 0\.7 then, 1\.0 now.*only how they are graded"):
+            main(other)
+        with pytest.raises(SystemExit, match="holds no samples"):
+            main([*strict, "--regrade", "--out", str(tmp_path / "empty")])
+        future.cancel()
+    assert lenient["avg_at_n"] == 1.0 and (regraded["avg_at_n"], regraded["n"], regraded["problems"]) == (0.0, 2, 3)
+    stored = [json.loads(line) for line in (tmp_path / "out" / "toy" / "samples.jsonl").read_text().splitlines()]
+    assert len(stored) == 6 and {t["reward"] for t in stored} == {0.0}
+    assert json.loads((tmp_path / "out" / "toy" / "settings.json").read_text())["reward.grading"] == "strict"
+    assert json.loads((tmp_path / "out" / "toy" / "summary.json").read_text())["avg_at_n"] == 0.0
 
 
 def test_a_resume_record_compares_the_settings_both_versions_know(tmp_path: Path) -> None:

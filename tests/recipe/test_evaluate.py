@@ -12,9 +12,9 @@ import msgspec
 import pytest
 
 from backends import TokenClient
-from rstar2_async.config import RolloutConfig
+from rstar2_async.config import RolloutConfig, SamplingConfig
 from rstar2_async.errors import DatasetError
-from rstar2_async.recipe import evaluate, load_finished, load_problems, majority_correct, summarize
+from rstar2_async.recipe import evaluate, load_finished, load_problems, majority_correct, regrade, summarize
 from rstar2_async.recipe._evaluate import EQUAL_BUDGET, vote
 from rstar2_async.reward import Grader, score
 from rstar2_async.rollout import RolloutEngine
@@ -102,6 +102,25 @@ def test_majority_vote_reads_the_models_text_not_its_tools_output() -> None:
     group = Group(Problem("p", "", "7"), [right, *cut])
     assert majority_correct(group, mode="lenient")
     assert [t.model_text for t in cut] == [said, said]
+
+
+@pytest.mark.anyio
+async def test_regrade_grades_the_models_text_and_counts_records_without_spans(tmp_path: Path) -> None:
+    said = "Let me count. <tool_call>print(len('abcdefg'))</tool_call>"
+    tool = "<|im_end|>\n<|im_start|>user\n<tool_response>\n7\n</tool_response><|im_end|>\n"
+    cut = Trajectory("q", 0, [], [], [], [], [Turn(0, 9, 9, 0, "stop", text_span=(0, len(said)))], "timeout", 0,
+                     response_text=said + tool, reward=1.0)  # fmt: skip
+    older = Trajectory("q", 1, [], [], [], [], [Turn(0, 9, 0, 0, "stop")], "answer", 0, response_text="So 7.", reward=0.0)
+    failed = Trajectory("q", 2, [], [], [], [], [], "error", 0, error="x", infra_failure="inference: x")
+    (tmp_path / "samples.jsonl").write_bytes(b"".join(msgspec.json.encode(t) + b"\n" for t in (cut, older, failed)))
+    async with Grader(workers=1, mode="lenient") as grader:
+        summary, unspanned = await regrade(
+            "toy", [Problem("q", "", "7")], out_dir=tmp_path, reward=grader, sampling=SamplingConfig(), mode="lenient"
+        )
+    stored = [msgspec.json.decode(line, type=Trajectory) for line in (tmp_path / "samples.jsonl").read_bytes().splitlines()]
+    assert [t.reward for t in stored] == [0.0, 1.0, None]  # the tool's 7 is no answer; the old record's is read whole
+    assert unspanned == 1 and (summary.n, summary.errors, summary.avg_at_n) == (3, 1, 0.5)
+    assert json.loads((tmp_path / "summary.json").read_text())["avg_at_n"] == 0.5
 
 
 def test_load_finished_ignores_other_problems(tmp_path: Path) -> None:
