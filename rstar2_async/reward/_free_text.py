@@ -27,8 +27,9 @@ It departs from math-verify's extraction where that would accept a wrong answer:
 the text after an anchor ends at the sentence ("The answer is 7, not 5" reads 7),
 values joined by "or" are read together ("The answer is 5 or 6" is ``5, 6``, which one
 value does not equal), an anchored sentence that is a question ("Is the answer 5?")
-or starts with "not" is skipped, a span or number right after "not" is never taken,
-and a ``$...$`` span holding prose ("$5 and gets $") is currency, not math.  Pure
+or starts with "not" is skipped, a span or number right after "not" is never taken
+(nor after "nicht", "не", "não", "non", "pas", "不是"; "5ではなく7" and "5가 아니라 7"
+answer 7), and a ``$...$`` span holding prose ("$5 and gets $") is currency, not math.  Pure
 functions whose cost is bounded: free text is read in its last `TAIL_CHARS`
 characters.
 """
@@ -109,11 +110,13 @@ _CONCLUSION = re.compile(
     re.IGNORECASE,
 )
 _ASIDE = re.compile(r"\s+\([^()\n]{1,80}\)\s*[.!]?\s*$")
-_NOT = re.compile(r"\s*(?:not|n't)\b", re.IGNORECASE)
+_NOT = re.compile(r"\s*(?:(?:not|n't|nicht|не|não|non|pas)\b|不是|并非)", re.IGNORECASE)
+# "X ではなく Y", "X 가 아니라 Y": not X but Y (the negation follows the value it takes back).
+_NOT_BUT = re.compile(r"ではなく|じゃなく|[이가]?\s*아니라")
 # Where the answer after an anchor ends: a line break, a full stop (not a decimal
 # point), a semicolon, a comma before a word, or a word that starts an explanation.
 _ANSWER_END = re.compile(
-    r"\n|\.(?!\w)|;|\?|。|；|？|，|(?<=\S)\s+\(|,\s*(?=[a-zA-Z]{2})"
+    r"\n|\.(?!\w)|;|\?|。|；|？|，|而不是|而非|不是|(?<=\S)\s+\(|,\s*(?=[a-zA-Z]{2})"
     r"|\s(?:because|since|which|as|so|for|when|where|but|if|and\s+(?:so|thus|hence))\b",
     re.IGNORECASE,
 )
@@ -199,6 +202,8 @@ def _after_anchor(text: str, at: int) -> str | None:
     if cut and cut[0] in "?？":
         return None
     answer = (rest[: cut.start()] if cut else rest).strip().strip("*").strip()
+    if taken_back := _NOT_BUT.search(answer):
+        answer = answer[taken_back.end() :].strip()
     if not answer or not words(TEXT.sub(" ", answer)):
         return answer or None
     return _value_in_prose(answer)

@@ -56,7 +56,10 @@ _NUMBER = re.compile(
 _TUPLE = re.compile(r"(?<![\w\\])[(\[]\s*[-+]?\d+(?:\.\d+)?(?:\s*,\s*[-+]?\d+(?:\.\d+)?){1,7}\s*[)\]]")
 VALUE = re.compile(f"{_TUPLE.pattern}|{_NUMBER.pattern}")
 """A number, or a tuple of numbers."""
-_NEGATED = re.compile(r"(?:\bnot|n't|\\neq?|≠)\s*\$?\s*$", re.IGNORECASE)
+_NEGATED = re.compile(
+    r"(?:\b(?:not|nicht|не|não|non|pas)(?:\s+(?:é|è|es|est|ist|sono|são))?|n't|\\neq?|≠|不是|并非|而非)\s*\$?\s*$",
+    re.IGNORECASE,
+)
 _ONE_WORD = re.compile(r"[a-zA-Z]+")
 TEXT = re.compile(TEXT_CMD + r"\s*\{[^{}]*\}")
 _COMMAND = re.compile(r"\\[a-zA-Z]+")
@@ -219,5 +222,6 @@ def _last_number(text: str) -> tuple[str, int] | None:
 
 
 def _negated(text: str, at: int) -> bool:
-    """Whether "not" (or ``\\neq``) stands right before `at`."""
+    """Whether "not" (or ``\\neq``, or "not" in German, Russian, Portuguese, Italian,
+    French or Chinese) stands right before `at`."""
     return bool(_NEGATED.search(text[max(0, at - 12) : at]))

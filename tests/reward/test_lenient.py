@@ -96,6 +96,14 @@ FREE_TEXT = [
     ("The answer is not 5.", None),
     ("Answer: it is not $5$.", "it is not $5$"),  # a negated span is no value, first or last
     ("Answer: she has not $5$ apples", "she has not $5$ apples"),
+    # ... in other languages: the value taken back is no answer, before or after its negation
+    ("Die Antwort ist nicht 5, sondern 7.", "7"),
+    ("Ответ: не 5, а 7.", "7"),
+    ("A resposta não é 5.", None),
+    ("La risposta non è 5; è 7.", "7"),
+    ("答案是7而不是5。", "7"),
+    ("答えは5ではなく7です。", "7"),
+    ("답은 5가 아니라 7입니다.", "7"),
     ("no numbers here", None),
     ("", None),
 ]
