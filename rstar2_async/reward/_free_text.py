@@ -24,20 +24,22 @@ Answer: Jane started 3 hours ago") answers with what follows its last "is" (or
 "answer:" reads it ("Answer: she still owes $220 in 12 months" is 220).
 
 It departs from math-verify's extraction where that would accept a wrong answer:
-the text after an anchor ends at the sentence ("The answer is 7, not 5" reads 7),
-values joined by "or" are read together ("The answer is 5 or 6" is ``5, 6``, which one
-value does not equal), an anchored sentence that is a question ("Is the answer 5?")
-or starts with "not" is skipped, a span or number right after "not" is never taken
-(nor after "nicht", "не", "não", "non", "pas", "不是"; "5ではなく7" and "5가 아니라 7"
-answer 7), and a ``$...$`` span holding prose ("$5 and gets $") is currency, not math.  Pure
-functions whose cost is bounded: free text is read in its last `TAIL_CHARS`
-characters.
+the text after an anchor ends at the sentence ("The answer is 7, not 5" reads 7), a
+bound or hedge before its value stays with it ("at least 42", which the grader
+refuses), values joined by "or" are read together ("The answer is 5 or 6" is ``5, 6``,
+which one value does not equal), an anchored sentence or span that is a question ("Is
+the answer 5?", "Answer: $5$?") or starts with "not" is skipped, a span or number
+right after "not" is never taken (nor after "nicht", "не", "não", "non", "pas", "不是";
+"5ではなく7" and "5가 아니라 7" answer 7), and a ``$...$`` span holding prose ("$5 and
+gets $") is currency, not math.  Pure functions whose cost is bounded: free text is
+read in its last `TAIL_CHARS` characters.
 """
 
 from __future__ import annotations
 
 import re
 
+from ._normalise import QUALIFIER
 from ._spans import (
     JOIN,
     MAX_JOINED,
@@ -110,6 +112,7 @@ _CONCLUSION = re.compile(
     re.IGNORECASE,
 )
 _ASIDE = re.compile(r"\s+\([^()\n]{1,80}\)\s*[.!]?\s*$")
+_QUESTION = re.compile(r"\s*[?？]")
 _NOT = re.compile(r"\s*(?:(?:not|n't|nicht|не|não|non|pas)\b|不是|并非)", re.IGNORECASE)
 # "X ではなく Y", "X 가 아니라 Y": not X but Y (the negation follows the value it takes back).
 _NOT_BUT = re.compile(r"ではなく|じゃなく|[이가]?\s*아니라")
@@ -193,6 +196,8 @@ def _after_anchor(text: str, at: int) -> str | None:
             len(group) < MAX_JOINED and (j := JOIN.match(text, group[-1].end())) and (m := SPANS.match(text, j.end()))
         ):
             group.append(m)
+        if _QUESTION.match(text, group[-1].end()):
+            return None  # "My answer: $42$?"
         if answer := joined(group):
             return answer
     rest = text[at : at + 200]
@@ -206,6 +211,8 @@ def _after_anchor(text: str, at: int) -> str | None:
         answer = answer[taken_back.end() :].strip()
     if not answer or not words(TEXT.sub(" ", answer)):
         return answer or None
+    if (bound := QUALIFIER.search(answer)) and (value := VALUE.search(answer)) and bound.start() < value.start():
+        return answer  # "at least 42", "probably 42": whole, for the grader to refuse unless the gold says so
     return _value_in_prose(answer)
 
 

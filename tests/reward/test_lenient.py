@@ -104,6 +104,10 @@ FREE_TEXT = [
     ("答案是7而不是5。", "7"),
     ("答えは5ではなく7です。", "7"),
     ("답은 5가 아니라 7입니다.", "7"),
+    ("My answer: $5$? Let me recheck... it's $7$.", "7"),  # a question, after a span too
+    # a bound or a hedge before the value stays with it, for the grader to refuse
+    ("The answer is at least 42.", "at least 42"),
+    ("The answer is probably 42.", "probably 42"),
     ("no numbers here", None),
     ("", None),
 ]
@@ -408,6 +412,8 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("\\boxed{\\text{no solution}}", "\\emptyset", 1.0, 1.0),
         ("\\boxed{\\text{no, 2}}", "2", 0.0, 0.0),
         ("\\beginboxed{8\\sqrt{6}}", "8\\sqrt{6}", 0.0, 1.0),  # lenient reads a box glued to \\begin
+        ("The answer is greater than 42.", "42", 0.0, 0.0),
+        ("The answer is at least 42.", "\\text{at least } 42", 0.0, 1.0),
     ],
 )
 def test_score_in_both_modes(response: str, gold: str, strict: float, lenient: float) -> None:
