@@ -115,7 +115,7 @@ _ASIDE = re.compile(r"\s+\([^()\n]{1,80}\)\s*[.!]?\s*$")
 _QUESTION = re.compile(r"\s*[?？]")
 _NOT = re.compile(r"\s*(?:(?:not|n't|nicht|не|não|non|pas)\b|不是|并非)", re.IGNORECASE)
 # "X ではなく Y", "X 가 아니라 Y": not X but Y (the negation follows the value it takes back).
-_NOT_BUT = re.compile(r"ではなく|じゃなく|[이가]?\s*아니라")
+_NOT_BUT = re.compile(r"\s*(?:ではなく|じゃなく|[이가]?\s*아니라)\s*")
 # Where the answer after an anchor ends: a line break, a full stop (not a decimal
 # point), a semicolon, a comma before a word, or a word that starts an explanation.
 _ANSWER_END = re.compile(
@@ -198,6 +198,8 @@ def _after_anchor(text: str, at: int) -> str | None:
             group.append(m)
         if _QUESTION.match(text, group[-1].end()):
             return None  # "My answer: $42$?"
+        if taken_back := _NOT_BUT.match(text, group[-1].end()):
+            return _after_anchor(text, taken_back.end())  # "答えは$5$ではなく$7$です"
         if answer := joined(group):
             return answer
     rest = text[at : at + 200]
@@ -211,8 +213,10 @@ def _after_anchor(text: str, at: int) -> str | None:
         answer = answer[taken_back.end() :].strip()
     if not answer or not words(TEXT.sub(" ", answer)):
         return answer or None
-    if (bound := QUALIFIER.search(answer)) and (value := VALUE.search(answer)) and bound.start() < value.start():
-        return answer  # "at least 42", "probably 42": whole, for the grader to refuse unless the gold says so
+    if (bound := QUALIFIER.search(answer)) and any(
+        (m := found.search(answer)) and bound.start() < m.start() for found in (VALUE, SPANS)
+    ):
+        return answer  # "at least 42", "probably $p$": whole, for the grader to refuse unless the gold says so
     return _value_in_prose(answer)
 
 

@@ -17,7 +17,10 @@ Every label is decided here, by construction or by hand, never by running a grad
 - the distinct gold answers of the competition sets once more, in the shapes reasoning
   models' responses take (each family's thinking tags, chat tokens kept or skipped),
   equal by construction; or, for every third integer gold, the gold boxed only while
-  thinking and another answer after it, or a response cut off while thinking: unequal.
+  thinking and another answer after it, or a response cut off while thinking: unequal;
+- the distinct gold answers of MATH-500 once more, alternately kept and taken back in
+  other languages' words ("nicht W, sondern G", "W ではなく G"), or after a bound or
+  a question: equal, or unequal, by construction.
 
 ``expected`` maps each grading mode the case applies to onto the right verdict.
 ``adversarial`` marks a wrong answer a careless extraction would accept.
@@ -799,8 +802,51 @@ def family_cases() -> list[dict]:
     return cases
 
 
+# --- MATH-500's gold answers once more, taken back or kept in other languages -------------
+
+# A value named and taken back ("not W, but G"), before or after its negation, and the
+# same with the gold taken back; a bound or a question before the gold.  No box: the
+# right ones pay in lenient mode only.
+LANGUAGE_FORMS = [
+    ("German: nicht W, sondern G", lambda g, w: f"Die Antwort ist nicht ${w}$, sondern ${g}$."),
+    ("Japanese: W ではなく G", lambda g, w: f"答えは${w}$ではなく${g}$です。"),
+    ("Korean: W 가 아니라 G", lambda g, w: f"답은 ${w}$가 아니라 ${g}$입니다."),
+    ("Chinese: G 而不是 W", lambda g, w: f"答案是${g}$而不是${w}$。"),
+    ("Russian: не W, а G", lambda g, w: f"Ответ: не ${w}$, а ${g}$."),
+    ("a question, then the answer", lambda g, w: f"Answer: ${w}$? No. Answer: ${g}$."),
+]
+LANGUAGE_TRAPS = [
+    ("German: nicht G, sondern W", lambda g, w: f"Die Antwort ist nicht ${g}$, sondern ${w}$."),
+    ("Japanese: G ではなく W", lambda g, w: f"答えは${g}$ではなく${w}$です。"),
+    ("Korean: G 가 아니라 W", lambda g, w: f"답은 ${g}$가 아니라 ${w}$입니다."),
+    ("Chinese: W 而不是 G", lambda g, w: f"答案是${w}$而不是${g}$。"),
+    ("Russian: не G, а W", lambda g, w: f"Ответ: не ${g}$, а ${w}$."),
+    ("Portuguese: não é G", lambda g, w: f"A resposta não é ${g}$."),
+    ("a bound: at least G", lambda g, w: f"The answer is at least ${g}$."),
+    ("a question, then another answer", lambda g, w: f"My answer: ${g}$? Let me recheck... it's ${w}$."),
+]
+
+
+def language_cases() -> list[dict]:
+    """Every distinct gold of MATH-500 once more: alternately kept (rotating through
+    `LANGUAGE_FORMS`) and taken back (`LANGUAGE_TRAPS`)."""
+    cases, seen = [], []
+    for g in golds("math500"):
+        if g in seen:
+            continue
+        seen.append(g)
+        w, i = ("7" if g.strip() != "7" else "8"), len(seen) - 1
+        if i % 2:
+            (note, form), expected, adversarial = LANGUAGE_TRAPS[i // 2 % len(LANGUAGE_TRAPS)], BOTH_FALSE, True
+        else:
+            (note, form), expected, adversarial = LANGUAGE_FORMS[i // 2 % len(LANGUAGE_FORMS)], LENIENT_ONLY, False
+        case = {"gold": g, "response": form(g, w), "expected": expected, "note": f"math500: {note}"}
+        cases.append(case | {"adversarial": adversarial})
+    return cases
+
+
 def main() -> None:
-    cases = gold_cases() + hand_cases() + family_cases()
+    cases = gold_cases() + hand_cases() + family_cases() + language_cases()
     with (HERE / "grader_pairs.jsonl").open("w") as f:
         for case in cases:
             f.write(json.dumps(case, ensure_ascii=False) + "\n")
