@@ -179,7 +179,7 @@ _BOUND = r"[^<>=!,]+?"
 _CHAIN = re.compile(rf"(?P<lo>{_BOUND})(?P<op1><=?|>=?)(?P<var>[a-zA-Z])(?P<op2><=?|>=?)(?P<hi>{_BOUND})")
 _LEFT = re.compile(rf"(?P<var>[a-zA-Z])(?P<op><=?|>=?)(?P<bound>{_BOUND})")
 _RIGHT = re.compile(rf"(?P<bound>{_BOUND})(?P<op><=?|>=?)(?P<var>[a-zA-Z])")
-_ABS = re.compile(rf"\|(?P<var>[a-zA-Z])\|(?P<op><=?|>=?)(?P<bound>{_BOUND})")
+_ABS = re.compile(rf"\|(?P<var>[a-zA-Z])(?P<shift>[-+][^|<>=!,]+)?\|(?P<op><=?|>=?)(?P<bound>{_BOUND})")
 # `\{x \mid x > 2\}`, `\{x \in \mathbb{R} : x > 2\}` (canonical: no spaces, `\mathbb{R}` an interval)
 _SET_BUILDER = re.compile(r"\\\{(?P<var>[a-zA-Z])(?:\\in\(-\\infty,\\infty\))?(?:\||\\mid|:|\\colon)(?P<cond>.+)\\\}")
 _OR = re.compile(r"\\cup|\\lor|\\vee|or")
@@ -207,11 +207,19 @@ def _one_interval(s: str) -> tuple[str, str] | None:
         flipped = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[m["op"]]
         return m["var"], _ray(m["bound"], flipped)
     if (m := _ABS.fullmatch(s)) and (bound := _to_number(m["bound"])) is not None and bound > 0:
-        closed, near = m["op"].endswith("="), "-" + m["bound"].lstrip("+")
+        # `|x - c| op a`: x within (or beyond) a of c; the ends as exact numbers
+        shift = _to_number(m["shift"]) if m["shift"] else Fraction(0)
+        if shift is None:
+            return None
+        closed, low, high = m["op"].endswith("="), _numeral_of(-shift - bound), _numeral_of(-shift + bound)
         if m["op"][0] == "<":  # `|x| < 8` is `(-8, 8)`
-            return m["var"], ("[" if closed else "(") + near + "," + m["bound"] + ("]" if closed else ")")
-        return m["var"], _ray(near, "<=" if closed else "<") + "\\cup" + _ray(m["bound"], m["op"])
+            return m["var"], ("[" if closed else "(") + low + "," + high + ("]" if closed else ")")
+        return m["var"], _ray(low, "<=" if closed else "<") + "\\cup" + _ray(high, m["op"])
     return None
+
+
+def _numeral_of(q: Fraction) -> str:
+    return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
 
 
 def _as_interval(s: str) -> tuple[str, str] | None:

@@ -21,8 +21,9 @@ math-verify tends to miss or that need no symbolic algebra at all:
   ``]a,b[`` is ``(a,b)``; ``\\mathbb{R}`` is ``(-\\infty,\\infty)``), sets ``\\{...\\}``
   (``\\lbrace``) and bare comma lists (unordered, a set equals a list), unions
   ``\\cup`` (unordered), ``\\emptyset``/``\\varnothing``/``\\{\\}``/"no solution"; an
-  inequality in one variable against an interval (``x > 2`` is ``(2,\\infty)``, ``|x| > 8``
-  a union, ``\\{x \\mid x > 2\\}`` its condition's interval, see ``_compare``);
+  inequality in one variable against an interval (``x > 2`` is ``(2,\\infty)``,
+  ``|x| > 8`` a union, ``|x - 3| < 2`` is ``(1,5)``, ``\\{x \\mid x > 2\\}`` its
+  condition's interval; see ``_compare``);
 - matrices: ``pmatrix``, ``bmatrix``, ``matrix``, ``array`` (in any brackets) and a
   list of rows ``[[1, 2], [3, 4]]`` are one form, compared cell by cell;
 - a time with zero seconds (``20:34:00``) is the minute (``20:34``); an ordinal
