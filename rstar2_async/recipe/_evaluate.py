@@ -89,7 +89,7 @@ def load_finished(path: Path, problems: Sequence[Problem]) -> dict[tuple[str, in
     return finished
 
 
-def majority_correct(group: Group, *, mode: GradingMode = "strict") -> bool:
+def majority_correct(group: Group, *, mode: GradingMode = "strict", budget: int | None = None) -> bool:
     """Whether the largest group of equal answers in the group is a correct one.
 
     Answers are grouped by the grader's equivalence, not by their strings: every
@@ -101,14 +101,15 @@ def majority_correct(group: Group, *, mode: GradingMode = "strict") -> bool:
     must be the grading mode the rewards came from: a lenient grade of an unboxed
     answer is a vote only if the answer is read the same lenient way.
 
-    The grader compares at most `EQUAL_BUDGET` pairs of wrong answers per problem
-    (a wrong answer past it counts apart; `vote` says so).  Blocking (the grader's
-    worker, `score`): call it off the event loop.
+    The grader compares at most ``budget`` pairs of wrong answers per problem
+    (default `EQUAL_BUDGET`; 0: `answers_match` alone); a wrong answer past it counts
+    apart (`vote` says so).  Blocking (the grader's worker, `score`): call it off the
+    event loop.
     """
-    return vote(group, mode=mode)[0]
+    return vote(group, mode=mode, budget=budget)[0]
 
 
-def vote(group: Group, *, mode: GradingMode = "strict") -> tuple[bool, bool]:
+def vote(group: Group, *, mode: GradingMode = "strict", budget: int | None = None) -> tuple[bool, bool]:
     """(`majority_correct`, whether the grader's budget of comparisons ran out)."""
     right: list[int] = []  # indices of the rewarded answers: one group
     others: list[tuple[str, list[int]]] = []  # (first answer, indices)
@@ -131,7 +132,7 @@ def vote(group: Group, *, mode: GradingMode = "strict") -> tuple[bool, bool]:
         return False, False
     if sum(len(votes) for _, votes in others) < len(right):
         return True, False
-    merged, capped = _merge_equal(others, mode)
+    merged, capped = _merge_equal(others, mode, EQUAL_BUDGET if budget is None else budget)
     return _right_wins(right, merged), capped
 
 
@@ -142,16 +143,18 @@ def _right_wins(right: list[int], others: list[tuple[str, list[int]]]) -> bool:
     return is_right
 
 
-def _merge_equal(others: list[tuple[str, list[int]]], mode: GradingMode) -> tuple[list[tuple[str, list[int]]], bool]:
+def _merge_equal(
+    others: list[tuple[str, list[int]]], mode: GradingMode, budget: int
+) -> tuple[list[tuple[str, list[int]]], bool]:
     """`others` with the groups the grader finds equal merged (the first one's answer
     stands for each; `answers_match` already kept apart what it could tell), and
-    whether a comparison was left unasked for want of `EQUAL_BUDGET`."""
+    whether a comparison was left unasked for want of ``budget``."""
     merged: list[tuple[str, list[int]]] = []
     asked, skipped = 0, False
     for answer, votes in others:
         home = None
         for first, kept in merged:
-            if asked == EQUAL_BUDGET:
+            if asked == budget:
                 skipped = True
                 break
             asked += 1
