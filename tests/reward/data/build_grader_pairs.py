@@ -804,23 +804,18 @@ def family_cases() -> list[dict]:
 
 # --- MATH-500's gold answers once more, taken back or kept in other languages -------------
 
-# A value named and taken back ("not W, but G"), before or after its negation, and the
-# same with the gold taken back; a bound or a question before the gold.  No box: the
-# right ones pay in lenient mode only.
-LANGUAGE_FORMS = [
+# A value named and taken back for another ("not W, but G"), before or after its
+# negation: kept as written (equal), and with W and G swapped (the gold taken back);
+# a bound or a question before the gold.  No box: the right ones pay in lenient mode only.
+TAKEN_BACK = [
     ("German: nicht W, sondern G", lambda g, w: f"Die Antwort ist nicht ${w}$, sondern ${g}$."),
     ("Japanese: W ではなく G", lambda g, w: f"答えは${w}$ではなく${g}$です。"),
     ("Korean: W 가 아니라 G", lambda g, w: f"답은 ${w}$가 아니라 ${g}$입니다."),
     ("Chinese: G 而不是 W", lambda g, w: f"答案是${g}$而不是${w}$。"),
     ("Russian: не W, а G", lambda g, w: f"Ответ: не ${w}$, а ${g}$."),
-    ("a question, then the answer", lambda g, w: f"Answer: ${w}$? No. Answer: ${g}$."),
 ]
-LANGUAGE_TRAPS = [
-    ("German: nicht G, sondern W", lambda g, w: f"Die Antwort ist nicht ${g}$, sondern ${w}$."),
-    ("Japanese: G ではなく W", lambda g, w: f"答えは${g}$ではなく${w}$です。"),
-    ("Korean: G 가 아니라 W", lambda g, w: f"답은 ${g}$가 아니라 ${w}$입니다."),
-    ("Chinese: W 而不是 G", lambda g, w: f"答案是${w}$而不是${g}$。"),
-    ("Russian: не G, а W", lambda g, w: f"Ответ: не ${g}$, а ${w}$."),
+LANGUAGE_FORMS = [*TAKEN_BACK, ("a question, then the answer", lambda g, w: f"Answer: ${w}$? No. Answer: ${g}$.")]
+LANGUAGE_TRAPS = [(f"{note}, G and W swapped", lambda g, w, form=form: form(w, g)) for note, form in TAKEN_BACK] + [
     ("Portuguese: não é G", lambda g, w: f"A resposta não é ${g}$."),
     ("a bound: at least G", lambda g, w: f"The answer is at least ${g}$."),
     ("a question, then another answer", lambda g, w: f"My answer: ${g}$? Let me recheck... it's ${w}$."),
