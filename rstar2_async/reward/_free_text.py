@@ -113,7 +113,7 @@ _CONCLUSION = re.compile(
 )
 _ASIDE = re.compile(r"\s+\([^()\n]{1,80}\)\s*[.!]?\s*$")
 _QUESTION = re.compile(r"\s*[?？]")
-_NOT = re.compile(r"\s*(?:(?:not|n't|nicht|не|não|non|pas)\b|不是|并非)", re.IGNORECASE)
+_NOT = re.compile(r"\s*(?:(?:not|n't|nicht|не|não|non|pas)\b(?!-)|不是|并非)", re.IGNORECASE)  # not "non-zero"
 # "X ではなく Y", "X 가 아니라 Y": not X but Y (the negation follows the value it takes back).
 _NOT_BUT = re.compile(r"\s*(?:ではなく|じゃなく|[이가]?\s*아니라)\s*")
 # Where the answer after an anchor ends: a line break, a full stop (not a decimal

@@ -105,6 +105,7 @@ FREE_TEXT = [
     ("答えは5ではなく7です。", "7"),
     ("답은 5가 아니라 7입니다.", "7"),
     ("My answer: $5$? Let me recheck... it's $7$.", "7"),  # a question, after a span too
+    ("The answer is non-negative.", "non-negative"),  # no "non" of the negations
     # a bound or a hedge before the value stays with it, for the grader to refuse
     ("The answer is at least 42.", "at least 42"),
     ("The answer is probably 42.", "probably 42"),
