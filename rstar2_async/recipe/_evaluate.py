@@ -287,7 +287,9 @@ async def regrade(
         for i in todo:
             tg.start_soon(grade, i)
     fresh = path.with_name(path.name + ".regraded")
-    fresh.write_bytes(b"".join(_encoder.encode(t) + b"\n" for t in stored))
+    with fresh.open("wb") as f:
+        for t in stored:
+            f.write(_encoder.encode(t) + b"\n")
     fresh.replace(path)  # whole or not at all
     latest = {(t.problem_id, t.sample_index): t for t in stored if t.problem_id in wanted}  # a redone line wins
     by_problem: dict[str, list[Trajectory]] = collections.defaultdict(list)
