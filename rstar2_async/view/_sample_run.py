@@ -25,7 +25,7 @@ __all__ = ["write_sample_run"]
 
 def _trajectory(problem: Problem, index: int, rng: random.Random, version: int, filler: int) -> Trajectory:
     a, b = rng.randint(2, 99), rng.randint(2, 99)
-    turns, text, pos, mask = [], [], 0, []
+    turns, text, pos, mask, chars = [], [], 0, [], 0  # chars: the transcript's length so far
     for k in range(rng.choice((1, 2, 2, 3))):
         code = f"# step {k + 1}: check the sum\nx = {a} + {b}\nprint(x * {k + 1})"
         ok = rng.random() > 0.15
@@ -35,13 +35,14 @@ def _trajectory(problem: Problem, index: int, rng: random.Random, version: int, 
         result = ToolResult("ok" if ok else "error", output, 0.01 + rng.random() / 10, ToolCall("python", {"code": code}))
         tool = render_tool_turn([output])
         n_gen, n_app = len(said) // 4, len(tool) // 4
-        turns.append(Turn(pos, n_gen, n_app, version, "stop", [result], 0.2, 0))
+        turns.append(Turn(pos, n_gen, n_app, version, "stop", [result], 0.2, 0, (chars, chars + len(said))))
         text += [said, tool]
+        chars += len(said) + len(tool)
         mask += [1] * n_gen + [0] * n_app
         pos += n_gen + n_app
     right = rng.random() < 0.5
     final = f"So the answer is <answer>\\boxed{{{problem.answer if right else a * b}}}</answer>"
-    turns.append(Turn(pos, len(final) // 4, 0, version, "stop", [], 0.1, 1))
+    turns.append(Turn(pos, len(final) // 4, 0, version, "stop", [], 0.1, 1, (chars, chars + len(final))))
     text.append(final)
     mask += [1] * (len(final) // 4)
     finish = "answer" if rng.random() > 0.1 else "token_budget"
