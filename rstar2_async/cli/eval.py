@@ -5,8 +5,9 @@ OpenAI-compatible endpoint.  Sampling is always explicit: --temperature and --to
 are required.  Every sample is kept in OUT/<dataset>/samples.jsonl; running the same
 command again resumes without redoing finished samples (and refuses to, naming the
 setting, when the samples there were made with another model, prompt, sampling or
-grading: see OUT/<dataset>/settings.json).  --regrade grades the stored samples again
-under another grading mode or reward function, without sampling.
+grading: see OUT/<dataset>/settings.json).  --regrade grades every stored sample again
+under another grading mode or reward function, without sampling (--n and --limit are
+ignored).
 
 A checkpoint of `rstar2 train` carries the rollout settings it was trained with
 (rollout.toml: system prompt, tools, turns, response budget); --model (or --tokenizer,
@@ -87,7 +88,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--regrade", action="store_true",
         help="grade the samples already in OUT/<set> again under this command's grading (--grading, reward.function) "
         "and rewrite their rewards and summary; nothing is sampled and no server starts. The other settings must be "
-        "those the samples were made with; --n is ignored (every stored sample is graded)",
+        "those the samples were made with; --n and --limit are ignored (every stored sample is graded)",
     )  # fmt: skip
 
 
@@ -195,8 +196,8 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
     out = args.out or Path("runs/eval") / name
     for dataset in datasets:  # all checked before any record changes, and before a server starts
         (check_regradable if args.regrade else check_resumable)(out / dataset, settings[dataset])
-    if args.regrade:
-        summaries = await _regrade(out, datasets, config)
+    if args.regrade:  # every stored sample, whatever --limit says: the record will name the new grading
+        summaries = await _regrade(out, {f.stem: load_problems(f, fields=config.data) for f in files}, config)
     out.mkdir(parents=True, exist_ok=True)
     for dataset in datasets:
         write_record(out / dataset, settings[dataset])

@@ -76,7 +76,7 @@ def test_eval_regrades_stored_samples_without_sampling_again(tmp_path: Path, cap
         strict = [*argv[:-1], "strict"]
         with pytest.raises(SystemExit, match="(?s)reward.grading: 'lenient' then, 'strict' now.*--regrade"):
             main(strict)
-        assert main([*strict, "--regrade", "--n", "1"]) == 0  # --n aside: every stored sample
+        assert main([*strict, "--regrade", "--n", "1", "--limit", "1"]) == 0  # every stored sample, all the same
         [regraded] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert len(server.requests) == asked  # nothing sampled
         assert main(strict) == 0  # the record now says strict: a plain rerun resumes
