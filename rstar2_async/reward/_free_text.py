@@ -68,7 +68,7 @@ _ANCHOR = re.compile(
     r"|\banswer\b(?:\s*\*\*)?\s*(?:is\b|:|=|would\s+be\b|should\s+be\b|will\s+be\b|equals\b)"
     r"|\b(?:r[ée]ponse|respuesta|resposta|risposta|antwort|ответ)(?:\s+(?:finale?|final))?(?:\s*\*\*)?"
     r"\s*(?:est\b|es\b|ist\b|é\b|è\b|:|=)"
-    r"|(?:最终答案|答案|答え|回答|정답)(?:\s*\*\*)?\s*(?:是|为|為|は|:|：|=)"
+    r"|(?:最终答案|答案|答え|回答|정답|답)(?:\s*\*\*)?\s*(?:是|为|為|は|은|:|：|=)"
     # the other languages of lighteval's multilingual extraction, before a colon, with
     # one word between at most ("الإجابة النهائية:", "Odpowiedź końcowa:")
     r"|(?:\b(?:antwoord|cevap|erantzuna|javob|jawaban|jibu|odgovor|odpove[ďd]|odpověď|odpowied[źz]|r[ăa]spuns"

@@ -60,6 +60,7 @@ _NEGATED = re.compile(
     r"(?:\b(?:not|nicht|не|não|non|pas)(?:\s+(?:é|è|es|est|ist|sono|são))?|n't|\\neq?|≠|不是|并非|而非)\s*\$?\s*$",
     re.IGNORECASE,
 )
+_NEGATED_AFTER = re.compile(r"\s*\$?\s*(?:ではな|じゃな|ではありません|[이가]\s*아니)")
 _ONE_WORD = re.compile(r"[a-zA-Z]+")
 TEXT = re.compile(TEXT_CMD + r"\s*\{[^{}]*\}")
 _COMMAND = re.compile(r"\\[a-zA-Z]+")
@@ -126,7 +127,7 @@ def first_value(text: str) -> str | None:
     """The leftmost math span or number, whichever starts first (math-verify's lazy
     match after "answer:"); as `last_value`, never one right after a negation."""
     span = _first_span(text)
-    number = next((m for m in VALUE.finditer(text) if not _negated(text, m.start())), None)
+    number = next((m for m in VALUE.finditer(text) if not _negated(text, m)), None)
     if span is None or (number is not None and number.start() < span[1]):
         return number[0] if number else None
     return span[0]
@@ -172,7 +173,7 @@ def _computes(left: str) -> bool:
 def _taken(text: str, m: re.Match[str]) -> bool:
     """Whether a math span can be the answer: it holds math, and no negation stands
     right before it."""
-    return not _negated(text, m.start()) and span_answer(m) is not None
+    return not _negated(text, m) and span_answer(m) is not None
 
 
 def _first_span(text: str) -> tuple[str, int] | None:
@@ -216,12 +217,13 @@ def _last_number(text: str) -> tuple[str, int] | None:
     """(number, end) of the rightmost number (or tuple of numbers) not right after a
     negation."""
     for m in reversed(list(VALUE.finditer(text))):
-        if not _negated(text, m.start()):
+        if not _negated(text, m):
             return m[0], m.end()
     return None
 
 
-def _negated(text: str, at: int) -> bool:
+def _negated(text: str, m: re.Match[str]) -> bool:
     """Whether "not" (or ``\\neq``, or "not" in German, Russian, Portuguese, Italian,
-    French or Chinese) stands right before `at`."""
-    return bool(_NEGATED.search(text[max(0, at - 12) : at]))
+    French or Chinese) stands right before the value `m`, or Japanese or Korean "is
+    not" right after it ("$5$ではない", "5가 아닙니다")."""
+    return bool(_NEGATED.search(text[max(0, m.start() - 12) : m.start()]) or _NEGATED_AFTER.match(text, m.end()))

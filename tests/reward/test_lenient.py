@@ -104,6 +104,8 @@ FREE_TEXT = [
     ("答案是7而不是5。", "7"),
     ("答えは5ではなく7です。", "7"),
     ("답은 5가 아니라 7입니다.", "7"),
+    ("정답은 $7$입니다. $5$가 아닙니다.", "7"),  # Korean and Japanese negate after the value
+    ("7です。$5$ではない。", "7"),
     ("My answer: $5$? Let me recheck... it's $7$.", "7"),  # a question, after a span too
     ("The answer is non-negative.", "non-negative"),  # no "non" of the negations
     # a bound or a hedge before the value stays with it, for the grader to refuse
