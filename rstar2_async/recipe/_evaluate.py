@@ -76,17 +76,23 @@ def load_finished(path: Path, problems: Sequence[Problem]) -> dict[tuple[str, in
     later in the file, is the one read from then on)."""
     if not path.exists():
         return {}
-    data = path.read_bytes()
-    complete = data[: data.rfind(b"\n") + 1]
-    if len(complete) != len(data):
-        path.write_bytes(complete)
     wanted = {p.id for p in problems}
     finished: dict[tuple[str, int], Trajectory] = {}
-    for line in complete.splitlines():
+    for line in _complete_lines(path):
         t = _trajectory_decoder.decode(line)
         if t.problem_id in wanted and t.finish_reason != "error":
             finished[t.problem_id, t.sample_index] = t
     return finished
+
+
+def _complete_lines(path: Path) -> list[bytes]:
+    """The lines of ``path``, whose trailing partial line (the process died
+    mid-write) is cut off the file so that appends stay line-aligned."""
+    data = path.read_bytes()
+    complete = data[: data.rfind(b"\n") + 1]
+    if len(complete) != len(data):
+        path.write_bytes(complete)
+    return complete.splitlines()
 
 
 def majority_correct(group: Group, *, mode: GradingMode = "strict", budget: int | None = None) -> bool:
@@ -212,6 +218,16 @@ def summarize(
     )
 
 
+async def _summarize_off_loop(
+    dataset: str, groups: Sequence[Group], n: int, sampling: SamplingConfig, mode: GradingMode
+) -> EvalSummary:
+    """`summarize` in a worker thread: maj@n may wait on the grader's worker."""
+    metrics = functools.partial(
+        summarize, dataset, groups, n=n, temperature=sampling.temperature, top_p=sampling.top_p, mode=mode
+    )
+    return await anyio.to_thread.run_sync(metrics)
+
+
 async def evaluate(
     engine: RolloutEngine | ShardedEngine,
     dataset: str,
@@ -241,11 +257,8 @@ async def evaluate(
             f.flush()
 
         groups = await engine.run(problems, n, sampling=sampling, finished=finished, on_trajectory=append)
-    metrics = functools.partial(
-        summarize, dataset, groups, n=n, temperature=sampling.temperature, top_p=sampling.top_p, mode=mode
-    )
     summary = msgspec.structs.replace(
-        await anyio.to_thread.run_sync(metrics),  # maj@n may ask the grader's worker
+        await _summarize_off_loop(dataset, groups, n, sampling, mode),
         resumed_samples=len(finished),
         wall_s=time.monotonic() - t0,
     )
@@ -270,8 +283,7 @@ async def regrade(
     them): those are graded from their whole transcript, tool output included.
     """
     path = out_dir / "samples.jsonl"
-    load_finished(path, ())  # cuts a line a crash left half-written
-    stored = [_trajectory_decoder.decode(line) for line in path.read_bytes().splitlines()]
+    stored = [_trajectory_decoder.decode(line) for line in _complete_lines(path)]
     wanted = {p.id: p for p in problems}
     todo = [i for i, t in enumerate(stored) if t.problem_id in wanted and not t.infra_failed]
     unspanned = sum(any(turn.text_span is None for turn in stored[i].turns) for i in todo)
@@ -297,10 +309,8 @@ async def regrade(
         by_problem[problem_id].append(t)
     groups = [Group(p, by_problem[p.id]) for p in problems if p.id in by_problem]
     n = max((len(g.trajectories) for g in groups), default=0)
-    metrics = functools.partial(
-        summarize, dataset, groups, n=n, temperature=sampling.temperature, top_p=sampling.top_p, mode=mode
-    )
-    summary = msgspec.structs.replace(await anyio.to_thread.run_sync(metrics), wall_s=time.monotonic() - t0)
+    summary = await _summarize_off_loop(dataset, groups, n, sampling, mode)
+    summary = msgspec.structs.replace(summary, wall_s=time.monotonic() - t0)
     (out_dir / "summary.json").write_bytes(msgspec.json.format(_encoder.encode(summary)) + b"\n")
     return summary, unspanned
 
