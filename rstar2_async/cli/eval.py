@@ -82,8 +82,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="strict: rStar2's boxed answer only; lenient: also an answer written without a box "
         "(default: reward.grading, else strict for a model that carries rstar2's rollout.toml, lenient for any other)",
     )  # fmt: skip
-
-
     p.add_argument(
         "--regrade", action="store_true",
         help="grade the samples already in OUT/<set> again under this command's grading (--grading, reward.function) "
@@ -190,14 +188,16 @@ async def _main(args: argparse.Namespace, config: EvalConfig) -> int:
 
     # Labels: a set's name, or a file's stem.  Loaded up front to fail fast on bad names.
     files = [resolve(data) for data in args.data]
-    datasets = {file.stem: load_problems(file, limit=args.limit, fields=config.data) for file in files}
+    # --regrade grades every stored sample, whatever --limit says: the record will name the new grading.
+    limit = None if args.regrade else args.limit
+    datasets = {file.stem: load_problems(file, limit=limit, fields=config.data) for file in files}
     settings = {file.stem: sample_settings(config, args.model, file) for file in files}
     name = args.model.resolve().name if args.model else config.inference.model.replace("/", "_")
     out = args.out or Path("runs/eval") / name
     for dataset in datasets:  # all checked before any record changes, and before a server starts
         (check_regradable if args.regrade else check_resumable)(out / dataset, settings[dataset])
-    if args.regrade:  # every stored sample, whatever --limit says: the record will name the new grading
-        summaries = await _regrade(out, {f.stem: load_problems(f, fields=config.data) for f in files}, config)
+    if args.regrade:
+        summaries = await _regrade(out, datasets, config)
     out.mkdir(parents=True, exist_ok=True)
     for dataset in datasets:
         write_record(out / dataset, settings[dataset])
