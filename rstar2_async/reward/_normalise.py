@@ -88,13 +88,15 @@ _RELATIONS = [
     (re.compile(r"\\lt(?![a-zA-Z])"), "<"),
     (re.compile(r"\\gt(?![a-zA-Z])"), ">"),
 ]
+_NO_SOLUTION = r"no\s+(?:real\s+)?(?:solution|root)s?\b"
+""""No solution", "no real roots": an empty solution set, not a value taken back."""
 _SET_WORDS = [
     (re.compile(r"\\lbrace(?![a-zA-Z])"), "\\{"),
     (re.compile(r"\\rbrace(?![a-zA-Z])"), "\\}"),
     (re.compile(r"\\langle(?![a-zA-Z])"), "("),  # a vector `\langle 1, 2 \rangle` is a tuple
     (re.compile(r"\\rangle(?![a-zA-Z])"), ")"),
     (re.compile(r"\\(?:emptyset|varnothing)(?![a-zA-Z])|\\\{\s*\\\}"), "\\emptyset "),
-    (re.compile(r"\b(?i:no\s+(?:real\s+)?(?:solutions?|roots?))\b"), "\\emptyset "),  # a solution set
+    (re.compile(rf"\b(?i:{_NO_SOLUTION})"), "\\emptyset "),
     (re.compile(r"\\[lr]?vert(?![a-zA-Z])"), "|"),
     (re.compile(r"\\mathbb\s*\{?\s*R\s*\}?|\\R(?![a-zA-Z])|\b(?i:all\s+real\s+numbers)\b"), "(-\\infty,\\infty)"),
 ]
@@ -128,7 +130,7 @@ _SPACED_MIXED = re.compile(r"([-+]?\d+)\s+(\d+)\s*/\s*(\d+)")
 _TIMES_TEN = re.compile(r"([-+]?\d+(?:\.\d+)?)(?:\\times|\\cdot|\*|×)10\^\{?([-+]?\d{1,3})\}?")
 _FRAC_ALIASES = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 QUALIFIER = re.compile(
-    r"(?<!\\)\b(?:not|no(?!\s+(?:real\s+)?(?:solution|root)s?\b)|never|wrong|incorrect|false"
+    rf"(?<!\\)\b(?:not|(?!{_NO_SOLUTION})no|never|wrong|incorrect|false"
     r"|maybe|perhaps|probably|possibly|except|unless|if|but"
     r"|at\s+(?:least|most)|(?:more|less|fewer|greater|smaller|larger)\s+than)\b",
     re.IGNORECASE,
