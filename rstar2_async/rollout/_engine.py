@@ -324,7 +324,8 @@ class RolloutEngine:
             if retries:
                 trajectory = msgspec.structs.replace(trajectory, infra_retries=retries)
             if self.reward is not None and not trajectory.infra_failed:
-                trajectory = msgspec.structs.replace(trajectory, reward=await self._grade(trajectory.model_text, pending.problem))
+                reward = await self._grade(trajectory.model_text, pending.problem)
+                trajectory = msgspec.structs.replace(trajectory, reward=reward)
         finally:
             self._limiter.release_on_behalf_of(borrower)
         self._account(trajectory)
