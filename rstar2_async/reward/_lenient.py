@@ -116,8 +116,8 @@ def answer_in(text: str, gold: str | None = None, *, mode: GradingMode = "strict
     return _several_boxes(text[start:end], boxes, gold) or _inside_box(boxes[-1][0])
 
 
-_BARE_BOX = re.compile(r"boxed(?=\{)(?<![\\a-zA-Z]boxed)")  # the literal first: a fast scan
-"""A box whose backslash a renderer or an unescaped string ate (``boxed{42}``), or whose
+_BARE_BOX = re.compile(r"(?:boxed|fbox)(?=\{)(?<![\\a-zA-Z]boxed)(?<![\\a-zA-Z]fbox)")  # literals first: a fast scan
+"""A box whose backslash a renderer or an unescaped string ate (``boxed{42}``, ``fbox{42}``), or whose
 name is glued to a `\\begin` (``\\beginboxed{42}``): lenient mode reads it as a box;
 strict mode, rStar2's format, does not."""
 

@@ -339,6 +339,8 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("Hence the answer is\n$$\n\\$32,\\!348\n$$", "\\$32,\\!348", 0.0, 1.0),  # an escaped dollar in display math
         # a box that lost its backslash: lenient only
         ("So the answer is boxed{42}.", "42", 0.0, 1.0),
+        ("So the answer is fbox{42}.", "42", 0.0, 1.0),
+        ("So \\fbox{42}, not \\textfbox{5}.", "42", 1.0, 1.0),  # a longer name is no box
         ("Maybe boxed{5}; no, \\boxed{42}.", "5", 0.0, 0.0),
         # LaTeX from a string literal that did not escape its backslashes
         ("The answer is $\x0crac{1}{2}$.", "\\frac{1}{2}", 0.0, 1.0),
