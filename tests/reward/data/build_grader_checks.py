@@ -44,6 +44,9 @@ class Source:
     """Which reader below understands these files' test shape."""
     skip_tests: tuple[str, ...] = ()
     """Tests of another grader (multiple-choice letters) that are no math answers."""
+    skip_settings: tuple[str, ...] = ()
+    """How the settings of rows that are no math answers begin (a grader told the
+    answer is a multiple-choice letter)."""
     shape: Shape = field(default_factory=Shape)
     """Where this source's tests keep gold and prediction, when not under the usual names."""
 
@@ -182,6 +185,107 @@ SOURCES = [
 ]
 
 
+# Added in the session of 2026-12-07 (tenth): their reporting halves were graded
+# before any grader change made for these sources.
+SOURCES += [
+    Source(
+        "THUDM/slime",
+        "624b824a898ab0ec1fcb4d373004c7f3852bf515",
+        "Apache-2.0",
+        ("tests/test_rm_math.py",),
+        "parametrize",
+        shape=Shape(gold=("gt",), pred=("given",), verdict="grade_answer_mathd(given, gt)"),
+    ),
+    Source(
+        "THUDM/slime",
+        "624b824a898ab0ec1fcb4d373004c7f3852bf515",
+        "Apache-2.0",
+        ("tests/test_rm_math.py", "tests/test_rm_math_dapo.py", "tests/test_rm_deepscaler.py"),
+        "asserted_calls",
+        shape=Shape(
+            call=(
+                (
+                    "grade_answer_mathd",
+                    "grade_answer_sympy",
+                    "grade_answer_verl",
+                    "is_correct_minerva",
+                    "verify",
+                    "get_deepscaler_rule_based_reward",
+                ),
+                1,
+                0,
+            )
+        ),
+    ),
+    Source(
+        "radixark/miles",
+        "31f1ca961a94cb860cec3b2dea34ec332bfa8f76",
+        "Apache-2.0",
+        (
+            "tests/fast/rollout/rm_hub/test_math_utils.py",
+            "tests/fast/rollout/rm_hub/test_math_dapo_utils.py",
+            "tests/fast/rollout/rm_hub/test_deepscaler.py",
+        ),
+        "parametrize",
+        shape=Shape(
+            gold=("ground_truth", "gt", "label"),
+            pred=("given", "solution", "response"),
+            label=("expected", "expected_correct", "expected_acc"),
+        ),
+    ),
+    Source(
+        "meta-pytorch/forge",
+        "8cb21bef356349ae72a2e56afde14845c9937bbe",
+        "BSD-3-Clause",
+        ("tests/unit_tests/rl/test_math_reward.py",),
+        "asserted_calls",
+        shape=Shape(call=(("reward", "custom_reward"), 2, 1)),
+    ),
+    Source(
+        "scitix/sieval",
+        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
+        "Apache-2.0",
+        ("tests/unit/community/test_ugmathbench.py",),
+        "asserted_calls",
+        # Its true/false, multiple-choice and open-ended answer kinds are no math answers.
+        skip_settings=("'TF'", "'MCS'", "'MCM'", "'OE'"),
+        shape=Shape(call=(("judge_answer", "math_equal"), 1, 0)),
+    ),
+    Source(
+        "scitix/sieval",
+        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
+        "Apache-2.0",
+        ("tests/unit/community/test_ugmathbench.py",),
+        "parametrize",
+        shape=Shape(verdict="judge_answer(pred, gold, kind)"),
+    ),
+    Source(
+        "scitix/sieval",
+        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
+        "Apache-2.0",
+        ("tests/unit/community/test_imo_bench.py",),
+        "asserted_calls",
+        shape=Shape(call=(("verify_math_answer", "_grade"), 0, 1)),
+    ),
+    Source(
+        "scitix/sieval",
+        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
+        "Apache-2.0",
+        ("tests/unit/community/test_deepseek_math.py",),
+        "asserted_calls",
+        shape=Shape(call=("symbolic_equal", 1, 0)),
+    ),
+    Source(
+        "scitix/sieval",
+        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
+        "Apache-2.0",
+        ("tests/unit/community/test_deepseek_math.py",),
+        "parametrize",
+        shape=Shape(gold=("reference",), pred=("prediction",), verdict="symbolic_equal(prediction, reference)"),
+    ),
+]
+
+
 def case_half(gold: str, prediction: str) -> str:
     """The fixed split: a case's half depends on its text alone."""
     digest = hashlib.sha256(f"{gold}\x00{prediction}".encode()).digest()
@@ -214,7 +318,7 @@ def build(mirror: Path) -> tuple[list[dict], dict[str, list[str]]]:
             ).stdout
             lost = skipped.setdefault(f"{src.repo}/{path}", [])
             for row in read(src.reader, text, lost, src.shape):
-                if row.test in src.skip_tests or not row.gold.strip():
+                if row.test in src.skip_tests or row.settings.startswith(src.skip_settings) or not row.gold.strip():
                     continue
                 origin = {
                     "repo": src.repo,

@@ -8,6 +8,7 @@ import ast
 import json
 from collections.abc import Callable, Iterator
 
+from check_asserts import asserted, read_asserted_calls
 from check_rows import (
     GOLD_NAMES,
     LABEL_NAMES,
@@ -239,81 +240,22 @@ def _graded_pair(stmt: ast.stmt, values: dict[str, ast.AST]) -> tuple[str, str] 
 
 def _body_label(fn: ast.FunctionDef | ast.AsyncFunctionDef, verdict: str) -> bool | None:
     """The verdict a parametrized test without a label column asserts for every row
-    (``assert score(answer, target).status == "correct"``, where `verdict` is how the
-    asserted expression ends: ``.status``), when it asserts one."""
+    (``assert score(answer, target).status == "correct"``, ``assert grader(given, gt)
+    is True``, ``assert not grader(pred, gold, kind)``), where `verdict` is how the
+    asserted expression ends (``.status``, ``grader(given, gt)``), when it asserts one."""
     found = {
+        v
+        for node in ast.walk(fn)
+        if isinstance(node, ast.Assert)
+        if (v := asserted(node.test, lambda n: ast.unparse(n).endswith(verdict))) is not None
+    }
+    found |= {
         v
         for node in ast.walk(fn)
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)
         if ast.unparse(node.left).endswith(verdict) and (v := verdict_of(node.comparators[0])) is not None
     }
     return found.pop() if len(found) == 1 else None
-
-
-def _asserted(test: ast.expr, is_result: Callable[[ast.expr], bool]) -> bool | None:
-    """The verdict an assertion states about a grader result: ``assert r``,
-    ``assert not r``, ``assert r is True``, ``assert r.status == "incorrect"``,
-    ``assert r == [1.0]``."""
-    if is_result(test):
-        return True
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and is_result(test.operand):
-        return False
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq | ast.Is):
-        left = test.left.value if isinstance(test.left, ast.Attribute) else test.left
-        if is_result(left):
-            return verdict_of(test.comparators[0])
-    return None
-
-
-def read_asserted_calls(tree: ast.Module, skipped: list[str], shape: Shape) -> Iterator[Row]:
-    """``assert grader(pred, gold, ...) is True`` with literal arguments, or
-    ``r = grader(pred_var, gold_var)`` then ``assert r is False``; the grader's name
-    and argument positions come from the source's shape."""
-    assert shape.call is not None
-    name, gold_at, pred_at = shape.call
-    for fn in ast.walk(tree):
-        if not isinstance(fn, ast.FunctionDef) or not fn.name.startswith("test"):
-            continue
-        values: dict[str, ast.AST] = {}
-        pending: tuple[int, str, str, set[str]] | None = None
-
-        def pair(call: ast.expr, values: dict[str, ast.AST] = values) -> tuple[str, str] | None:
-            if not (isinstance(call, ast.Call) and ast.unparse(call.func).split(".")[-1] == name):
-                return None
-            if len(call.args) <= max(gold_at, pred_at):
-                return None
-            args = [values.get(a.id, a) if isinstance(a, ast.Name) else a for a in call.args]
-            try:
-                g, p = as_text(literal(args[gold_at])), as_text(literal(args[pred_at]))
-            except ValueError:
-                return None
-            return (g, p) if g is not None and p is not None else None
-
-        for stmt in fn.body:
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-                values[stmt.targets[0].id] = stmt.value
-                if (found := pair(stmt.value)) is not None:
-                    pending = (stmt.lineno, *found, {stmt.targets[0].id})
-                continue
-            if not isinstance(stmt, ast.Assert):
-                continue
-            direct: list[tuple[str, str]] = []
-
-            def is_call(node: ast.expr, direct: list[tuple[str, str]] = direct) -> bool:
-                found = pair(node)
-                if found is not None:
-                    direct.append(found)
-                return found is not None
-
-            label = _asserted(stmt.test, is_call)
-            if direct and label is not None:
-                yield Row(direct[0][0], direct[0][1], label, stmt.lineno, fn.name, "")
-            elif pending is not None:
-                names = pending[3]
-                label = _asserted(stmt.test, lambda n, names=names: isinstance(n, ast.Name) and n.id in names)
-                if label is not None:
-                    yield Row(pending[1], pending[2], label, pending[0], fn.name, "")
-                    pending = None
 
 
 def read_batches(tree: ast.Module, skipped: list[str], shape: Shape) -> Iterator[Row]:

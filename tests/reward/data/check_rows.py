@@ -23,7 +23,9 @@ class Shape:
     gold: tuple[str, ...] = GOLD_NAMES
     pred: tuple[str, ...] = PRED_NAMES
     label: tuple[str, ...] = LABEL_NAMES
-    call: tuple[str, int, int] | None = None
+    call: tuple[str | tuple[str, ...], int, int] | None = None
+    """The grader's name (or the names of the graders one file tests with the same
+    argument order), and the positions of gold and prediction among its arguments."""
     verdict: str = ".status"
     """How a test body's asserted verdict expression ends, for tests without a label column."""
 
