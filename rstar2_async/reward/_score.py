@@ -15,7 +15,7 @@ import threading
 from ._answer import extract_answer
 from ._compare import EQUALS, GradingMode, answers_match, false_equation, rel_tolerance
 from ._lenient import answer_in, gold_answer, readable
-from ._normalise import FUNCTION_COMMANDS, MAX_ANSWER_CHARS, QUALIFIER, python_notation
+from ._normalise import FUNCTION_COMMANDS, MAX_ANSWER_CHARS, QUALIFIER, TEXT_CMD, python_notation
 from ._spans import ALTERNATIVE
 from ._worker import GradeRequest, SyncWorker
 
@@ -107,6 +107,22 @@ def _qualified(answer: str, gold: str) -> bool:
     return bool(_OPEN_RELATION.match(answer)) and not _OPEN_RELATION.match(gold)
 
 
+_PROSE_GOLD = re.compile(r"\d.*?(?<![a-zA-Z\\])and(?:\s|\\[ ,;:!]|~|\}|\{)+(?:\\?[a-zA-Z]+\s+)*[a-zA-Z]{2,}")
+"""A gold that joins a value to words by "and" (``1 and odd prime numbers``): the
+words are part of the answer, but math-verify reads the value alone."""
+_WORD_OR_NUMBER = re.compile(r"[a-zA-Z]+|\d+(?:\.\d+)?")
+
+
+def _other_prose(answer: str, gold: str) -> bool:
+    """An answer to a gold of a value and prose that does not say the same words
+    (``1``, ``1 \\text{ and even numbers}``): nothing here can judge prose, and the
+    value alone is not the answer."""
+    if not _PROSE_GOLD.search(gold):
+        return False
+    words = [w.lower() for w in _WORD_OR_NUMBER.findall(re.sub(TEXT_CMD, "", answer))]
+    return words != [w.lower() for w in _WORD_OR_NUMBER.findall(re.sub(TEXT_CMD, "", gold))]
+
+
 def _same_text(text: str, gold: str) -> bool:
     """`text` (a whole response without its end tokens, or its box) is the gold text
     itself, spacing aside."""
@@ -127,7 +143,7 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
     if answer is None or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0, "", gold
     answer = python_notation(answer)
-    if _hedged(answer, gold) or _qualified(answer, gold) or _split_number(answer, gold):
+    if _hedged(answer, gold) or _qualified(answer, gold) or _split_number(answer, gold) or _other_prose(answer, gold):
         return 0.0, answer, gold
     if answers_match(answer, gold, mode=mode):
         return 1.0, answer, gold

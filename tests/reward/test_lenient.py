@@ -340,6 +340,12 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         # a box that lost its backslash: lenient only
         ("So the answer is boxed{42}.", "42", 0.0, 1.0),
         ("So the answer is fbox{42}.", "42", 0.0, 1.0),
+        # a gold of a value and prose: the value alone, or other words, is not the answer
+        ("\\boxed{1}", "1 and odd prime numbers", 0.0, 0.0),
+        ("\\boxed{1 and even numbers}", "1 and odd prime numbers", 0.0, 0.0),
+        ("\\boxed{1 \\text{ and odd prime numbers}}", "1 and odd prime numbers", 1.0, 1.0),
+        ("\\boxed{3, 5}", "3 \\text{ and } 5", 1.0, 1.0),
+        ("\\boxed{x = 1, y = 2}", "x = 1 \\text{ and } y = 2", 1.0, 1.0),
         ("So \\fbox{42}, not \\textfbox{5}.", "42", 1.0, 1.0),  # a longer name is no box
         ("Maybe boxed{5}; no, \\boxed{42}.", "5", 0.0, 0.0),
         # LaTeX from a string literal that did not escape its backslashes
