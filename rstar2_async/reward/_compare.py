@@ -63,6 +63,8 @@ _REPEATING = re.compile(r"([-+]?)(\d*)\.(\d*)\\overline\{(\d{1,50})\}")  # 0.1\o
 _MATRIX = re.compile(r"\\begin\{pmatrix\}(.*)\\end\{pmatrix\}")
 _COMMA_DECIMAL = re.compile(r"([-+]?\d+),(\d+)")
 _POINT_DECIMAL = re.compile(r"[-+]?\d+\.\d+")
+_ROUNDED = re.compile(r"[-+]?\d+\.\d+(?:[eE][-+]?\d{1,3})?")
+"""A number written rounded: a decimal, in e-notation too (``1.09951162778E+12``)."""
 _ONES = (
     "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
     "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
@@ -368,12 +370,12 @@ def rel_tolerance(answer: str, gold: str, mode: GradingMode) -> float:
     if mode != "lenient" or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0
     a, g = normalize_answer(answer), normalize_answer(gold)
-    if (_POINT_DECIMAL.fullmatch(a) or _POINT_DECIMAL.fullmatch(g)) and _rounded(a, g):
+    if (_ROUNDED.fullmatch(a) or _ROUNDED.fullmatch(g)) and _rounded(a, g):
         return float(LENIENT_REL_TOL)
     # A tuple, list or matrix with a decimal entry: the worker compares entry by entry,
     # each under the rule above (``(3, 1.5708)`` for ``(3, \\frac{\\pi}{2})``).
     ca, cg = _compound(a), _compound(g)
-    if ca and cg and len(ca[1]) == len(cg[1]) and any(_POINT_DECIMAL.fullmatch(x) for x in ca[1] + cg[1]):
+    if ca and cg and len(ca[1]) == len(cg[1]) and any(_ROUNDED.fullmatch(x) for x in ca[1] + cg[1]):
         return float(LENIENT_REL_TOL)
     return 0.0
 

@@ -245,6 +245,8 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("\\boxed{1.4142}", "\\sqrt{2}", 0.0, 1.0),  # math-verify refuses it; the worker's tolerance takes it
         ("\\boxed{3.1416}", "\\pi", 0.0, 1.0),
         ("\\boxed{\\sqrt{2}}", "1.4142", 0.0, 1.0),
+        ("\\boxed{4^{20}}", "1.09951162778E+12", 0.0, 1.0),  # a gold rounded in e-notation
+        ("\\boxed{4^{20}}", "1.1E+12", 0.0, 0.0),
         ("\\boxed{3.14}", "\\pi", 0.0, 0.0),
         ("\\boxed{\\frac{355}{113}}", "\\pi", 0.0, 0.0),  # a fraction is no approximation
         ("\\boxed{4.0001}", "\\sqrt{16}", 0.0, 0.0),  # an integer gold needs the integer
