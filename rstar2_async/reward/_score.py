@@ -107,7 +107,7 @@ def _qualified(answer: str, gold: str) -> bool:
     return bool(_OPEN_RELATION.match(answer)) and not _OPEN_RELATION.match(gold)
 
 
-_PROSE_GOLD = re.compile(r"\d.*?(?<![a-zA-Z\\])and(?:\s|\\[ ,;:!]|~|\}|\{)+(?:\\?[a-zA-Z]+\s+)*[a-zA-Z]{2,}")
+_PROSE_JOIN = re.compile(r"(?<![a-zA-Z\\])and(?:\s|\\[ ,;:!]|~|\}|\{)+(?:\\?[a-zA-Z]+\s+)*[a-zA-Z]{2,}")
 """A gold that joins a value to words by "and" (``1 and odd prime numbers``): the
 words are part of the answer, but math-verify reads the value alone."""
 _WORD_OR_NUMBER = re.compile(r"[a-zA-Z]+|\d+(?:\.\d+)?")
@@ -117,7 +117,8 @@ def _other_prose(answer: str, gold: str) -> bool:
     """An answer to a gold of a value and prose that does not say the same words
     (``1``, ``1 \\text{ and even numbers}``): nothing here can judge prose, and the
     value alone is not the answer."""
-    if not _PROSE_GOLD.search(gold):
+    digit = re.search(r"\d", gold)
+    if digit is None or not _PROSE_JOIN.search(gold, digit.end()):
         return False
     words = [w.lower() for w in _WORD_OR_NUMBER.findall(re.sub(TEXT_CMD, "", answer))]
     return words != [w.lower() for w in _WORD_OR_NUMBER.findall(re.sub(TEXT_CMD, "", gold))]
