@@ -283,6 +283,14 @@ SOURCES += [
         "parametrize",
         shape=Shape(gold=("reference",), pred=("prediction",), verdict="symbolic_equal(prediction, reference)"),
     ),
+    Source(
+        "hkust-nlp/dart-math",
+        "219b32467b55f7c610195e148b56df3431e1a963",
+        "MIT",
+        ("nbs/04_eval.ipynb",),
+        "notebook",
+        shape=Shape(call=("eq", 0, 1)),
+    ),
 ]
 
 

@@ -8,7 +8,7 @@ import ast
 import json
 from collections.abc import Callable, Iterator
 
-from check_asserts import asserted, read_asserted_calls
+from check_asserts import asserted, read_asserted_calls, read_notebook
 from check_rows import (
     GOLD_NAMES,
     LABEL_NAMES,
@@ -317,9 +317,11 @@ def read_json_cases(text: str, skipped: list[str], shape: Shape) -> Iterator[Row
 
 
 def read(reader: str, text: str, skipped: list[str], shape: Shape) -> Iterator[Row]:
-    """The rows of one file by the named reader (JSON tables are read as text)."""
+    """The rows of one file by the named reader (JSON tables and notebooks are read as text)."""
     if reader == "json_cases":
         return read_json_cases(text, skipped, shape)
+    if reader == "notebook":
+        return read_notebook(text, skipped, shape)
     tree = ast.parse(text.expandtabs(8))  # hendrycks/math mixes tabs and spaces
     return READERS[reader](tree, skipped, shape)
 
