@@ -108,7 +108,7 @@ def answer_in(text: str, gold: str | None = None, *, mode: GradingMode = "strict
     if mode == "strict":
         boxed = extract_answer(text)
         return None if boxed is None else _inside_box(boxed)
-    text = _BARE_BOX.sub(r"\\\g<0>", text).replace("\\beginboxed{", "\\boxed{")
+    text = _BARE_FBOX.sub(r"\\\g<0>", _BARE_BOX.sub(r"\\\g<0>", text)).replace("\\beginboxed{", "\\boxed{")
     start, end = answer_region(text)
     boxes = boxed_answers(text[start:end])
     if not boxes:
@@ -116,10 +116,13 @@ def answer_in(text: str, gold: str | None = None, *, mode: GradingMode = "strict
     return _several_boxes(text[start:end], boxes, gold) or _inside_box(boxes[-1][0])
 
 
-_BARE_BOX = re.compile(r"(?:boxed|fbox)(?=\{)(?<![\\a-zA-Z]boxed)(?<![\\a-zA-Z]fbox)")  # literals first: a fast scan
-"""A box whose backslash a renderer or an unescaped string ate (``boxed{42}``, ``fbox{42}``), or whose
-name is glued to a `\\begin` (``\\beginboxed{42}``): lenient mode reads it as a box;
-strict mode, rStar2's format, does not."""
+_BARE_BOX = re.compile(r"boxed(?=\{)(?<![\\a-zA-Z]boxed)")
+_BARE_FBOX = re.compile(r"fbox(?=\{)(?<![\\a-zA-Z]fbox)")
+"""A box whose backslash a renderer or an unescaped string ate (``boxed{42}``,
+``fbox{42}``), or whose name is glued to a `\\begin` (``\\beginboxed{42}``): lenient
+mode reads it as a box; strict mode, rStar2's format, does not.  One pattern a name,
+each opening with its literal, is a fast scan; one alternation of both scans 20 times
+slower (0.3 ms on 60,000 characters)."""
 
 _THINKING = (
     ("<think>", "</think>"),
