@@ -80,13 +80,18 @@ def read_notebook(text: str, skipped: list[str], shape: Shape) -> Iterator[Row]:
     the notebook file that holds it."""
     at = 0
     for number, cell in enumerate(json.loads(text)["cells"]):
+        # Each piece of a cell's source is one JSON string in the file: found in order,
+        # markdown cells' too, so that text a code cell repeats is not found early.
+        pieces = [cell["source"]] if isinstance(cell["source"], str) else cell["source"]
+        lines = []  # the file's line of each of the cell's lines
+        for piece in pieces:
+            found = text.index(encoded := json.dumps(piece, ensure_ascii=False), at)
+            lines += [text.count("\n", 0, found) + 1] * len(piece.splitlines() or [""])
+            at = found + len(encoded)
         if cell["cell_type"] != "code":
             continue
-        lines = []  # the file's line of each of the cell's lines: each is a JSON string of its own
-        for source_line in cell["source"]:
-            at = text.index(json.dumps(source_line, ensure_ascii=False), at)
-            lines.append(text.count("\n", 0, at) + 1)
-        code = "".join("\n" if line.lstrip().startswith(("%", "!")) else line for line in cell["source"])
+        source = "".join(pieces).splitlines(keepends=True)
+        code = "".join("\n" if line.lstrip().startswith(("%", "!")) else line for line in source)
         try:
             tree = ast.parse(code)
         except SyntaxError:

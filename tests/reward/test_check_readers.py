@@ -1,0 +1,96 @@
+"""The readers that build the check set (data/check_readers.py, data/check_asserts.py)
+on each test shape they claim to read: a wrong reader would put cases with the wrong
+label, or gold and prediction swapped, into data/grader_checks.jsonl, and the check
+set's own test holds only the file it wrote."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "data"))  # the build script's flat imports
+
+from check_readers import read
+from check_rows import Row, Shape
+
+TESTS = """
+class TestReward(unittest.TestCase):
+    def setUp(self):
+        self.custom = Reward(tolerance=1e-3)
+
+    def test_tags(self):
+        self.assertEqual(self.custom("prompt", "<answer>42</answer>", "42"), 1.0)
+        self.assertEqual(self.custom("prompt", "<answer>4</answer>", "42"), 0.1)
+
+
+def test_direct():
+    assert grade("1/2", "0.5") is True
+    assert not grade("3", "4")
+
+
+def test_kept():
+    ok, extracted = grade("Answer: 42", "42")
+    assert ok is True
+
+
+@pytest.mark.parametrize("given,gt", [("x+1", "1+x")])
+def test_body(given, gt):
+    assert grade(given, gt) is True
+"""
+
+
+def _line(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_asserted_calls_read_unittest_assertions_and_the_grader_made_in_set_up() -> None:
+    lost: list[str] = []
+    rows = list(read("asserted_calls", TESTS, lost, Shape(call=("custom", 2, 1))))
+    line = _line(TESTS, "<answer>42</answer>")
+    assert rows == [Row("42", "<answer>42</answer>", True, line, "test_tags", "Reward(tolerance=0.001), 'prompt'")]
+    assert lost == [f"test_tags:{line + 1}"]  # 0.1, partial credit, is no label
+
+
+def test_asserted_calls_read_direct_negated_and_kept_verdicts() -> None:
+    rows = list(read("asserted_calls", TESTS, [], Shape(call=("grade", 1, 0))))
+    assert [(r.gold, r.prediction, r.label, r.test) for r in rows] == [
+        ("0.5", "1/2", True, "test_direct"),
+        ("4", "3", False, "test_direct"),
+        ("42", "Answer: 42", True, "test_kept"),
+    ]
+    assert rows[2].line == _line(TESTS, "ok, extracted")
+
+
+def test_parametrized_tests_take_the_verdict_their_body_asserts() -> None:
+    shape = Shape(gold=("gt",), pred=("given",), verdict="grade(given, gt)")
+    rows = list(read("parametrize", TESTS, [], shape))
+    assert [(r.gold, r.prediction, r.label) for r in rows] == [("1+x", "x+1", True)]
+
+
+def test_a_notebooks_cells_are_read_on_the_lines_of_the_notebook_file() -> None:
+    cells = [
+        {"cell_type": "markdown", "metadata": {}, "source": ['test_eq(ev.eq("1", "1.0"), True)\n']},  # shown, not run
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "outputs": [],
+            "source": [
+                'test_eq(ev.eq("1", "1.0"), True)\n',
+                "%load_ext autoreload\n",
+                'test_eq(ev.eq("1", "2"), False)',
+            ],
+        },
+        {"cell_type": "code", "metadata": {}, "outputs": [], "source": ["def broken(:\n"]},
+    ]
+    text = json.dumps({"cells": cells}, indent=1)
+    lost: list[str] = []
+    rows = list(read("notebook", text, lost, Shape(call=("eq", 0, 1))))
+    assert [(r.gold, r.prediction, r.label, r.test) for r in rows] == [
+        ("1", "1.0", True, "cell 1"),
+        ("1", "2", False, "cell 1"),
+    ]
+    code = text.index('"code"')  # the markdown cell above shows the first line too
+    lines = [text.count("\n", 0, text.index(json.dumps(c), code)) + 1 for c in cells[1]["source"]]
+    assert [r.line for r in rows] == [lines[0], lines[2]]
+    assert lost == ["cell 2"]
