@@ -3,7 +3,11 @@
 - ``checks``: tests/reward/data/grader_checks.jsonl, (gold, prediction, label) triples
   taken mechanically from other projects' grader tests (build_grader_checks.py),
   split once into a ``tuning`` and a ``reporting`` half;
-- ``project``: tests/reward/data/grader_pairs.jsonl, our own labelled responses.
+- ``project``: tests/reward/data/grader_pairs.jsonl, our own labelled responses;
+- ``model_outputs``: tests/reward/data/model_outputs.jsonl.gz, 800 real model responses
+  (Qwen2.5-Math's harness example, build_model_outputs.py) labelled by the verdict of
+  the harness that graded them, its ``math_equal`` (math-verify reads their bare gold
+  answers boxed); ``agreement_strict_raw`` too.
 
 Per set (and per half of ``checks``):
 
@@ -25,9 +29,9 @@ Per set (and per half of ``checks``):
   project a case was first taken from; a source added later is its own held-out set.
 
 Prints each disagreement of the tuning half and the project set (never the reporting
-half's cases), then one JSON line.  ``--update-verdicts`` also rewrites the checks'
-expectation file (grader_checks_verdicts.jsonl) that tests/reward/test_grader_checks.py
-holds the grader to.
+half's cases), then one JSON line.  ``--update-verdicts`` also rewrites the expectation
+files (grader_checks_verdicts.jsonl, model_outputs_verdicts.jsonl) that
+tests/reward/test_grader_checks.py and test_model_outputs.py hold the grader to.
 
     PYTHONPATH=. python benchmarks/grader_agreement.py [--update-verdicts]
 """
@@ -35,6 +39,7 @@ holds the grader to.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import logging
 import statistics
@@ -48,10 +53,14 @@ CHECKS = DATA / "grader_checks.jsonl"
 VERDICTS = DATA / "grader_checks_verdicts.jsonl"
 POLICY = DATA / "grader_checks_policy.json"
 PAIRS = DATA / "grader_pairs.jsonl"
+OUTPUTS = DATA / "model_outputs.jsonl.gz"
+OUTPUT_VERDICTS = DATA / "model_outputs_verdicts.jsonl"
+OUTPUT_POLICY = DATA / "model_outputs_policy.json"
 
 
 def load(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.open()]
+    with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as f:
+        return [json.loads(line) for line in f]
 
 
 def math_verify_verdict(prediction: str, gold: str) -> bool:
@@ -178,10 +187,22 @@ def main() -> None:
         out[half] = report(cases, verdicts, policy, show=half == "tuning") | {"by_source": by_source(cases, verdicts)}
     print("\nproject set:")
     out["project"] = report(project, verdicts, policy, show=True)
+    outputs = [c | {"boxed": c["prediction"]} for c in load(OUTPUTS)]  # long responses: no boxed variant
+    for c in outputs:  # bare MATH answers, which math-verify reads boxed (as for the project's set)
+        boxed_gold = "\\boxed{" + c["gold"] + "}"
+        verdicts[c["id"]] = grade(c) | {"math_verify_raw": math_verify_verdict(c["prediction"], boxed_gold)}
+    print("\nmodel outputs (label: the harness's verdict):")
+    out["model_outputs"] = report(outputs, verdicts, json.loads(OUTPUT_POLICY.read_text()), show=True) | {
+        "agreement_strict_raw": agreement(outputs, verdicts, "strict_raw")
+    }
     if args.update_verdicts:
         with VERDICTS.open("w") as f:
             for c in checks:
                 f.write(json.dumps({k: x for k, x in verdicts[c["id"]].items() if not k.startswith("_")}) + "\n")
+        with OUTPUT_VERDICTS.open("w") as f:
+            for c in outputs:
+                f.write(json.dumps({"id": c["id"]} | {k: verdicts[c["id"]][k] for k in ("lenient_raw", "strict_raw")}))
+                f.write("\n")
     print(json.dumps(out))
 
 
