@@ -10,7 +10,8 @@ grade leniently (`final_answer` with ``mode="lenient"``):
    ``\\boxed{5}``), those boxes, joined as a list; for a gold tuple of ``k`` parts,
    joined as a tuple in their order (``x = \\boxed{2}``, ``y = \\boxed{3}`` is ``(2, 3)``).
 2. Without a box, the answer is read from free text (``_free_text``): that of the
-   last ``<answer>`` block first, then of the whole response.
+   last ``<answer>`` block first, or of a JSON reply's answer field, then of the
+   whole response.
 
 In both modes only the text after a reasoning model's last ``</think>`` is read (a
 box written while thinking is no answer, and a response cut off while thinking has
@@ -188,9 +189,30 @@ def _inside_box(content: str) -> str | None:
 
 def _free_text(text: str) -> str | None:
     """The answer in free text: an ``<answer>`` block without a box holds it
-    (``<answer>\\frac{1}{2}</answer>``), else the whole text is read."""
+    (``<answer>\\frac{1}{2}</answer>``), else a JSON answer field (``"answer": "42"``),
+    else the whole text is read."""
     block = last_answer_block(text)
+    if block is None:
+        block = _json_answer(text)
     return (block is not None and free_text_answer(block)) or free_text_answer(text)
+
+
+_JSON_ANSWER = re.compile(
+    r"""(["'])(?:final[ _]?)?answer\1\s*:\s*(?:"((?:[^"\\\n]|\\.)*)"|'([^'\n]*)'|([^\s,}"'][^,}\n]*))""",
+    re.IGNORECASE,
+)
+"""The answer field of a JSON (or Python dict) reply, as evaluations that ask for one
+get it (``{"reasoning": "...", "answer": "369"}``): a string, or a bare value."""
+
+
+def _json_answer(text: str) -> str | None:
+    """The last JSON answer field's value, its escaped quotes unescaped.  Without it,
+    prose in the reasoning field ("which is 369", "multiples of 12") was read instead."""
+    fields = list(_JSON_ANSWER.finditer(text))
+    if not fields:
+        return None
+    m = fields[-1]
+    return (m[2].replace('\\"', '"') if m[2] is not None else m[3] if m[3] is not None else m[4]).strip()
 
 
 def gold_answer(gold: str) -> str:

@@ -29,6 +29,9 @@ FORMATS = [
     "After {d} days, the answer is {v}.", "It takes {d} hours, so the answer is {v}.", "Answer: It is {v}.",
     "答案：{v}", "答案是 {v}。", "Respuesta: {v}", "Antwort: {v}", "Réponse : {v}", "Ответ: {v}", "答え：{v}",
     "정답: {v}", "Risposta: {v}", "Resposta: {v}",
+    # a JSON reply, as evaluations that ask for one get it (ZeroEval's `{"reasoning": ..., "answer": ...}`)
+    '{{"reasoning": "There are {d} cases.", "answer": "{v}"}}',
+    'Here is the solution:\n\n{{\n    "reasoning": "It takes {d} steps, so the answer is {d}.",\n    "answer": "{v}"\n}}',
 ]  # fmt: skip
 # (as written, gold, a distractor)
 VALUES = [
