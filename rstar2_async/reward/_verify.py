@@ -16,17 +16,21 @@ def math_verify_verdict(answer: str, gold: str, alarm_s: int, rel_tol: float = 0
     """Grade with math-verify, in this process.  Main thread only when `alarm_s` > 0.
 
     Both sides are parsed as ``\\boxed{...}`` so that math-verify reads them as the
-    final answers they are, whatever else they contain.  Complex numbers written with
-    ``i`` are compared as complex numbers (`_complex_equal`).  With `rel_tol` > 0, two
-    constant real values that close are equal too, and so are two tuples, sets,
-    matrices or intervals whose entries are (`_numerically_close`).
+    final answers they are, whatever else they contain; the answer as LaTeX only.
+    Complex numbers written with ``i`` are compared as complex numbers
+    (`_complex_equal`).  With `rel_tol` > 0, two constant real values that close are
+    equal too, and so are two tuples, sets, matrices or intervals whose entries are
+    (`_numerically_close`).
     """
     from math_verify import parse, verify
+    from math_verify.parser import LatexExtractionConfig
 
     limit = alarm_s if alarm_s > 0 else None
     gold_parsed = parse("\\boxed{" + gold + "}", parsing_timeout=limit)
-    answer_parsed = parse("\\boxed{" + answer + "}", parsing_timeout=limit)
-    if not (gold_parsed and answer_parsed):
+    # The answer is read as LaTeX only: where that fails (``3x + 7 +``, ``(1, 7)&``),
+    # math-verify's fallback reads the box's last number, which a gold of 7 equals.
+    answer_parsed = parse("\\boxed{" + answer + "}", extraction_config=[LatexExtractionConfig()], parsing_timeout=limit)
+    if not (gold_parsed and answer_parsed) or isinstance(answer_parsed[0], str):
         return False
     if verify(gold_parsed, answer_parsed, timeout_seconds=limit):
         return True

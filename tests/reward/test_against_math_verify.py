@@ -60,3 +60,17 @@ def test_lenient_takes_every_value_math_verify_takes_and_no_distractor() -> None
         if score(wrong, gold, mode="lenient") != 0.0:
             fooled.append((wrong, gold))
     assert (lost, fooled) == ([], [])
+
+
+def test_a_box_math_verify_reads_only_in_part_is_not_paid() -> None:
+    """math-verify cannot read these boxes as LaTeX, and its fallback then reads their
+    last number: ``\\boxed{3x + 7 +}`` equals a gold of 7 to it.  Neither mode pays them;
+    a sentence's stop after the answer, or an ``=`` before it, is no part of it."""
+    assert verify(parse("$7$"), parse("\\boxed{3x + 7 +}")) and verify(parse("$2$"), parse("\\boxed{(1, 2).}"))
+    tails = ["+", "&", "\\]", "\\)", "!", " \\approx", "*", ".", ",", ";", ":"]
+    for expr, tail in itertools.product(["3x + 7", "x^2 + 4x + 7", "(x, 7)", "\\{x, 7\\}", "[1, 7]"], tails):
+        answer = f"\\boxed{{{expr}{tail}}}"
+        assert score(answer, "7", mode="strict") == score(answer, "7", mode="lenient") == 0.0, answer
+    for answer in ("\\boxed{7.}", "\\boxed{= 7}", "\\boxed{(1, 7).}", "\\boxed{x = 7;}", "\\boxed{#### 7}"):
+        gold = "(1, 7)" if "(" in answer else "7"
+        assert score(answer, gold, mode="strict") == score(answer, gold, mode="lenient") == 1.0, answer
