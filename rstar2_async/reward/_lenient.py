@@ -190,11 +190,13 @@ def _inside_box(content: str) -> str | None:
 def _free_text(text: str) -> str | None:
     """The answer in free text: an ``<answer>`` block without a box holds it
     (``<answer>\\frac{1}{2}</answer>``), else a JSON answer field (``"answer": "42"``),
-    else the whole text is read."""
+    even when it holds no value; else (or when it is empty) the whole text is read."""
     block = last_answer_block(text)
     if block is None:
         block = _json_answer(text)
-    return (block is not None and free_text_answer(block)) or free_text_answer(text)
+    if block is None or not block.strip():
+        return free_text_answer(text)
+    return free_text_answer(block) or block.strip()  # words alone ("infinitely many") answer too
 
 
 _JSON_ANSWER = re.compile(
