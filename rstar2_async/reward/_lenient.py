@@ -190,10 +190,12 @@ def _inside_box(content: str) -> str | None:
 def _free_text(text: str) -> str | None:
     """The answer in free text: an ``<answer>`` block without a box holds it
     (``<answer>\\frac{1}{2}</answer>``), else a JSON answer field (``"answer": "42"``),
-    even when it holds no value; else (or when it is empty) the whole text is read."""
+    even when it holds no value (an empty field: no answer); else (or when the block is
+    empty) the whole text is read."""
     block = last_answer_block(text)
-    if block is None:
-        block = _json_answer(text)
+    if block is None and (field := _json_answer(text)) is not None:
+        # An empty field is a reply that gives no answer, not a cue to read the reasoning.
+        return (free_text_answer(field) or field) if field else None
     if block is None or not block.strip():
         return free_text_answer(text)
     return free_text_answer(block) or block.strip()  # words alone ("infinitely many") answer too

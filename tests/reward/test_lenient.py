@@ -345,7 +345,8 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         # an answer field or block that holds words only is the answer, not the text around it
         ('{"reasoning": "There are infinitely many multiples of 12.", "answer": "infinitely many"}', "12", 0.0, 0.0),
         ("There are infinitely many multiples of 12.\n<answer>infinitely many</answer>", "12", 0.0, 0.0),
-        ('{"reasoning": "So it is 12.", "answer": ""}', "12", 0.0, 1.0),  # an empty field: the text is read
+        ('{"reasoning": "Solve for b, then a + b = 12.", "answer": " "}', "12", 0.0, 0.0),  # no answer given
+        ("So it is 12.\n<answer></answer>", "12", 0.0, 1.0),  # an empty block: the text is read
         # a gold of a value and prose: the value alone, or other words, is not the answer
         ("\\boxed{1}", "1 and odd prime numbers", 0.0, 0.0),
         ("\\boxed{1 and even numbers}", "1 and odd prime numbers", 0.0, 0.0),
