@@ -10,11 +10,12 @@ In math-verify's order of preference (``math_verify.parse``'s default extraction
 2. the whole response, when it is one short line of math (``x^2 + 2*x + 1``,
    ``\\frac{10}{9}``, ``1 000``): a bare final answer;
 3. the rightmost LaTeX span (``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``) or bare
-   number, whichever ends last.  Numbers end at ASCII letters only, so ``300分钟``
-   reads 300.  Before that, what follows the final value and only checks or restates
-   it is cut ("Let me double-check: ...", ", which is approximately 0.1667", "(5 x 5)"),
-   and plain values listed after the last sentence's copula are one list ("The
-   solutions are 1 and 2.").
+   number, whichever ends last, unless the response runs on for `_RUN_ON_CHARS` after
+   it.  Numbers end at ASCII letters only, so ``300分钟`` reads 300.  Before that,
+   what follows the final value and only checks or restates it is cut ("Let me
+   double-check: ...", ", which is approximately 0.1667", "(5 x 5)"), and plain
+   values listed after the last sentence's copula are one list ("The solutions are 1
+   and 2.").
 
 A span or an answer that states a value (``\\lim_{x \\to 0} \\frac{\\sin x}{x} = 1``,
 ``e^{i\\pi} = -1``, ``3 + 4 = 7``) answers with its right side; an equation in an
@@ -61,6 +62,10 @@ TAIL_CHARS = 8000
 """Free text is read in the response's last this many characters: the final answer
 is at the end, and it bounds the cost of the span regexes on a runaway response
 full of unclosed ``\\[``."""
+_RUN_ON_CHARS = 2000
+"""A value this far from the end of a response, with no other after it, is no final
+answer: the response ran on (gemma-2-9b-it's 6,700 characters of blank lines after a
+``\\sqrt[5]{...}``, read as 5)."""
 # An anchor, then the answer right after it.  `answer` must be followed by a verb or
 # a colon, so "to answer this" anchors nothing.
 _ANCHOR = re.compile(
@@ -145,6 +150,8 @@ def free_text_answer(text: str) -> str | None:
     if whole := _bare_answer(text):
         return whole
     text = _without_afterword(text)
+    if last_value(text[-_RUN_ON_CHARS:]) is None:
+        return None  # the response ran on far past its last value (a loop of blank lines)
     return _last_sentence_list(text) or last_value(text)
 
 

@@ -171,6 +171,13 @@ def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
     assert time.perf_counter() - start < 2.0
 
 
+def test_a_value_far_behind_a_run_on_tail_is_no_answer() -> None:
+    # gemma-2-9b-it on MATH (ZeroEval): a root, then pages of blank lines to the token limit
+    start = "We multiply both by  √[5]{16⁴} = √[5]{65536}: \\n\\n"
+    assert score(start + "   \\n" * 1500, "5", mode="lenient") == 0.0
+    assert score("So the total is 42.\\n" + "   \\n" * 100, "42", mode="lenient") == 1.0  # a short tail
+
+
 def test_every_thinking_tag_holds_a_mark_the_quick_check_looks_for() -> None:
     # after_thinking looks for the tags only when one of these marks is in the text;
     # a tag added without a mark would be skipped in silence.
