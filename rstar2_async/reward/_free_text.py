@@ -65,7 +65,8 @@ full of unclosed ``\\[``."""
 _RUN_ON_CHARS = 2000
 """A value this far from the end of a response, with no other after it, is no final
 answer: the response ran on (gemma-2-9b-it's 6,700 characters of blank lines after a
-``\\sqrt[5]{...}``, read as 5)."""
+``√[5]{65536}``, read as 5)."""
+_VALUE_MARK = re.compile(r"\d|\$|\\[(\[]")  # in every number and math span: a cheap look for one
 # An anchor, then the answer right after it.  `answer` must be followed by a verb or
 # a colon, so "to answer this" anchors nothing.
 _ANCHOR = re.compile(
@@ -150,7 +151,7 @@ def free_text_answer(text: str) -> str | None:
     if whole := _bare_answer(text):
         return whole
     text = _without_afterword(text)
-    if last_value(text[-_RUN_ON_CHARS:]) is None:
+    if not _VALUE_MARK.search(text, max(0, len(text) - _RUN_ON_CHARS)):
         return None  # the response ran on far past its last value (a loop of blank lines)
     return _last_sentence_list(text) or last_value(text)
 

@@ -28,7 +28,7 @@ import re
 
 from ._answer import answer_region, boxed_answers, extract_answer, last_answer_block
 from ._compare import GradingMode, answer_parts
-from ._free_text import free_text_answer
+from ._free_text import TAIL_CHARS, free_text_answer
 from ._spans import LEADING_VAR, has_prose, statement_value
 
 __all__ = ["answer_in", "final_answer", "gold_answer", "readable"]
@@ -193,7 +193,7 @@ def _free_text(text: str) -> str | None:
     even when it holds no value (an empty field: no answer); else (or when the block is
     empty) the whole text is read."""
     block = last_answer_block(text)
-    if block is None and (field := _json_answer(text)) is not None:
+    if block is None and (field := _json_answer(text[-TAIL_CHARS:])) is not None:
         # An empty field is a reply that gives no answer, not a cue to read the reasoning.
         return (free_text_answer(field) or field) if field else None
     if block is None or not block.strip():
