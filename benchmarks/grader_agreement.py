@@ -1,4 +1,5 @@
-"""Grader agreement: our grader and math-verify, in the same run, on two labelled sets.
+"""Grader agreement: our grader and math-verify, in the same run, on labelled sets and
+on real models' replies.
 
 - ``checks``: tests/reward/data/grader_checks.jsonl, (gold, prediction, label) triples
   taken mechanically from other projects' grader tests (build_grader_checks.py),
@@ -7,7 +8,10 @@
 - ``model_outputs``: tests/reward/data/model_outputs.jsonl.gz, 800 real model responses
   (Qwen2.5-Math's harness example, build_model_outputs.py) labelled by the verdict of
   the harness that graded them, its ``math_equal`` (math-verify reads their bare gold
-  answers boxed); ``agreement_strict_raw`` too.
+  answers boxed); ``agreement_strict_raw`` too;
+- ``zeroeval``: tests/reward/data/zeroeval_outputs.jsonl.gz, ZeroEval's stored JSON
+  replies of two instruct models on MATH level 5, without a verdict per reply: per
+  model, the accuracy (%) each grader gives them beside the accuracy ZeroEval published.
 
 Per set (and per half of ``checks``):
 
@@ -30,8 +34,9 @@ Per set (and per half of ``checks``):
 
 Prints each disagreement of the tuning half and the project set (never the reporting
 half's cases), then one JSON line.  ``--update-verdicts`` also rewrites the expectation
-files (grader_checks_verdicts.jsonl, model_outputs_verdicts.jsonl) that
-tests/reward/test_grader_checks.py and test_model_outputs.py hold the grader to.
+files (grader_checks_verdicts.jsonl, model_outputs_verdicts.jsonl,
+zeroeval_outputs_verdicts.jsonl) that tests/reward/test_grader_checks.py and
+test_model_outputs.py hold the grader to.
 
     PYTHONPATH=. python benchmarks/grader_agreement.py [--update-verdicts]
 """
@@ -56,6 +61,8 @@ PAIRS = DATA / "grader_pairs.jsonl"
 OUTPUTS = DATA / "model_outputs.jsonl.gz"
 OUTPUT_VERDICTS = DATA / "model_outputs_verdicts.jsonl"
 OUTPUT_POLICY = DATA / "model_outputs_policy.json"
+REPLIES = DATA / "zeroeval_outputs.jsonl.gz"
+REPLY_VERDICTS = DATA / "zeroeval_outputs_verdicts.jsonl"
 
 
 def load(path: Path) -> list[dict]:
@@ -166,6 +173,28 @@ def by_source(cases: list[dict], verdicts: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
+GRADERS = {
+    "lenient_raw": "accuracy_lenient",
+    "strict_raw": "accuracy_strict",
+    "math_verify_raw": "accuracy_math_verify",
+}
+
+
+def accuracies(replies: list[dict], verdicts: dict[str, dict]) -> dict:
+    """One model's accuracy (%) by each grader, beside the one its evaluation published."""
+    n = len(replies)
+    share = {name: round(100 * sum(verdicts[c["id"]][key] for c in replies) / n, 2) for key, name in GRADERS.items()}
+    times = sorted(verdicts[c["id"]]["_s"] * 1000 for c in replies)
+    return (
+        {"replies": n, "published_accuracy": replies[0]["published_accuracy"]}
+        | share
+        | {
+            "median_ms": round(statistics.median(times), 3),
+            "worst_ms": round(times[-1], 3),
+        }
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="grader agreement on the checks and the project's set")
     parser.add_argument("--update-verdicts", action="store_true", help=f"rewrite {VERDICTS.name}")
@@ -188,14 +217,21 @@ def main() -> None:
     print("\nproject set:")
     out["project"] = report(project, verdicts, policy, show=True)
     outputs = [c | {"boxed": c["prediction"]} for c in load(OUTPUTS)]  # long responses: no boxed variant
-    for c in outputs:  # bare MATH answers, which math-verify reads boxed (as for the project's set)
+    replies = [c | {"boxed": c["prediction"]} for c in load(REPLIES)]
+    for c in outputs + replies:  # bare MATH answers, which math-verify reads boxed (as for the project's set)
         boxed_gold = "\\boxed{" + c["gold"] + "}"
         verdicts[c["id"]] = grade(c) | {"math_verify_raw": math_verify_verdict(c["prediction"], boxed_gold)}
     print("\nmodel outputs (label: the harness's verdict):")
     out["model_outputs"] = report(outputs, verdicts, json.loads(OUTPUT_POLICY.read_text()), show=True) | {
         "agreement_strict_raw": agreement(outputs, verdicts, "strict_raw")
     }
+    models = sorted({c["model"] for c in replies})
+    out["zeroeval"] = {m: accuracies([c for c in replies if c["model"] == m], verdicts) for m in models}
     if args.update_verdicts:
+        with REPLY_VERDICTS.open("w") as f:
+            for c in replies:
+                f.write(json.dumps({"id": c["id"]} | {k: verdicts[c["id"]][k] for k in ("lenient_raw", "strict_raw")}))
+                f.write("\n")
         with VERDICTS.open("w") as f:
             for c in checks:
                 f.write(json.dumps({k: x for k, x in verdicts[c["id"]].items() if not k.startswith("_")}) + "\n")
