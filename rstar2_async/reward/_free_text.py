@@ -151,9 +151,27 @@ def free_text_answer(text: str) -> str | None:
     if whole := _bare_answer(text):
         return whole
     text = _without_afterword(text)
-    if not _VALUE_MARK.search(text, max(0, len(text) - _RUN_ON_CHARS)):
-        return None  # the response ran on far past its last value (a loop of blank lines)
+    if not _VALUE_MARK.search(text, max(0, len(text) - _RUN_ON_CHARS)) or _looping(text):
+        return None  # the response ran on past its last value, or loops to its end
     return _last_sentence_list(text) or last_value(text)
+
+
+def _looping(text: str) -> bool:
+    """Whether `text` ends in a loop: its last `_LOOP_REPEATS` stretches of one length
+    (10 to `_LOOP_PERIOD` characters) are the same words and values.  A model that
+    loops ("Let's try 4 + 4 + 2 = 10. This still doesn't add up to 19, so ...") was cut
+    off by its token limit and concluded nothing; its last number is no answer."""
+    tail = text.rstrip()
+    for period in range(10, _LOOP_PERIOD + 1):
+        unit = tail[-period:]
+        if len(tail) >= _LOOP_REPEATS * period and tail[-_LOOP_REPEATS * period :] == unit * _LOOP_REPEATS:
+            return bool(_WORD_OR_VALUE.search(unit))
+    return False
+
+
+_LOOP_PERIOD = 400
+_LOOP_REPEATS = 3
+_WORD_OR_VALUE = re.compile(r"\d|[^\W\d_]{2,}")  # not blank lines, nor escaped ones (`\\n`)
 
 
 def _without_afterword(text: str) -> str:

@@ -178,6 +178,14 @@ def test_a_value_far_behind_a_run_on_tail_is_no_answer() -> None:
     assert score("So the total is 42.\\n" + "   \\n" * 100, "42", mode="lenient") == 1.0  # a short tail
 
 
+def test_a_response_that_loops_to_its_end_has_no_answer() -> None:
+    # gemma-2-2b-it on GSM8K (ZeroEval), cut off by its token limit inside the loop
+    loop = "Let's try 4 + 4 + 2 = 10.  This still doesn't add up to 19, so we need to adjust our thinking again.  "
+    assert score("We need 19 stamps.  " + loop * 20 + loop[:40], "10", mode="lenient") == 0.0
+    assert score("The answer is 10.  " * 20, "10", mode="lenient") == 1.0  # it said so, if over and over
+    assert score(loop + "So 10 is too few: the answer is 19.", "19", mode="lenient") == 1.0
+
+
 def test_every_thinking_tag_holds_a_mark_the_quick_check_looks_for() -> None:
     # after_thinking looks for the tags only when one of these marks is in the text;
     # a tag added without a mark would be skipped in silence.
