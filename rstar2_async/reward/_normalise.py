@@ -75,12 +75,12 @@ _UNICODE = str.maketrans(
     {"−": "-", "–": "-", "∞": "\\infty ", "π": "\\pi ", "×": "\\times ", "∪": "\\cup ",
      "≠": "!=", "≤": "<=", "≥": ">=", "∅": "\\emptyset ", "ℝ": "\\mathbb{R}"}
 )  # fmt: skip
-# "Answer:", "The final answer is", `\text{Answer: }`, `**Answer:**`, GSM8K's "####"
-# before the answer itself.
+# "Answer:", "The final answer is", `\text{Answer: }`, `**Answer:**`, GSM8K's "####" (or
+# the "#" some copies of it keep, "# 14") before the answer itself.
 _ANSWER_PREFIX = re.compile(
-    r"^(?:\s*####\s*"
-    r"|(?:\*\*|(?P<text>\\text(?:bf)?\s*\{))?\s*(?:the\s+)?(?:final\s+)?answer(?:\s+is\b\s*:?|\s*:|\s+(?=[-$\\\d(]))\s*"
-    r"(?(text)\}|(?:\*\*)?)\s*)",
+    r"^(?:\s*#{1,4}\s*)?"
+    r"(?:(?:\*\*|(?P<text>\\text(?:bf)?\s*\{))?\s*(?:the\s+)?(?:final\s+)?answer(?:\s+is\b\s*:?|\s*:|\s+(?=[-$\\\d(]))\s*"
+    r"(?(text)\}|(?:\*\*)?)\s*)?",
     re.IGNORECASE,
 )
 _RELATIONS = [
