@@ -184,6 +184,9 @@ def test_a_response_that_loops_to_its_end_has_no_answer() -> None:
     assert score("We need 19 stamps.  " + loop * 20 + loop[:40], "10", mode="lenient") == 0.0
     assert score("The answer is 10.  " * 20, "10", mode="lenient") == 1.0  # it said so, if over and over
     assert score(loop + "So 10 is too few: the answer is 19.", "19", mode="lenient") == 1.0
+    # Yi-1.5-9B-Chat's loop on GSM8K ran 503 characters a turn
+    turn = " ".join(f"Step {i}: P = {i} + 50, so P is {i + 50}." for i in range(20))
+    assert len(turn) > 500 and score(turn * 3 + turn[:36], "50", mode="lenient") == 0.0
 
 
 def test_every_thinking_tag_holds_a_mark_the_quick_check_looks_for() -> None:
