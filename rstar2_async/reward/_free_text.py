@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 
-from ._normalise import QUALIFIER
+from ._normalise import FUNCTION_COMMANDS, QUALIFIER
 from ._spans import (
     JOIN,
     MAX_JOINED,
@@ -135,9 +135,12 @@ _MAX_WHOLE = 80
 """Longest response (characters) read whole as one bare answer, but for one LaTeX
 environment (a matrix), which is read whole at any length."""
 _ONE_ENVIRONMENT = re.compile(r"\\begin\{([a-zA-Z]+\*?)\}.*\\end\{\1\}")
-# A one-word label before a bare answer: a word of three letters or more, then ":" or
-# "=", or a number right after it ("Result: 42", "Total = 1,234", "Therefore 42.").
-_LABEL = re.compile(r"[^\W\d_]{3,}(?:\s*(?::|=(?!=))\s*(?=\S)|,?\s+(?=[-+(]?\d))")
+# A one-word label before a bare answer: a word of two letters or more, then ":" or
+# "=", or a number right after it ("Result: 42", "Total = 1,234", "Therefore 42.", "So 7.",
+# "I think 7.").
+_LABEL = re.compile(
+    rf"(?:I\s+)?(?!(?:{FUNCTION_COMMANDS}|pi|sqrt)\b)[^\W\d_]{{2,}}(?:\s*(?::|=(?!=))\s*(?=\S)|,?\s+(?=[-+(]?\d))"
+)  # not a function or constant: `pi 3`, `sin 30`
 
 
 def free_text_answer(text: str) -> str | None:

@@ -10,13 +10,15 @@ on its first verdict.
 from __future__ import annotations
 
 import math
+import re
 
 
 def math_verify_verdict(answer: str, gold: str, alarm_s: int, rel_tol: float = 0.0) -> bool:
     """Grade with math-verify, in this process.  Main thread only when `alarm_s` > 0.
 
     Both sides are parsed as ``\\boxed{...}`` so that math-verify reads them as the
-    final answers they are, whatever else they contain; the answer as LaTeX only.
+    final answers they are, whatever else they contain; the answer as LaTeX only, or
+    math-verify's fallback when a lone number is all the math it holds.
     Complex numbers written with ``i`` are compared as complex numbers
     (`_complex_equal`).  With `rel_tol` > 0, two constant real values that close are
     equal too, and so are two tuples, sets, matrices or intervals whose entries are
@@ -27,11 +29,13 @@ def math_verify_verdict(answer: str, gold: str, alarm_s: int, rel_tol: float = 0
 
     limit = alarm_s if alarm_s > 0 else None
     gold_parsed = parse("\\boxed{" + gold + "}", parsing_timeout=limit)
-    # The answer is read as LaTeX only: where that fails (``3x + 7 +``, ``(1, 7)&``),
-    # math-verify's fallback reads the box's last number, which a gold of 7 equals.
     answer_parsed = parse("\\boxed{" + answer + "}", extraction_config=[LatexExtractionConfig()], parsing_timeout=limit)
+    if answer_parsed and isinstance(answer_parsed[0], str) and _LONE_NUMBER.fullmatch(_PROSE.sub(" ", answer)):
+        # No LaTeX reading, and the answer's one number is all its math ("I think 7.",
+        # "-> 7"): math-verify's fallback, which reads a box's last number, reads it right.
+        answer_parsed = parse("\\boxed{" + answer + "}", parsing_timeout=limit)
     if not (gold_parsed and answer_parsed) or isinstance(answer_parsed[0], str):
-        return False
+        return False  # no reading of the whole answer: `3x + 7 +` is no 7
     if verify(gold_parsed, answer_parsed, timeout_seconds=limit):
         return True
     exact_gold, exact_answer = _exact_exponents(gold_parsed[0]), _exact_exponents(answer_parsed[0])
@@ -41,6 +45,11 @@ def math_verify_verdict(answer: str, gold: str, alarm_s: int, rel_tol: float = 0
     if _complex_equal(answer_parsed[0], gold_parsed[0]):
         return True
     return rel_tol > 0 and _numerically_close(answer_parsed[0], gold_parsed[0], rel_tol)
+
+
+_PROSE = re.compile(r"\b(?:[a-zA-Z]{2,}|I|[a-z]\.[a-z]\.)(?![\w^_])|[\s,.;:!?'\"`*()\[\]<>→=-]+")
+"""Words and punctuation around a value in prose, which hold no math of their own."""
+_LONE_NUMBER = re.compile(r"\s*\d+(?:\.\d+)?\s*")
 
 
 def _exact_exponents(parsed: object) -> object:

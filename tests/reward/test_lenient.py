@@ -360,6 +360,12 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         # a box that lost its backslash: lenient only
         ("So the answer is boxed{42}.", "42", 0.0, 1.0),
         ("So the answer is fbox{42}.", "42", 0.0, 1.0),
+        # a lone number with words or arrows around it, which math-verify reads only by its fallback
+        ("So 7.", "7", 0.0, 1.0),
+        ("I think 7.", "7", 0.0, 1.0),
+        ("i.e. 7", "7", 0.0, 1.0),
+        ("-> 7", "7", 0.0, 1.0),
+        ("pi 3", "3", 0.0, 0.0),  # 3π, not a label
         ('{"reasoning": "7 boxes a day for 2 days.", "answer": "14 boxes"}', "# 14", 0.0, 1.0),  # GSM8K's "#"
         # an answer field or block that holds words only is the answer, not the text around it
         ('{"reasoning": "There are infinitely many multiples of 12.", "answer": "infinitely many"}', "12", 0.0, 0.0),
