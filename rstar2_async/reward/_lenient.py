@@ -193,9 +193,8 @@ def _free_text(text: str) -> str | None:
     even when it holds no value (an empty field: no answer); else (or when the block is
     empty) the whole text is read."""
     block = last_answer_block(text)
-    if block is None and (field := _json_answer(text[-TAIL_CHARS:])) is not None:
-        # An empty field is a reply that gives no answer, not a cue to read the reasoning.
-        return (free_text_answer(field) or field) if field else None
+    if block is None and (block := _json_answer(text[-TAIL_CHARS:])) == "":
+        return None  # an empty field is a reply that gives no answer, not a cue to read the reasoning
     if block is None or not block.strip():
         return free_text_answer(text)
     return free_text_answer(block) or block.strip()  # words alone ("infinitely many") answer too
