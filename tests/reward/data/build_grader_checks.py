@@ -315,15 +315,20 @@ def case_id(gold: str, prediction: str, label: bool) -> str:
     return hashlib.sha256(f"{gold}\x00{prediction}\x00{label}".encode()).hexdigest()[:16]
 
 
+def show(mirror: Path, repo: str, commit: str, path: str) -> str:
+    """A file of a fetched repository at a commit (``mirror/OWNER+NAME/repo``)."""
+    git_dir = mirror / repo.replace("/", "+") / "repo"
+    return subprocess.run(
+        ["git", "-C", str(git_dir), "show", f"{commit}:{path}"], check=True, capture_output=True, text=True
+    ).stdout
+
+
 def build(mirror: Path) -> tuple[list[dict], dict[str, list[str]]]:
     cases: dict[tuple[str, str, bool], dict] = {}
     skipped: dict[str, list[str]] = {}
     for src in SOURCES:
-        git_dir = mirror / src.repo.replace("/", "+") / "repo"
         for path in src.paths:
-            text = subprocess.run(
-                ["git", "-C", str(git_dir), "show", f"{src.commit}:{path}"], check=True, capture_output=True, text=True
-            ).stdout
+            text = show(mirror, src.repo, src.commit, path)
             lost = skipped.setdefault(f"{src.repo}/{path}", [])
             for row in read(src.reader, text, lost, src.shape):
                 if row.test in src.skip_tests or row.settings.startswith(src.skip_settings) or not row.gold.strip():

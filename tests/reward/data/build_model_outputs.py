@@ -30,8 +30,9 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import subprocess
 from pathlib import Path
+
+from build_grader_checks import show
 
 HERE = Path(__file__).resolve().parent
 SOURCE = {
@@ -49,10 +50,7 @@ ZEROEVAL_MODELS = ("Meta-Llama-3-8B-Instruct", "gemma-2-9b-it")
 
 
 def _show(mirror: Path, source: dict, path: str) -> str:
-    git_dir = mirror / source["repo"].replace("/", "+") / "repo"
-    return subprocess.run(
-        ["git", "-C", str(git_dir), "show", f"{source['commit']}:{path}"], check=True, capture_output=True, text=True
-    ).stdout
+    return show(mirror, source["repo"], source["commit"], path)
 
 
 def build(mirror: Path) -> list[dict]:
