@@ -79,20 +79,35 @@ def math_verify_verdict(prediction: str, gold: str) -> bool:
         return False
 
 
-def grade(case: dict) -> dict:
-    """Every verdict the report needs for one case, and lenient mode's time."""
+def grade(case: dict, math_verify_gold: str | None = None) -> dict:
+    """Every verdict the report needs for one case, and lenient mode's time.
+    `math_verify_gold`: the gold as math-verify is given it, where that is not the
+    case's own (a bare answer, which it reads boxed)."""
     t0 = time.perf_counter()
     lenient = score(case["prediction"], case["gold"], mode="lenient") == 1.0
     elapsed = time.perf_counter() - t0
+    strict = score(case["prediction"], case["gold"], mode="strict") == 1.0
+    as_written = case["boxed"] == case["prediction"]  # a long prediction has no boxed variant
     return {
         "id": case["id"],
         "lenient_raw": lenient,
-        "lenient_boxed": score(case["boxed"], case["gold"], mode="lenient") == 1.0,
-        "strict_raw": score(case["prediction"], case["gold"], mode="strict") == 1.0,
-        "strict_boxed": score(case["boxed"], case["gold"], mode="strict") == 1.0,
-        "math_verify_raw": math_verify_verdict(case["prediction"], case["gold"]),
+        "lenient_boxed": lenient if as_written else score(case["boxed"], case["gold"], mode="lenient") == 1.0,
+        "strict_raw": strict,
+        "strict_boxed": strict if as_written else score(case["boxed"], case["gold"], mode="strict") == 1.0,
+        "math_verify_raw": math_verify_verdict(case["prediction"], math_verify_gold or case["gold"]),
         "_s": elapsed,
     }
+
+
+CHECK_VERDICTS = ("lenient_raw", "lenient_boxed", "strict_raw", "strict_boxed", "math_verify_raw")
+OUTPUT_VERDICTS_KEPT = ("lenient_raw", "strict_raw")
+
+
+def write_verdicts(path: Path, cases: list[dict], verdicts: dict[str, dict], kept: tuple[str, ...]) -> None:
+    """An expectation file: each case's verdicts under `kept`, a line a case."""
+    with path.open("w") as f:
+        for c in cases:
+            f.write(json.dumps({"id": c["id"]} | {k: verdicts[c["id"]][k] for k in kept}) + "\n")
 
 
 def project_cases() -> list[dict]:
@@ -206,9 +221,7 @@ def main() -> None:
     verdicts = {c["id"]: grade(c) for c in checks}
     project = project_cases()
     for c in project:  # graded against the bare gold, as training grades it
-        verdicts[c["id"]] = grade({**c, "gold": c["raw_gold"]}) | {
-            "math_verify_raw": math_verify_verdict(c["prediction"], c["gold"])
-        }
+        verdicts[c["id"]] = grade({**c, "gold": c["raw_gold"]}, c["gold"])
     out: dict = {"benchmark": "grader_agreement", "grading_timeout_ms": GRADING_TIMEOUT_S * 1000}
     for half in ("tuning", "reporting"):
         print(f"\n{half} half of the checks:" if half == "tuning" else "")
@@ -219,8 +232,7 @@ def main() -> None:
     outputs = [c | {"boxed": c["prediction"]} for c in load(OUTPUTS)]  # long responses: no boxed variant
     replies = [c | {"boxed": c["prediction"]} for c in load(REPLIES)]
     for c in outputs + replies:  # bare MATH answers, which math-verify reads boxed (as for the project's set)
-        boxed_gold = "\\boxed{" + c["gold"] + "}"
-        verdicts[c["id"]] = grade(c) | {"math_verify_raw": math_verify_verdict(c["prediction"], boxed_gold)}
+        verdicts[c["id"]] = grade(c, "\\boxed{" + c["gold"] + "}")
     print("\nmodel outputs (label: the harness's verdict):")
     out["model_outputs"] = report(outputs, verdicts, json.loads(OUTPUT_POLICY.read_text()), show=True) | {
         "agreement_strict_raw": agreement(outputs, verdicts, "strict_raw")
@@ -228,17 +240,9 @@ def main() -> None:
     models = sorted({c["model"] for c in replies})
     out["zeroeval"] = {m: accuracies([c for c in replies if c["model"] == m], verdicts) for m in models}
     if args.update_verdicts:
-        with REPLY_VERDICTS.open("w") as f:
-            for c in replies:
-                f.write(json.dumps({"id": c["id"]} | {k: verdicts[c["id"]][k] for k in ("lenient_raw", "strict_raw")}))
-                f.write("\n")
-        with VERDICTS.open("w") as f:
-            for c in checks:
-                f.write(json.dumps({k: x for k, x in verdicts[c["id"]].items() if not k.startswith("_")}) + "\n")
-        with OUTPUT_VERDICTS.open("w") as f:
-            for c in outputs:
-                f.write(json.dumps({"id": c["id"]} | {k: verdicts[c["id"]][k] for k in ("lenient_raw", "strict_raw")}))
-                f.write("\n")
+        write_verdicts(VERDICTS, checks, verdicts, CHECK_VERDICTS)
+        write_verdicts(OUTPUT_VERDICTS, outputs, verdicts, OUTPUT_VERDICTS_KEPT)
+        write_verdicts(REPLY_VERDICTS, replies, verdicts, OUTPUT_VERDICTS_KEPT)
     print(json.dumps(out))
 
 
