@@ -162,6 +162,8 @@ _SINGLE_CHAR_GROUP = re.compile(r"([\^_])\{(\w)\}")
 _FRAC_ARG = r"(\w|\\[a-zA-Z]+|\{[^{}]*\})"
 _FRAC_SHORT = re.compile(rf"\\frac{_FRAC_ARG}{_FRAC_ARG}")
 _SQRT_SHORT = re.compile(r"\\sqrt(\w)")
+_EMPTY_SQRT = re.compile(r"\\sqrt\{\}(?=\{)")
+"""``\\sqrt{}{3}``: a root of nothing then its radicand, a typo some data sets' golds keep."""
 _INFINITY = re.compile(r"\+?\\inf(?:ty)?(?![a-zA-Z])")
 # `(C)`, or `\textbf{(C)}\ 12`: the choice with its value, but not `(A), (B)` or `(A)(B)`.
 _CHOICE = re.compile(r"^\(([A-Za-z])\)$|^\(([A-E])\)(?![,;])(?!.*\([A-E]\))(?=.)")
@@ -260,6 +262,7 @@ def normalize_answer(text: str) -> str:
         s = format(Decimal(m[1]).scaleb(int(m[2])), "f")
     s = _SINGLE_CHAR_GROUP.sub(r"\1\2", s)
     s = _FRAC_SHORT.sub(lambda m: rf"\frac{_braced(m[1])}{_braced(m[2])}", s)
+    s = _EMPTY_SQRT.sub(r"\\sqrt", s)
     s = _SQRT_SHORT.sub(r"\\sqrt{\1}", s)
     s = _INFINITY.sub(r"\\infty", s)
     s = _strip_outer_braces(s)

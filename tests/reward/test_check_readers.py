@@ -94,3 +94,47 @@ def test_a_notebooks_cells_are_read_on_the_lines_of_the_notebook_file() -> None:
     lines = [text.count("\n", 0, text.index(json.dumps(c), code)) + 1 for c in cells[1]["source"]]
     assert [r.line for r in rows] == [lines[0], lines[2]]
     assert lost == ["cell 2"]
+
+
+ABSL = """
+class GradeTest(parameterized.TestCase):
+    @parameterized.named_parameters(
+        dict(testcase_name="overline", given_answer="2.33", ground_truth=r"2.\\overline{3}", expected=True),
+        dict(testcase_name="partial", given_answer="[1,2]", ground_truth="1,2]", expected=False),
+        dict(testcase_name="unlabelled", given_answer="1", ground_truth="1"),
+    )
+    def test_grade(self, given_answer, ground_truth, expected):
+        self.assertEqual(grade(given_answer, ground_truth), expected)
+"""
+
+
+def test_absl_named_parameters_are_rows_and_their_names_no_settings() -> None:
+    lost: list[str] = []
+    rows = list(read("parametrize", ABSL, lost, Shape(gold=("ground_truth",), pred=("given_answer",))))
+    assert rows == [
+        Row(r"2.\overline{3}", "2.33", True, _line(ABSL, "overline"), "test_grade", ""),
+        Row("1,2]", "[1,2]", False, _line(ABSL, "partial"), "test_grade", ""),
+    ]
+    assert lost == []  # a row without a label is no case (the body asserts none)
+
+
+BATCH = """
+def test_rewards():
+    completion = [[{"content": r"\\boxed{3}"}], [{"content": "7"}]]
+    solution = ["3", "6"]
+    rewards = accuracy_reward(completion, solution)
+    assert rewards[0] == 1.0
+    assert rewards[1] == 0.0
+    assert rewards[1] is None
+"""
+
+
+def test_batches_read_plain_asserts_by_index() -> None:
+    lost: list[str] = []
+    shape = Shape(gold=("solution",), pred=("completion",))
+    rows = list(read("batches", BATCH, lost, shape))
+    assert [(r.gold, r.prediction, r.label, r.line) for r in rows] == [
+        ("3", r"\boxed{3}", True, _line(BATCH, "rewards[0] ==")),
+        ("6", "7", False, _line(BATCH, "rewards[1] ==")),
+    ]
+    assert lost == [f"test_rewards:{_line(BATCH, 'is None')}"]  # None is no verdict

@@ -79,6 +79,7 @@ SAME = [
     ("\\theta = 30", "30"),
     ("\\sqrt2", "\\sqrt{2}"),
     ("11\\sqrt2", "11 \\sqrt{2}"),
+    (r"\frac{3\sqrt{}{3}}{2}", r"\frac{3\sqrt{3}}{2}"),  # an empty root before its radicand
     ("4210_{5}", "4210_5"),
     ("−3", "-3"),
     ("The end.", "The end"),

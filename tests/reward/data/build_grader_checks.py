@@ -294,6 +294,36 @@ SOURCES += [
 ]
 
 
+# Added in the session of 2026-12-07 (eleventh), their reporting halves graded before
+# any grader change made for them.
+SOURCES += [
+    Source(
+        "thinking-machines-lab/tinker-cookbook",
+        "9dfcc3a2cf44432d621a01005073dc6d76a1e87a",
+        "Apache-2.0",
+        ("tinker_cookbook/recipes/math_rl/math_env_test.py",),
+        "asserted_calls",
+        shape=Shape(call=("grade_answer", 1, 0)),
+    ),
+    Source(
+        "google/tunix",
+        "c7d8950f12a9c55a976bf2e1a0d8b447d71c20b3",
+        "Apache-2.0",
+        ("tests/utils/math_utils_test.py",),
+        "parametrize",
+        shape=Shape(gold=("ground_truth",), pred=("given_answer",)),
+    ),
+    Source(
+        "huggingface/trl",
+        "f2cd57710ae345ea6428ae95363267fcf38a3dc8",
+        "Apache-2.0",
+        ("tests/test_rewards.py",),
+        "batches",
+        shape=Shape(gold=("solution", "solutions"), pred=("completion", "completions")),
+    ),
+]
+
+
 def case_half(gold: str, prediction: str) -> str:
     """The fixed split: a case's half depends on its text alone."""
     digest = hashlib.sha256(f"{gold}\x00{prediction}".encode()).digest()

@@ -24,8 +24,9 @@ from check_rows import (
 
 
 def _grader_settings(fn: ast.FunctionDef, skip: set[str]) -> str:
-    """The constant keyword arguments the test passes to its grader call."""
-    for node in ast.walk(fn):
+    """The constant keyword arguments the test passes to its grader call (in its body:
+    a decorator's keywords are its rows')."""
+    for node in (n for stmt in fn.body for n in ast.walk(stmt)):
         if isinstance(node, ast.Call) and node.keywords:
             kws = []
             for kw in node.keywords:
@@ -56,6 +57,10 @@ def _parametrize(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str],
             return [a.strip() for a in deco.args[0].value.split(",")], deco.args[1]
         if name.endswith("parameterized.expand") and isinstance(deco.args[0], ast.List):
             return [a.arg for a in fn.args.args if a.arg != "self"], deco.args[0]
+        if name.endswith(("parameterized.named_parameters", "parameterized.parameters")):
+            # absl's: each row one argument of the decorator, ``dict(gold=..., ...)``
+            table = deco.args[0] if len(deco.args) == 1 and isinstance(deco.args[0], ast.List) else None
+            return [a.arg for a in fn.args.args if a.arg != "self"], table or ast.List(deco.args)
     return None
 
 
@@ -67,6 +72,9 @@ def _rows_of(table: ast.List) -> Iterator[tuple[int, list[ast.AST]]]:
             yield elt.lineno, elt.args
         elif isinstance(elt, ast.Dict):  # one column of dicts
             yield elt.lineno, [elt]
+        elif isinstance(elt, ast.Call) and ast.unparse(elt.func) == "dict" and not elt.args:
+            keys: list[ast.expr | None] = [ast.Constant(k.arg) for k in elt.keywords]
+            yield elt.lineno, [ast.Dict(keys, [k.value for k in elt.keywords])]
 
 
 def read_parametrize(tree: ast.Module, skipped: list[str], shape: Shape) -> Iterator[Row]:
@@ -81,16 +89,17 @@ def read_parametrize(tree: ast.Module, skipped: list[str], shape: Shape) -> Iter
         body_label = _body_label(fn, shape.verdict)
         call = _grader_settings(fn, set(names))
         for line, values in _rows_of(table):
-            if len(values) != len(names):
-                skipped.append(f"{fn.name}:{line}")
-                continue
-            row = dict(zip(names, values, strict=True))
             if len(values) == 1 and isinstance(values[0], ast.Dict):  # {"completion": ..., "answer": ...}
                 row = {
                     k.value: v
                     for k, v in zip(values[0].keys, values[0].values, strict=True)
                     if isinstance(k, ast.Constant)
                 }
+            elif len(values) == len(names):
+                row = dict(zip(names, values, strict=True))
+            else:
+                skipped.append(f"{fn.name}:{line}")
+                continue
             gold = next((n for n in row if n in shape.gold), None)
             pred = next((n for n in row if n in shape.pred), None)
             label = next((n for n in row if n in shape.label), None)
@@ -260,7 +269,8 @@ def _body_label(fn: ast.FunctionDef | ast.AsyncFunctionDef, verdict: str) -> boo
 
 def read_batches(tree: ast.Module, skipped: list[str], shape: Shape) -> Iterator[Row]:
     """Tests that grade literal lists (``completions = [...]``, ``solutions = [...]``)
-    and assert each result by index (``assertEqual(rewards[1], 1.0)``)."""
+    and assert each result by index (``assertEqual(rewards[1], 1.0)``, ``assert
+    rewards[1] == 1.0``)."""
     for fn in ast.walk(tree):
         if not isinstance(fn, ast.FunctionDef) or not fn.name.startswith("test"):
             continue
@@ -278,14 +288,15 @@ def read_batches(tree: ast.Module, skipped: list[str], shape: Shape) -> Iterator
         if golds is None or preds is None or len(golds) != len(preds):
             continue
         for node in ast.walk(fn):
-            if not (
-                isinstance(node, ast.Call) and ast.unparse(node.func).endswith("assertEqual") and len(node.args) == 2
-            ):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("assertEqual") and len(node.args) == 2:
+                at, expected = node.args
+            elif isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1:
+                at, expected = node.test.left, node.test.comparators[0]
+            else:
                 continue
-            at = node.args[0]
             if not (isinstance(at, ast.Subscript) and isinstance(at.slice, ast.Constant)):
                 continue
-            i, label = at.slice.value, verdict_of(node.args[1])
+            i, label = at.slice.value, verdict_of(expected)
             if not isinstance(i, int) or not 0 <= i < len(golds) or label is None:
                 skipped.append(f"{fn.name}:{node.lineno}")
                 continue
