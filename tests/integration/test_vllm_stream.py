@@ -4,7 +4,7 @@ Facts pinned here: ``/v1/completions`` with ``"stream": true`` and the token-id
 extensions answers ``data: {json}`` events then ``data: [DONE]``; with
 ``stream_interval: 16`` the first chunk carries the first token alone (and the
 prompt's ids, ``prompt_token_ids``; ``null`` on the others), then 16 tokens a chunk, the last with the
-finish reason; each chunk's ``logprobs.tokens`` are ``"token_id:N"`` of its
+finish reason (neighbouring chunks arrive merged when the reader falls behind); each chunk's ``logprobs.tokens`` are ``"token_id:N"`` of its
 ``token_ids``.  A streamed turn equals the same turn asked whole, token for token,
 and a turn that fails over mid-stream from a server that stalls (a double of the
 fault, streaming the real server's first tokens) equals it too.
@@ -12,6 +12,7 @@ fault, streaming the real server's first tokens) equals it too.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import anyio
@@ -57,9 +58,12 @@ async def test_vllm_streams_the_first_token_then_chunks_of_the_interval(vllm_ser
     assert events[-1] == b"data: [DONE]"
     chunks = [msgspec.json.decode(e.removeprefix(b"data: ")) for e in events[:-1]]
     choices = [c["choices"][0] for c in chunks if c["choices"]]
-    assert [len(c["token_ids"]) for c in choices] == [1, 16, 16, 7]
+    # vLLM sends the first token, then every 16th and the last; a reader slower than
+    # the engine (a loaded machine) gets neighbouring sends merged into one chunk.
+    ends = list(itertools.accumulate(len(c["token_ids"]) for c in choices))
+    assert ends[-1] == 40 and set(ends) <= {1, 17, 33, 40}, ends
     assert choices[0]["prompt_token_ids"] == prompt and all(c.get("prompt_token_ids") is None for c in choices[1:])
-    assert [c["finish_reason"] for c in choices] == [None, None, None, "length"]
+    assert [c["finish_reason"] for c in choices] == [None] * (len(choices) - 1) + ["length"]
     for c in choices:
         assert c["logprobs"]["tokens"] == [f"token_id:{t}" for t in c["token_ids"]]
         assert len(c["logprobs"]["token_logprobs"]) == len(c["token_ids"])
