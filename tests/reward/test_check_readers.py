@@ -138,3 +138,24 @@ def test_batches_read_plain_asserts_by_index() -> None:
         ("6", "7", False, _line(BATCH, "rewards[1] ==")),
     ]
     assert lost == [f"test_rewards:{_line(BATCH, 'is None')}"]  # None is no verdict
+
+
+NEGATED = """
+@pytest.mark.parametrize(("pred", "gold"), [("x^2", "x^3"), ("2.3", "2.2892")])
+def test_substitution_does_not_credit_wrong_answers(pred, gold):
+    assert not math_equal(pred, gold)
+
+
+@pytest.mark.parametrize(("pred", "gold"), [("7 \\\\sin x", "7*sin(x)")])
+def test_latex_matches_sympy(pred, gold):
+    assert math_equal(pred, gold)
+"""
+
+
+def test_columns_named_in_a_tuple_and_a_negated_body_verdict() -> None:
+    rows = list(read("parametrize", NEGATED, [], Shape(verdict="math_equal(pred, gold)")))
+    assert [(r.gold, r.prediction, r.label) for r in rows] == [
+        ("x^3", "x^2", False),  # `not math_equal(...)` ends like the verdict but denies it
+        ("2.2892", "2.3", False),
+        ("7*sin(x)", "7 \\sin x", True),
+    ]

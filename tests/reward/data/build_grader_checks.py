@@ -321,6 +321,42 @@ SOURCES += [
         "batches",
         shape=Shape(gold=("solution", "solutions"), pred=("completion", "completions")),
     ),
+    # sieval's tests that its sources above did not reach: two tables of ugmathbench's
+    # math_equal, the vote keys its math tasks share, and AGIEval's cloze grader.
+    Source(
+        "scitix/sieval",
+        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
+        "Apache-2.0",
+        ("tests/unit/community/test_ugmathbench.py",),
+        "parametrize",
+        shape=Shape(verdict="math_equal(pred, gold)"),
+    ),
+    Source(
+        "scitix/sieval",
+        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
+        "Apache-2.0",
+        ("tests/unit/tasks/test__math_verify.py",),
+        "parametrize",
+        shape=Shape(gold=("a",), pred=("b",), verdict="normalize_vote(a) == normalize_vote(b)"),
+    ),
+    Source(
+        "scitix/sieval",
+        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
+        "Apache-2.0",
+        ("tests/unit/community/test_agieval.py",),
+        "asserted_calls",
+        # Its letter-choice subsets are compared exactly and are no math answers.
+        skip_settings=("'jec-qa", "'gaokao-physics", "'sat-math", "'gaokao-mathqa"),
+        shape=Shape(call=("evaluate_single_sample", 2, 1)),
+    ),
+    Source(
+        "scitix/sieval",
+        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
+        "Apache-2.0",
+        ("tests/unit/community/test_agieval.py",),
+        "asserted_calls",
+        shape=Shape(call=("is_equiv", 1, 0)),
+    ),
 ]
 
 

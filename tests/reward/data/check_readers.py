@@ -48,13 +48,15 @@ def _parametrize(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str],
         if not isinstance(deco, ast.Call) or not deco.args:
             continue
         name = ast.unparse(deco.func)
-        if (
-            name.endswith("mark.parametrize")
-            and len(deco.args) >= 2
-            and isinstance(deco.args[0], ast.Constant)
-            and isinstance(deco.args[1], ast.List)
-        ):
-            return [a.strip() for a in deco.args[0].value.split(",")], deco.args[1]
+        if name.endswith("mark.parametrize") and len(deco.args) >= 2 and isinstance(deco.args[1], ast.List):
+            try:
+                columns = literal(deco.args[0])  # "gold,pred,expected" or ("gold", "pred", "expected")
+            except ValueError:
+                continue
+            if isinstance(columns, str):
+                columns = columns.split(",")
+            if isinstance(columns, tuple | list) and all(isinstance(c, str) for c in columns):
+                return [c.strip() for c in columns], deco.args[1]
         if name.endswith("parameterized.expand") and isinstance(deco.args[0], ast.List):
             return [a.arg for a in fn.args.args if a.arg != "self"], deco.args[0]
         if name.endswith(("parameterized.named_parameters", "parameterized.parameters")):
@@ -247,6 +249,12 @@ def _graded_pair(stmt: ast.stmt, values: dict[str, ast.AST]) -> tuple[str, str] 
     return None
 
 
+def _is_verdict(node: ast.expr, verdict: str) -> bool:
+    """Whether `node` is the verdict expression itself: ``not grade(given, gt)`` ends
+    like ``grade(given, gt)`` but states the opposite."""
+    return not isinstance(node, ast.UnaryOp) and ast.unparse(node).endswith(verdict)
+
+
 def _body_label(fn: ast.FunctionDef | ast.AsyncFunctionDef, verdict: str) -> bool | None:
     """The verdict a parametrized test without a label column asserts for every row
     (``assert score(answer, target).status == "correct"``, ``assert grader(given, gt)
@@ -256,7 +264,7 @@ def _body_label(fn: ast.FunctionDef | ast.AsyncFunctionDef, verdict: str) -> boo
         v
         for node in ast.walk(fn)
         if isinstance(node, ast.Assert)
-        if (v := asserted(node.test, lambda n: ast.unparse(n).endswith(verdict))) is not None
+        if (v := asserted(node.test, lambda n: _is_verdict(n, verdict))) is not None
     }
     found |= {
         v
