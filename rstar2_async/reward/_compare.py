@@ -63,6 +63,7 @@ _REPEATING = re.compile(r"([-+]?)(\d*)\.(\d*)\\overline\{(\d{1,50})\}")  # 0.1\o
 _MATRIX = re.compile(r"\\begin\{pmatrix\}(.*)\\end\{pmatrix\}")
 _COMMA_DECIMAL = re.compile(r"([-+]?\d+),(\d+)")
 _POINT_DECIMAL = re.compile(r"[-+]?\d+\.\d+")
+_VARIABLE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z](?![a-zA-Z])")
 _ROUNDED = re.compile(r"[-+]?\d+\.\d+(?:[eE][-+]?\d{1,3})?")
 """A number written rounded: a decimal, in e-notation too (``1.09951162778E+12``)."""
 _ONES = (
@@ -365,8 +366,9 @@ def _numeral(answer: str) -> str:
 def rel_tolerance(answer: str, gold: str, mode: GradingMode) -> float:
     """The relative tolerance math-verify's verdict on two final answers may be widened
     by: `LENIENT_REL_TOL` in lenient mode when one of them is a decimal number and the
-    gold is no integer literal (``1.4142`` for ``\\sqrt{2}``), or when both are tuples,
-    lists or matrices of as many entries and one entry is a decimal; else 0.0 (exact)."""
+    gold is no integer literal (``1.4142`` for ``\\sqrt{2}``), when both are tuples,
+    lists or matrices of as many entries and one entry is a decimal, or when both are
+    expressions in variables and one has a decimal constant; else 0.0 (exact)."""
     if mode != "lenient" or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0
     a, g = normalize_answer(answer), normalize_answer(gold)
@@ -376,6 +378,11 @@ def rel_tolerance(answer: str, gold: str, mode: GradingMode) -> float:
     # each under the rule above (``(3, 1.5708)`` for ``(3, \\frac{\\pi}{2})``).
     ca, cg = _compound(a), _compound(g)
     if ca and cg and len(ca[1]) == len(cg[1]) and any(_ROUNDED.fullmatch(x) for x in ca[1] + cg[1]):
+        return float(LENIENT_REL_TOL)
+    # An expression in variables with a decimal constant (``0.333333+(-0.0185185)(x-5)``):
+    # the worker compares the two as functions, at sample points.
+    # (Read as written: the canonical form joins `\\pi r` into one word.)
+    if _POINT_DECIMAL.search(a + " " + g) and _VARIABLE.search(answer) and _VARIABLE.search(gold):
         return float(LENIENT_REL_TOL)
     return 0.0
 

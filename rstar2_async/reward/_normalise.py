@@ -173,7 +173,7 @@ _TIME_SECONDS = re.compile(r"(\d{1,2}:\d{2}):00")
 
 _PYTHON_POWER = re.compile(r"(?<=[\w)\]}])\*\*(?=[\w(\[{+-])")
 """Python's power ``2**(1/4)`` between two operands (not markdown's ``**bold**``)."""
-_LATEX_FUNCTIONS = "sqrt|exp|log|ln|sin|cos|tan"
+_LATEX_FUNCTIONS = "sqrt|exp|log|ln|(?:sin|cos|tan)h?|cot|sec|csc"
 PYTHON_FUNCTIONS = f"{_LATEX_FUNCTIONS}|comb|binomial|factorial|Rational|Fraction"
 """Python's math functions read as LaTeX (`python_notation`), and so no prose."""
 _PYTHON_NAME = re.compile(rf"(?<![\w\\])(?:(pi)(?!\w)|(?:{_LATEX_FUNCTIONS})(?=\())")
@@ -183,6 +183,7 @@ PYTHON_MODULES = "math|cmath|numpy|np|sympy|sp"
 """Modules whose names prefix Python's math functions (``math.sqrt``), no prose either."""
 _MODULE = re.compile(rf"(?<![\w.])(?:{PYTHON_MODULES})\.(?=[a-zA-Z])")
 _PAIR_CALL = re.compile(r"(?<![\w.])(comb|binomial|Rational|Fraction)\(\s*([^(),]+?)\s*,\s*([^(),]+?)\s*\)")
+_PERCENT_TEXT = re.compile(r"\\(?:text|mbox)\s*\{\s*(?:percent|per\s*cent|pct)\s*\}")
 _FACTORIAL_CALL = re.compile(r"(?<![\w.])factorial\(\s*([^()]+?)\s*\)")
 
 
@@ -192,7 +193,11 @@ def python_notation(text: str) -> str:
     LaTeX command, ``pi``, ``sqrt(2)``, ``exp(2)``, ``log(2)`` as ``\\pi``, ``\\sqrt{2}``,
     ``\\exp(2)``, ``\\ln(2)`` (``2*pi``, ``(3*sqrt(5))/7``), ``comb(10, 3)`` as
     ``\\binom{10}{3}``, ``Rational(1, 3)`` as ``\\frac{1}{3}``, ``factorial(5)`` as
-    ``5!``, with or without their module (``math.sqrt(2)``, ``np.pi``)."""
+    ``5!``, with or without their module (``math.sqrt(2)``, ``np.pi``).  A percent
+    written as a word in LaTeX text (``\\frac{1}{2}\\text{ percent}``) becomes ``\\%``,
+    which math-verify reads (it reads the bare word, not the text command)."""
+    if "\\text" in text or "\\mbox" in text:
+        text = _PERCENT_TEXT.sub(r"\\%", text)
     if "**" in text:
         text = _PYTHON_POWER.sub("^", text)
     if "\\" in text or ("(" not in text and "pi" not in text):

@@ -87,7 +87,8 @@ def _numerically_close(answer: object, gold: object, rel_tol: float) -> bool:
     """Two parsed answers within `rel_tol` of each other: finite real constants (an
     integer gold must be met exactly; ``\\infty`` is no number here), or tuples and
     matrices entry by entry in order, sets in any order and intervals by their ends
-    and openness, where an entry with no decimal in it must be exact."""
+    and openness, where an entry with no decimal in it must be exact; or two expressions
+    in variables as functions (`_close_function`)."""
     import sympy
 
     if isinstance(answer, sympy.Interval) and isinstance(gold, sympy.Interval):
@@ -102,7 +103,39 @@ def _numerically_close(answer: object, gold: object, rel_tol: float) -> bool:
             return _entries_close(
                 list(answer if ordered else answer.args), list(gold if ordered else gold.args), rel_tol, ordered=ordered
             )
-    return _close_number(answer, gold, rel_tol)
+    return _close_number(answer, gold, rel_tol) or _close_function(answer, gold, rel_tol)
+
+
+_SAMPLES = (0.13, 0.29, 0.41, 0.57, 0.83)
+"""Where two expressions are compared as functions: no special values (0, 1, integers
+make coincidences), and small, so that ``e^{\\cosh(4x)}`` stays a number."""
+
+
+def _close_function(answer: object, gold: object, rel_tol: float) -> bool:
+    """Two expressions in the same (at most three) variables, one with a decimal
+    constant, within `rel_tol` of each other at each sample point where both are
+    defined, and defined at three at least: ``0.333333 + (-0.0185185)(x - 5)`` is
+    ``\\frac{23 - x}{54}``, ``2.71828182845905^{\\cosh(4x)}`` is ``e^{\\cosh(4x)}``."""
+    import sympy
+
+    if not (isinstance(answer, sympy.Expr) and isinstance(gold, sympy.Expr)):
+        return False
+    symbols = sorted(gold.free_symbols, key=str)
+    if not symbols or len(symbols) > 3 or answer.free_symbols != gold.free_symbols:
+        return False
+    if not (answer.has(sympy.Float) or gold.has(sympy.Float)):
+        return False
+    defined = 0
+    for k in range(len(_SAMPLES)):
+        # each variable its own value, so that `x - y` is not 0 everywhere
+        point = {v: sympy.Float(_SAMPLES[(k + j) % len(_SAMPLES)]) for j, v in enumerate(symbols)}
+        a, g = answer.evalf(30, subs=point), gold.evalf(30, subs=point)
+        if not (a.is_number and g.is_number and a.is_finite and g.is_finite):
+            continue
+        if abs(a - g) > rel_tol * max(abs(a), abs(g)):
+            return False
+        defined += 1
+    return defined >= 3
 
 
 def _entries_close(answers: list, golds: list, rel_tol: float, *, ordered: bool) -> bool:

@@ -432,6 +432,16 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("\\boxed{(1.4142, 2.0001)}", "(\\sqrt{2}, 2)", 0.0, 0.0),  # an integer entry is exact
         ("\\boxed{[1.4142, 2)}", "(\\sqrt{2}, 2)", 0.0, 0.0),  # an interval keeps its brackets
         ("\\boxed{[1, \\infty)}", "[2^{\\frac{1}{2^{1000}}}, \\infty)", 0.0, 0.0),  # no decimal: exact
+        # an expression with a decimal constant: lenient only, as a function at sample points
+        ("\\boxed{\\frac{23 - x}{54}}", "0.333333+(-0.0185185)*(x-5)", 0.0, 1.0),
+        ("\\boxed{4 e^{\\cosh(4x)} \\sinh(4x)}", "2.71828182845905^{cosh(4*x)} * sinh(4*x) * 4", 0.0, 1.0),
+        ("\\boxed{\\pi r^2}", "3.14159 r^2", 0.0, 1.0),
+        ("\\boxed{\\pi r^2}", "3.14 r^2", 0.0, 0.0),  # 5e-4 off
+        ("\\boxed{\\frac{24 - x}{54}}", "0.333333+(-0.0185185)*(x-5)", 0.0, 0.0),
+        ("\\boxed{\\pi t^2}", "3.14159 r^2", 0.0, 0.0),  # another variable
+        ("\\boxed{\\frac{3y}{2} + 2x}", "1.5x + 2y", 0.0, 0.0),
+        # a percent written as a word in text
+        ("\\boxed{\\frac{1}{2}\\text{ percent}}", "0.005", 1.0, 1.0),
         # complex numbers: i is the imaginary unit (math-verify reads it as a variable)
         ("\\boxed{i(2-i)}", "1+2i", 1.0, 1.0),
         ("\\boxed{i^5}", "i", 1.0, 1.0),
