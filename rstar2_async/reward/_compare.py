@@ -245,8 +245,7 @@ def _as_interval(s: str) -> tuple[str, str] | None:
 
 
 def _rounded(answer: str, gold: str) -> bool:
-    """Whether lenient mode's tolerance applies to two canonical numbers: one written
-    as a decimal, and the gold no integer literal."""
+    """Whether lenient mode's tolerance applies to two canonical numbers (a decimal; the gold no integer)."""
     return ("." in answer or "." in gold) and not _INTEGER.fullmatch(gold)
 
 
@@ -364,27 +363,23 @@ def _numeral(answer: str) -> str:
 
 
 def rel_tolerance(answer: str, gold: str, mode: GradingMode) -> float:
-    """The relative tolerance math-verify's verdict on two final answers may be widened
-    by: `LENIENT_REL_TOL` in lenient mode when one of them is a decimal number and the
-    gold is no integer literal (``1.4142`` for ``\\sqrt{2}``), when both are tuples,
-    lists or matrices of as many entries and one entry is a decimal, or when both are
-    expressions in variables and one has a decimal constant; else 0.0 (exact)."""
+    """The relative tolerance math-verify's verdict may be widened by: `LENIENT_REL_TOL`
+    in lenient mode when one answer is a decimal number and the gold no integer literal
+    (``1.4142`` for ``\\sqrt{2}``), when both are tuples, lists or matrices of as many
+    entries with a decimal entry, or expressions in variables with a decimal constant
+    (``0.333333+(-0.0185185)(x-5)`` for ``\\frac{23-x}{54}``); else 0.0 (exact)."""
     if mode != "lenient" or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0
     a, g = normalize_answer(answer), normalize_answer(gold)
-    if (_ROUNDED.fullmatch(a) or _ROUNDED.fullmatch(g)) and _rounded(a, g):
-        return float(LENIENT_REL_TOL)
-    # A tuple, list or matrix with a decimal entry: the worker compares entry by entry,
-    # each under the rule above (``(3, 1.5708)`` for ``(3, \\frac{\\pi}{2})``).
     ca, cg = _compound(a), _compound(g)
-    if ca and cg and len(ca[1]) == len(cg[1]) and any(_ROUNDED.fullmatch(x) for x in ca[1] + cg[1]):
-        return float(LENIENT_REL_TOL)
-    # An expression in variables with a decimal constant (``0.333333+(-0.0185185)(x-5)``):
-    # the worker compares the two as functions, at sample points.
-    # (Read as written: the canonical form joins `\\pi r` into one word.)
-    if _POINT_DECIMAL.search(a + " " + g) and _VARIABLE.search(answer) and _VARIABLE.search(gold):
-        return float(LENIENT_REL_TOL)
-    return 0.0
+    widened = (
+        ((_ROUNDED.fullmatch(a) or _ROUNDED.fullmatch(g)) and _rounded(a, g))
+        # a tuple, list or matrix: the worker compares entry by entry (``(3, 1.5708)``)
+        or (ca and cg and len(ca[1]) == len(cg[1]) and any(_ROUNDED.fullmatch(x) for x in ca[1] + cg[1]))
+        # as functions, at sample points (variables as written: the canonical ``\\pir``)
+        or (_POINT_DECIMAL.search(a + " " + g) and _VARIABLE.search(answer) and _VARIABLE.search(gold))
+    )
+    return float(LENIENT_REL_TOL) if widened else 0.0
 
 
 def _decimal_comma(a: str, b: str) -> bool:
