@@ -143,8 +143,8 @@ class WorkerProcess:
         a worker killed a moment ago still looks alive there.  The interpreter's
         pidfd says that it exited (and pins its pid, so ``/proc`` names it and no
         recycled one); ``/proc`` says whether it is stopped (SIGSTOP), exiting (a
-        large interpreter takes a while to tear down its memory) or has a SIGKILL
-        pending that it has not yet run to act on.
+        large interpreter takes a while to tear down its memory) or has a SIGKILL or
+        SIGSTOP pending that it has not yet run to act on.
         """
         if self.process.returncode is not None or self._closed:
             return False
@@ -227,7 +227,6 @@ class WorkerProcess:
         return b"".join(chunks).decode(errors="replace")[-2000:].strip()
 
 
-
 def _child_pidfd(pid: int, only: int | None = None) -> tuple[int, int] | None:
     """(host pid, pidfd) of the (single) child of ``pid`` (or of its child ``only``),
     or None if it has none (it died)."""
@@ -256,12 +255,14 @@ def _ppid(pid: str) -> int:
 
 
 _PF_EXITING = 0x4  # include/linux/sched.h: the task is in do_exit
-_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+_PENDING_BITS = 1 << (signal.SIGKILL - 1) | 1 << (signal.SIGSTOP - 1)
+"""SIGKILL or SIGSTOP sent but not yet acted on: a loaded machine can leave a sleeping
+worker in state ``S`` for milliseconds after a SIGSTOP, long enough to be handed out."""
 
 
 def _dying(pid: int) -> bool:
-    """Gone, stopped, exiting, or with a SIGKILL pending (the kernel has not yet run
-    it to act on it)."""
+    """Gone, stopped, exiting, or with a SIGKILL or SIGSTOP pending (the kernel has not
+    yet run it to act on it)."""
     fields = stat_fields(str(pid))
     if len(fields) < 7 or fields[0] in ("T", "t", "Z", "X", "x") or int(fields[6]) & _PF_EXITING:
         return True
@@ -270,7 +271,7 @@ def _dying(pid: int) -> bool:
             pending = [int(line.split()[1], 16) for line in f if line.startswith(("SigPnd:", "ShdPnd:"))]
     except (OSError, IndexError, ValueError):
         return True
-    return any(mask & _SIGKILL_BIT for mask in pending)
+    return any(mask & _PENDING_BITS for mask in pending)
 
 
 def _wait_fd(fd: int, timeout: float) -> None:
