@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -155,8 +156,12 @@ def _command(config: VLLMServerConfig, python: Path, port: int, model_name: str)
     ]  # fmt: skip
 
 
-def _environment(config: VLLMServerConfig) -> dict[str, str]:
+def _environment(config: VLLMServerConfig, rpc_dir: str = "") -> dict[str, str]:
     env = engine_environment()
+    if rpc_dir:
+        # vLLM's ZMQ sockets (a few per start, named by uuid) go here, not into /tmp,
+        # where nothing removes them after a kill; the directory goes with the server.
+        env["VLLM_RPC_BASE_PATH"] = rpc_dir
     env.update(
         VLLM_SERVER_DEV_MODE="1",
         VLLM_NO_USAGE_STATS="1",
@@ -239,6 +244,7 @@ async def _running(config: VLLMServerConfig) -> AsyncIterator[tuple[VLLMServer, 
         log_path = Path(name)
 
     started_at = time.monotonic()
+    rpc_dir = "" if "VLLM_RPC_BASE_PATH" in config.env else tempfile.mkdtemp(prefix=f"vllm-{port}-rpc-")
     with log_path.open("ab") as log:
         try:
             process = await anyio.open_process(
@@ -246,10 +252,12 @@ async def _running(config: VLLMServerConfig) -> AsyncIterator[tuple[VLLMServer, 
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=_environment(config),
+                env=_environment(config, rpc_dir),
                 start_new_session=True,  # its own process group: one signal reaches the tree
             )
         except OSError as exc:
+            if rpc_dir:
+                shutil.rmtree(rpc_dir, ignore_errors=True)
             raise LaunchError(f"could not run {python}: {exc}") from exc
     try:
         base_url = f"http://{config.host}:{port}"
@@ -266,6 +274,8 @@ async def _running(config: VLLMServerConfig) -> AsyncIterator[tuple[VLLMServer, 
     finally:
         with anyio.CancelScope(shield=True):
             await stop_tree(process, config.stop_grace_s)
+        if rpc_dir:
+            shutil.rmtree(rpc_dir, ignore_errors=True)
 
 
 async def _wait_ready(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -31,6 +32,8 @@ FAKE_SERVER = textwrap.dedent(
     port = int(sys.argv[sys.argv.index("--port") + 1])
     mode = os.environ.get("FAKE_MODE", "ok")
     print("fake vllm starting on", port, "mode", mode, flush=True)
+    if "VLLM_RPC_BASE_PATH" in os.environ:  # where vLLM puts its ZMQ sockets
+        open(os.path.join(os.environ["VLLM_RPC_BASE_PATH"], "fake-ipc-socket"), "w").close()
     if mode == "die":
         print("ValueError: the fake engine refuses to start", flush=True)
         sys.exit(3)
@@ -80,6 +83,12 @@ def fake_config(tmp_path: Path) -> VLLMServerConfig:
         startup_timeout_s=30,
         stop_grace_s=0.5,
     )
+
+
+def rpc_base_path(pid: int) -> str:
+    """The directory a running server was told to put vLLM's ZMQ sockets in."""
+    env = dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in v)
+    return env["VLLM_RPC_BASE_PATH"]
 
 
 def _alive(pid: int) -> bool:
@@ -132,8 +141,11 @@ async def test_ready_server_then_exit_stops_the_whole_tree(fake_config: VLLMServ
         assert server.model == fake_config.model
         tree = [server.pid, *descendants(server.pid)]
         assert len(tree) >= 3, tree  # the fake server, its stubborn child and grandchild
+        rpc_dir = Path(rpc_base_path(server.pid))
+        assert (rpc_dir / "fake-ipc-socket").exists() and rpc_dir.parent == Path(tempfile.gettempdir())
     assert await _gone(tree)
     assert "fake vllm starting" in Path(server.log_path).read_text()
+    assert not rpc_dir.exists()  # the server's sockets go with it
 
 
 async def test_cancellation_stops_the_whole_tree(fake_config: VLLMServerConfig) -> None:

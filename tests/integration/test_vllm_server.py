@@ -44,6 +44,7 @@ from backends import Completion, DiskTransport, LaunchError, SamplingParams, Ser
 from backends._launcher import VLLMServer, VLLMServerConfig, launch_vllm, serve_vllm
 from backends._process import descendants
 from rstar2_async.testing import perturbed_weights
+from tests.backends.test_launcher import rpc_base_path
 from tests.integration.conftest import NO_COMPILE, Reference, restore_weights
 
 pytestmark = [pytest.mark.vllm, pytest.mark.anyio]
@@ -352,7 +353,7 @@ async def test_two_servers_one_killed_raises_server_died_and_leaves_no_process(
     """Two servers start concurrently in one task group (as a fleet would); SIGKILL
     of one API server orphans its engine processes, `serve_vllm` raises
     `ServerDied`, the group cancels the other server, and no process of either
-    tree survives."""
+    tree survives, nor the directory of its ZMQ sockets."""
     from backends import ServerDied
 
     configs = [
@@ -363,6 +364,7 @@ async def test_two_servers_one_killed_raises_server_died_and_leaves_no_process(
     ]
     servers: list[VLLMServer] = []
     trees: list[int] = []
+    rpc_dirs: list[Path] = []
 
     async def start(config: VLLMServerConfig) -> None:
         server = await tg.start(serve_vllm, config)
@@ -380,12 +382,15 @@ async def test_two_servers_one_killed_raises_server_died_and_leaves_no_process(
                 # orphans are tests/backends/test_launcher.py's.
                 assert len(tree) >= 2, "API server and engine core processes expected"
                 trees.extend(tree)
+                rpc_dirs.append(Path(rpc_base_path(server.pid)))
+                assert any(p.is_socket() for p in rpc_dirs[-1].iterdir()), "vLLM's ZMQ sockets are in it"
                 async with httpx.AsyncClient(base_url=server.base_url) as http:
                     assert (await http.get("/health")).status_code == 200
             os.kill(servers[0].pid, signal.SIGKILL)
             await anyio.sleep_forever()  # cancelled by ServerDied
     assert await _wait_gone(trees) == []
     assert all(Path(s.log_path).stat().st_size > 0 for s in servers), "logs are kept"
+    assert not any(d.exists() for d in rpc_dirs), "sockets are not"
 
 
 @ONE_BACKEND_ASYNCIO
