@@ -21,6 +21,7 @@ be read while changing the grader; ``reporting`` cases are for the figures.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import subprocess
@@ -49,6 +50,10 @@ class Source:
     answer is a multiple-choice letter)."""
     shape: Shape = field(default_factory=Shape)
     """Where this source's tests keep gold and prediction, when not under the usual names."""
+
+
+_sieval = functools.partial(Source, "scitix/sieval", "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066", "Apache-2.0")
+"""sieval's tests, read in several shapes (one Source each)."""
 
 
 SOURCES = [
@@ -241,44 +246,29 @@ SOURCES += [
         "asserted_calls",
         shape=Shape(call=(("reward", "custom_reward"), 2, 1)),
     ),
-    Source(
-        "scitix/sieval",
-        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
-        "Apache-2.0",
+    _sieval(
         ("tests/unit/community/test_ugmathbench.py",),
         "asserted_calls",
         # Its true/false, multiple-choice and open-ended answer kinds are no math answers.
         skip_settings=("'TF'", "'MCS'", "'MCM'", "'OE'"),
         shape=Shape(call=(("judge_answer", "math_equal"), 1, 0)),
     ),
-    Source(
-        "scitix/sieval",
-        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
-        "Apache-2.0",
+    _sieval(
         ("tests/unit/community/test_ugmathbench.py",),
         "parametrize",
         shape=Shape(verdict="judge_answer(pred, gold, kind)"),
     ),
-    Source(
-        "scitix/sieval",
-        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
-        "Apache-2.0",
+    _sieval(
         ("tests/unit/community/test_imo_bench.py",),
         "asserted_calls",
         shape=Shape(call=(("verify_math_answer", "_grade"), 0, 1)),
     ),
-    Source(
-        "scitix/sieval",
-        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
-        "Apache-2.0",
+    _sieval(
         ("tests/unit/community/test_deepseek_math.py",),
         "asserted_calls",
         shape=Shape(call=("symbolic_equal", 1, 0)),
     ),
-    Source(
-        "scitix/sieval",
-        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
-        "Apache-2.0",
+    _sieval(
         ("tests/unit/community/test_deepseek_math.py",),
         "parametrize",
         shape=Shape(gold=("reference",), pred=("prediction",), verdict="symbolic_equal(prediction, reference)"),
@@ -323,36 +313,24 @@ SOURCES += [
     ),
     # sieval's tests that its sources above did not reach: two tables of ugmathbench's
     # math_equal, the vote keys its math tasks share, and AGIEval's cloze grader.
-    Source(
-        "scitix/sieval",
-        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
-        "Apache-2.0",
+    _sieval(
         ("tests/unit/community/test_ugmathbench.py",),
         "parametrize",
         shape=Shape(verdict="math_equal(pred, gold)"),
     ),
-    Source(
-        "scitix/sieval",
-        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
-        "Apache-2.0",
+    _sieval(
         ("tests/unit/tasks/test__math_verify.py",),
         "parametrize",
         shape=Shape(gold=("a",), pred=("b",), verdict="normalize_vote(a) == normalize_vote(b)"),
     ),
-    Source(
-        "scitix/sieval",
-        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
-        "Apache-2.0",
+    _sieval(
         ("tests/unit/community/test_agieval.py",),
         "asserted_calls",
         # Its letter-choice subsets are compared exactly and are no math answers.
         skip_settings=("'jec-qa", "'gaokao-physics", "'sat-math", "'gaokao-mathqa"),
         shape=Shape(call=("evaluate_single_sample", 2, 1)),
     ),
-    Source(
-        "scitix/sieval",
-        "f2c86c3fdbb4f1a17724e3f220bfe8001d1af066",
-        "Apache-2.0",
+    _sieval(
         ("tests/unit/community/test_agieval.py",),
         "asserted_calls",
         shape=Shape(call=("is_equiv", 1, 0)),
