@@ -1,9 +1,9 @@
 """Step 4 of an RL step: what a finished trajectory is worth.
 
 The default is rStar2's math reward: the last ``\\boxed{}`` of the last ``<answer>``
-block (``_answer``), right when our comparer (``_normalise``, ``_compare``) or
-math-verify (in killable worker processes, ``_worker``) says it equals the gold
-answer.  Evaluation of outside models may grade leniently (``_lenient``: an answer
+block (``_answer``), right when our comparer (``_normalise``, ``_compare`` with
+``_numbers`` and ``_intervals``) or math-verify (in killable worker processes,
+``_worker``) says it equals the gold answer.  Evaluation of outside models may grade leniently (``_lenient``: an answer
 written without a box is read from free text).  A run may bring its own
 :data:`RewardFunction` (``[reward] function = "pkg.module:fn"``, ``_function``) with
 the same timeout and worker guarantees (``_grader``).  The engine calls any

@@ -3,24 +3,25 @@
 Numbers are exact rationals.  In lenient mode a decimal within `LENIENT_REL_TOL` of a
 gold that is no integer also equals it (`rel_tolerance` tells the worker when
 math-verify's verdict may be widened so), a number spelt out or in e-notation is read
-(`_numeral`), and a tuple equals a one-column or one-row matrix of its entries
+(`_numbers.numeral`), and a tuple equals a one-column or one-row matrix of its entries
 (`_vectors`).  Tuples and intervals are ordered, sets and comma lists unordered (a set
 equals a list of the same items); unions are unordered; matrices compare cell by cell;
-an inequality in one variable equals the interval it describes (``x > 2`` and
-``(2,\\infty)``, ``x<2 \\text{ or } x>3`` and a union), but two inequalities compare
-only as written.  A decimal comma is read as a point where the other side is a decimal
-written with one (``1,22`` and ``1.22``).  Pure, bounded (`_MAX_ITEMS`, `_MAX_DIGITS`),
-and biased towards "no": what it cannot read is left to math-verify.
+an inequality in one variable equals the interval it describes (`_intervals`), but two
+inequalities compare only as written.  A decimal comma is read as a point where the
+other side is a decimal written with one (``1,22`` and ``1.22``).  Pure, bounded
+(`_MAX_ITEMS`, `_numbers.MAX_DIGITS`), and biased towards "no": what it cannot read is
+left to math-verify.
 """
 
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 from fractions import Fraction
 from typing import Literal
 
+from ._intervals import as_interval
 from ._normalise import MAX_ANSWER_CHARS, normalize_answer
+from ._numbers import INTEGER, numeral, to_number
 
 __all__ = [
     "EQUALS",
@@ -45,62 +46,15 @@ test, so scores compare with the numbers the field reports.  An integer gold sti
 needs that integer, a fraction is never an approximation (``\\frac{3333}{10000}`` is
 not ``\\frac13``), and strict mode (training's reward) compares exactly."""
 
-_MAX_DIGITS = 200
-"""Digit strings longer than this are compared as text, never converted to numbers
-(Python refuses int() on more than 4300 digits, and nothing real is that long)."""
-
 _MAX_ITEMS = 64
 """Most elements compared in one tuple/list/set (the unordered match is quadratic)."""
 
-_INT = r"[-+]?\d+"
-_DEC = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)"
-_DECIMAL = re.compile(_DEC)
-_INTEGER = re.compile(_INT)
-_SLASH = re.compile(rf"({_INT})/({_INT})")
-_FRAC = re.compile(rf"([-+]?)\\frac\{{({_DEC})\}}\{{({_DEC})\}}")
-_MIXED = re.compile(r"([-+]?)(\d+)\\frac\{(\d+)\}\{(\d+)\}")
-_REPEATING = re.compile(r"([-+]?)(\d*)\.(\d*)\\overline\{(\d{1,50})\}")  # 0.1\overline{6} = 1/6
 _MATRIX = re.compile(r"\\begin\{pmatrix\}(.*)\\end\{pmatrix\}")
 _COMMA_DECIMAL = re.compile(r"([-+]?\d+),(\d+)")
 _POINT_DECIMAL = re.compile(r"[-+]?\d+\.\d+")
 _VARIABLE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z](?![a-zA-Z])")
 _ROUNDED = re.compile(r"[-+]?\d+\.\d+(?:[eE][-+]?\d{1,3})?")
 """A number written rounded: a decimal, in e-notation too (``1.09951162778E+12``)."""
-_ONES = (
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
-)  # fmt: skip
-_TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
-_NUMBER_WORD = re.compile(rf"({'|'.join(_TENS)})(?:-({'|'.join(_ONES[1:10])}))?|({'|'.join(_ONES)})")
-_SCIENTIFIC = re.compile(r"[-+]?\d+(?:\.\d+)?e[-+]?\d{1,3}")
-
-
-def _to_number(s: str) -> Fraction | None:
-    """Read a canonical form as an exact rational, or None if it is not a plain number."""
-    if len(s) > _MAX_DIGITS:
-        return None
-    try:
-        if _DECIMAL.fullmatch(s):
-            return Fraction(s)
-        if m := _SLASH.fullmatch(s):
-            return Fraction(int(m[1]), int(m[2]))
-        if m := _FRAC.fullmatch(s):
-            value = Fraction(m[2]) / Fraction(m[3])
-            return -value if m[1] == "-" else value
-        if m := _REPEATING.fullmatch(s):
-            fixed, repeating = m[3], m[4]
-            value = int(m[2] or 0) + Fraction(int(fixed or 0), 10 ** len(fixed))
-            value += Fraction(int(repeating), (10 ** len(repeating) - 1) * 10 ** len(fixed))
-            return -value if m[1] == "-" else value
-        if m := _MIXED.fullmatch(s):
-            numerator, denominator = int(m[3]), int(m[4])
-            if numerator >= denominator:  # not a mixed number: `2\frac{5}{4}` is a product
-                return None
-            value = int(m[2]) + Fraction(numerator, denominator)
-            return -value if m[1] == "-" else value
-    except ZeroDivisionError:
-        return None
-    return None
 
 
 def _split_top_level(s: str, sep: str) -> list[str]:
@@ -176,77 +130,12 @@ def _encloses(s: str) -> bool:
     return True
 
 
-# --- inequalities as intervals ------------------------------------------------------
-
-_BOUND = r"[^<>=!,]+?"
-_CHAIN = re.compile(rf"(?P<lo>{_BOUND})(?P<op1><=?|>=?)(?P<var>[a-zA-Z])(?P<op2><=?|>=?)(?P<hi>{_BOUND})")
-_LEFT = re.compile(rf"(?P<var>[a-zA-Z])(?P<op><=?|>=?)(?P<bound>{_BOUND})")
-_RIGHT = re.compile(rf"(?P<bound>{_BOUND})(?P<op><=?|>=?)(?P<var>[a-zA-Z])")
-_ABS = re.compile(rf"\|(?P<var>[a-zA-Z])(?P<shift>[-+][^|<>=!,]+)?\|(?P<op><=?|>=?)(?P<bound>{_BOUND})")
-# `\{x \mid x > 2\}`, `\{x \in \mathbb{R} : x > 2\}` (canonical: no spaces, `\mathbb{R}` an interval)
-_SET_BUILDER = re.compile(r"\\\{(?P<var>[a-zA-Z])(?:\\in\(-\\infty,\\infty\))?(?:\||\\mid|:|\\colon)(?P<cond>.+)\\\}")
-_OR = re.compile(r"\\cup|\\lor|\\vee|or")
-
-
-def _ray(bound: str, op: str) -> str:
-    """`x op bound` as an interval."""
-    closed = op.endswith("=")
-    if op[0] == ">":
-        return ("[" if closed else "(") + bound + ",\\infty)"
-    return "(-\\infty," + bound + ("]" if closed else ")")
-
-
-def _one_interval(s: str) -> tuple[str, str] | None:
-    """(variable, interval) of one canonical inequality in one variable, or None."""
-    if (m := _CHAIN.fullmatch(s)) and m["op1"][0] == m["op2"][0]:
-        lo, hi, op1, op2 = m["lo"], m["hi"], m["op1"], m["op2"]
-        if op1[0] == ">":  # `3 > x > 1` is `1 < x < 3`
-            lo, hi, op1, op2 = hi, lo, op2.replace(">", "<"), op1.replace(">", "<")
-        left = "[" if op1.endswith("=") else "("
-        return m["var"], left + lo + "," + hi + ("]" if op2.endswith("=") else ")")
-    if m := _LEFT.fullmatch(s):
-        return m["var"], _ray(m["bound"], m["op"])
-    if m := _RIGHT.fullmatch(s):  # `2 < x` is `x > 2`
-        flipped = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[m["op"]]
-        return m["var"], _ray(m["bound"], flipped)
-    if (m := _ABS.fullmatch(s)) and (bound := _to_number(m["bound"])) is not None and bound > 0:
-        # `|x - c| op a`: x within (or beyond) a of c; the ends as exact numbers
-        shift = _to_number(m["shift"]) if m["shift"] else Fraction(0)
-        if shift is None:
-            return None
-        closed, low, high = m["op"].endswith("="), _numeral_of(-shift - bound), _numeral_of(-shift + bound)
-        if m["op"][0] == "<":  # `|x| < 8` is `(-8, 8)`
-            return m["var"], ("[" if closed else "(") + low + "," + high + ("]" if closed else ")")
-        return m["var"], _ray(low, "<=" if closed else "<") + "\\cup" + _ray(high, m["op"])
-    return None
-
-
-def _numeral_of(q: Fraction) -> str:
-    return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
-
-
-def _as_interval(s: str) -> tuple[str, str] | None:
-    """(variable, interval or union) of a canonical inequality, several joined by
-    "or", or a set written by its condition (``\\{x \\mid x > 2\\}``); None unless
-    every part is an inequality in the same one variable."""
-    if "<" not in s and ">" not in s:
-        return None
-    named = None
-    if m := _SET_BUILDER.fullmatch(s):
-        named, s = m["var"], m["cond"]
-    parts = [_one_interval(p) for p in _OR.split(s)]
-    variables = {p[0] for p in parts if p}
-    if any(p is None for p in parts) or len(variables) != 1 or (named and variables != {named}):
-        return None
-    return variables.pop(), "\\cup".join(p[1] for p in parts if p)
-
-
 # --- comparison --------------------------------------------------------------------
 
 
 def _rounded(answer: str, gold: str) -> bool:
     """Whether lenient mode's tolerance applies to two canonical numbers (a decimal; the gold no integer)."""
-    return ("." in answer or "." in gold) and not _INTEGER.fullmatch(gold)
+    return ("." in answer or "." in gold) and not INTEGER.fullmatch(gold)
 
 
 def _close(x: Fraction, y: Fraction, answer: str, gold: str) -> bool:
@@ -257,7 +146,7 @@ def _same(a: str, b: str, tolerant: bool) -> bool:
     """`a` (the answer) is `b` (the gold); `tolerant`: lenient mode's numbers."""
     if a == b:
         return True
-    x, y = _to_number(a), _to_number(b)
+    x, y = to_number(a), to_number(b)
     if x is not None or y is not None:
         return x is not None and y is not None and (x == y or (tolerant and _close(x, y, a, b)))
     ca, cb = _compound(a), _compound(b)
@@ -309,12 +198,12 @@ def answers_match(pred: str, gold: str, *, mode: GradingMode = "strict") -> bool
         return False
     tolerant = mode == "lenient"
     if tolerant:
-        p, g = _numeral(p), _numeral(g)
+        p, g = numeral(p), numeral(g)
     if _same(p, g, tolerant) or _decimal_comma(p, g) or _decimal_comma(g, p):
         return True
     # An inequality is read as the interval it describes; two inequalities must also
     # name the same variable (`y > 2` is not `x > 2`).
-    ip, ig = _as_interval(p), _as_interval(g)
+    ip, ig = as_interval(p), as_interval(g)
     if ip and ig:
         return ip[0] == ig[0] and _same(ip[1], ig[1], tolerant)
     if ip or ig:
@@ -341,25 +230,11 @@ def false_equation(content: str) -> bool:
     sides = _LINKS.split(content)
     if len(sides) < 2 or not all(_BARE_NUMBER.fullmatch(side) for side in sides):
         return False  # a unit or a sign (`1 \\text{ km} = 1000 \\text{ m}`, `25\\% = 0.25`) may make it hold
-    values = [_to_number(normalize_answer(side)) for side in sides]
+    values = [to_number(normalize_answer(side)) for side in sides]
     if None in values:
         return False
     last = values[-1]  # `\\frac13 = 0.3333` is a rounding, not a false statement
     return any(abs(v - last) > Fraction(1, 100) * max(abs(v), abs(last)) for v in values)
-
-
-def _numeral(answer: str) -> str:
-    """A whole answer spelt as a word (``five``, ``twenty-one``, ``infinity``) or in
-    e-notation (``1.5e3``) as digits, as people write them: lenient mode reads both."""
-    lower = answer.lower()
-    if lower.lstrip("+-") == "infinity":
-        return lower.replace("infinity", "\\infty").lstrip("+")
-    if m := _NUMBER_WORD.fullmatch(lower):
-        tens = _TENS.index(m[1]) * 10 + 20 if m[1] else 0
-        return str(tens + _ONES.index(m[2] or m[3] or "zero"))
-    if _SCIENTIFIC.fullmatch(lower):
-        return format(Decimal(lower), "f")
-    return answer
 
 
 def rel_tolerance(answer: str, gold: str, mode: GradingMode) -> float:
