@@ -161,7 +161,7 @@ def _environment(config: VLLMServerConfig, rpc_dir: str = "") -> dict[str, str]:
     if rpc_dir:
         # vLLM's ZMQ sockets (a few per start, named by uuid) go here, not into /tmp,
         # where nothing removes them after a kill; the directory goes with the server.
-        env["VLLM_RPC_BASE_PATH"] = rpc_dir
+        env["VLLM_RPC_BASE_PATH"] = env["RSTAR2_RPC_DIR"] = rpc_dir  # _vllm_entry.py removes it if we die
     env.update(
         VLLM_SERVER_DEV_MODE="1",
         VLLM_NO_USAGE_STATS="1",

@@ -55,7 +55,8 @@ def _die_with_launcher() -> None:
     one it cannot (its own SIGKILL or a crash), which would otherwise leave an
     orphaned server holding gigabytes. A daemon thread notices the change of
     parent (re-parenting to init or a subreaper) and sends SIGTERM to this
-    process, on which vLLM stops its engine processes; if that has not worked
+    process, on which vLLM stops its engine processes (first removing the directory
+    of its ZMQ sockets that the launcher made); if that has not worked
     within 30 s, SIGKILL to the process group (the launcher gives the server a
     session of its own).
 
@@ -63,8 +64,10 @@ def _die_with_launcher() -> None:
     and trio starts processes from worker threads that exit when idle.
     """
     launcher = os.environ.pop("RSTAR2_LAUNCHER_PID", None)
+    rpc_dir = os.environ.pop("RSTAR2_RPC_DIR", None)  # the launcher's to remove, were it alive
     if launcher is None:
         return
+    import shutil
     import signal
     import threading
     import time
@@ -72,6 +75,8 @@ def _die_with_launcher() -> None:
     def watch() -> None:
         while os.getppid() == int(launcher):
             time.sleep(1.0)
+        if rpc_dir:  # open sockets keep working without their names
+            shutil.rmtree(rpc_dir, ignore_errors=True)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30.0)
         if os.getpgid(0) == os.getpid():

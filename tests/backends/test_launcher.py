@@ -226,8 +226,8 @@ async def test_environment_enables_dev_mode_and_puts_only_the_worker_extension_o
 
 async def test_entry_point_dies_with_its_launcher_even_on_sigkill(tmp_path: Path) -> None:
     """`_vllm_entry.py` watches its parent: SIGKILL of the launching process
-    (which cannot clean up) still stops the server. A stub `vllm` package stands
-    in for the real one."""
+    (which cannot clean up) still stops the server and removes the directory of its
+    sockets. A stub `vllm` package stands in for the real one."""
     import signal
     import subprocess
 
@@ -235,13 +235,17 @@ async def test_entry_point_dies_with_its_launcher_even_on_sigkill(tmp_path: Path
 
     cli = tmp_path / "stub" / "vllm" / "entrypoints" / "cli"
     cli.mkdir(parents=True)
+    rpc_dir = tmp_path / "rpc"
+    rpc_dir.mkdir()
+    (rpc_dir / "socket").touch()
     for d in (cli, cli.parent, cli.parent.parent):
         (d / "__init__.py").write_text("")
     (cli / "main.py").write_text("import sys, time\ndef main():\n    print('serving', flush=True)\n    time.sleep(600)\n")
     launcher = textwrap.dedent(
         f"""
         import os, subprocess, sys, time
-        env = dict(os.environ, PYTHONPATH={str(tmp_path / "stub")!r}, RSTAR2_LAUNCHER_PID=str(os.getpid()))
+        env = dict(os.environ, PYTHONPATH={str(tmp_path / "stub")!r}, RSTAR2_LAUNCHER_PID=str(os.getpid()),
+                   RSTAR2_RPC_DIR={str(rpc_dir)!r})
         child = subprocess.Popen([sys.executable, "-P", {str(_ENTRY)!r}, "serve"], env=env, stdout=subprocess.PIPE)
         assert child.stdout.readline() == b"serving\\n"
         print(child.pid, flush=True)
@@ -255,6 +259,7 @@ async def test_entry_point_dies_with_its_launcher_even_on_sigkill(tmp_path: Path
         assert _alive(server_pid)
         parent.send_signal(signal.SIGKILL)
         assert await _gone([server_pid])
+        assert not rpc_dir.exists()
     finally:
         parent.kill()
         parent.wait()
