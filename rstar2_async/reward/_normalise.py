@@ -195,9 +195,14 @@ def python_notation(text: str) -> str:
     ``\\binom{10}{3}``, ``Rational(1, 3)`` as ``\\frac{1}{3}``, ``factorial(5)`` as
     ``5!``, with or without their module (``math.sqrt(2)``, ``np.pi``).  A percent
     written as a word in LaTeX text (``\\frac{1}{2}\\text{ percent}``) becomes ``\\%``,
-    which math-verify reads (it reads the bare word, not the text command)."""
+    which math-verify reads (it reads the bare word, not the text command), and an
+    empty root before its radicand (``\\sqrt{}{3}``) the root of it, as
+    `normalize_answer` reads it: math-verify, which settles what our comparer cannot,
+    gets the same reading."""
     if "\\text" in text or "\\mbox" in text:
         text = _PERCENT_TEXT.sub(r"\\%", text)
+    if "\\sqrt{}" in text:
+        text = _EMPTY_SQRT.sub(r"\\sqrt", text)
     if "**" in text:
         text = _PYTHON_POWER.sub("^", text)
     if "\\" in text or ("(" not in text and "pi" not in text):

@@ -440,6 +440,10 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("\\boxed{\\frac{24 - x}{54}}", "0.333333+(-0.0185185)*(x-5)", 0.0, 0.0),
         ("\\boxed{\\pi t^2}", "3.14159 r^2", 0.0, 0.0),  # another variable
         ("\\boxed{\\frac{3y}{2} + 2x}", "1.5x + 2y", 0.0, 0.0),
+        # a gold's empty root before its radicand, read so by math-verify too
+        ("\\boxed{\\frac{3}{\\sqrt{3}}}", "\\sqrt{}{3}", 1.0, 1.0),
+        ("\\boxed{1.7320}", "\\sqrt{}{3}", 0.0, 1.0),
+        ("\\boxed{\\sqrt{2}}", "\\sqrt{}{3}", 0.0, 0.0),
         # a percent written as a word in text
         ("\\boxed{\\frac{1}{2}\\text{ percent}}", "0.005", 1.0, 1.0),
         # complex numbers: i is the imaginary unit (math-verify reads it as a variable)
