@@ -3,11 +3,11 @@
 The default is rStar2's math reward: the last ``\\boxed{}`` of the last ``<answer>``
 block (``_answer``), right when our comparer (``_normalise``, ``_compare`` with
 ``_numbers`` and ``_intervals``) or math-verify (in killable worker processes,
-``_worker``) says it equals the gold answer.  Evaluation of outside models may grade leniently (``_lenient``: an answer
-written without a box is read from free text).  A run may bring its own
-:data:`RewardFunction` (``[reward] function = "pkg.module:fn"``, ``_function``) with
-the same timeout and worker guarantees (``_grader``).  The engine calls any
-:class:`Reward`; :class:`Grader` is the one shipped.
+``_worker``) says it equals the gold answer.  Evaluation of outside models may grade
+leniently (``_lenient``: an answer written without a box is read from free text).  A
+run may bring its own :data:`RewardFunction` (``[reward] function = "pkg.module:fn"``,
+``_function``) with the same timeout and worker guarantees (``_grader``).  The engine
+calls any :class:`Reward`; :class:`Grader` is the one shipped.
 """
 
 from ..errors import GraderBrokenError
