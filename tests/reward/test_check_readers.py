@@ -159,3 +159,23 @@ def test_columns_named_in_a_tuple_and_a_negated_body_verdict() -> None:
         ("2.2892", "2.3", False),
         ("7*sin(x)", "7 \\sin x", True),
     ]
+
+
+REWARDS = """
+@pytest.mark.parametrize(
+    "output, ground_truth, expected",
+    [("\\\\boxed{42}", "42", 1.0), ("\\\\boxed{43}", "42", -1.0), ("\\\\boxed{41}", "42", 0.0)],
+)
+def test_compute_score(output, ground_truth, expected):
+    assert env.step(output)["reward"] == expected
+"""
+
+
+def test_a_source_that_rewards_a_wrong_answer_with_minus_one() -> None:
+    lost: list[str] = []
+    shape = Shape(gold=("ground_truth",), pred=("output",), wrong=-1)
+    rows = list(read("parametrize", REWARDS, lost, shape))
+    assert [(r.prediction, r.label) for r in rows] == [("\\boxed{42}", True), ("\\boxed{43}", False)]
+    assert lost == [f"test_compute_score:{_line(REWARDS, '41')}"]  # 0 is no verdict of that grader
+    plain = list(read("parametrize", REWARDS, [], Shape(gold=("ground_truth",), pred=("output",))))
+    assert [r.label for r in plain] == [True, False]  # -1 is no verdict where a wrong answer scores 0

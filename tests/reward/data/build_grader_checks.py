@@ -338,6 +338,40 @@ SOURCES += [
 ]
 
 
+# Added in the session of 2026-12-07 (twelfth), their reporting halves graded before
+# any grader change made for them.
+_aisbench = functools.partial(Source, "AISBench/benchmark", "29c363e38e9d1560e6f19eff582f6117943b6a77", "Apache-2.0")
+"""AISBench's tests of its graders, each called as ``grader(prediction, reference)``."""
+
+SOURCES += [
+    Source(
+        "NovaSky-AI/SkyRL",
+        "a9564572eb8e91076be43c1bd5e4615e3de17265",
+        "Apache-2.0",
+        ("skyrl-gym/tests/test_aime.py",),
+        "parametrize",
+        # Its AIME environment rewards a wrong answer with -1 (its GSM8K one, below, with 0).
+        shape=Shape(gold=("ground_truth",), pred=("output",), wrong=-1),
+    ),
+    Source(
+        "NovaSky-AI/SkyRL",
+        "a9564572eb8e91076be43c1bd5e4615e3de17265",
+        "Apache-2.0",
+        ("skyrl-gym/tests/test_gsm8k.py",),
+        "parametrize",
+        shape=Shape(gold=("ground_truth",), pred=("output",)),
+    ),
+    _aisbench(("tests/UT/datasets/test_geometry3k.py",), "asserted_calls", shape=Shape(call=("_grade_answer", 1, 0))),
+    _aisbench(
+        ("tests/UT/datasets/agieval/test_agieval.py", "tests/UT/datasets/agieval/test_math_equivalence.py"),
+        "asserted_calls",
+        shape=Shape(call=("is_equiv", 1, 0)),
+    ),
+    _aisbench(("tests/UT/datasets/test_math.py",), "asserted_calls", shape=Shape(call=("is_equiv", 1, 0))),
+    _aisbench(("tests/UT/datasets/test_gsm8k.py",), "asserted_calls", shape=Shape(call=("is_equal", 1, 0))),
+]
+
+
 def case_half(gold: str, prediction: str) -> str:
     """The fixed split: a case's half depends on its text alone."""
     digest = hashlib.sha256(f"{gold}\x00{prediction}".encode()).digest()

@@ -109,7 +109,7 @@ def read_parametrize(tree: ast.Module, skipped: list[str], shape: Shape) -> Iter
                 continue
             try:
                 g, q = as_text(literal(row[gold])), as_text(literal(row[pred]))
-                l = body_label if label is None else as_label(literal(row[label]))
+                l = body_label if label is None else as_label(literal(row[label]), shape.wrong)
             except ValueError:
                 skipped.append(f"{fn.name}:{line}")
                 continue

@@ -28,6 +28,8 @@ class Shape:
     argument order), and the positions of gold and prediction among its arguments."""
     verdict: str = ".status"
     """How a test body's asserted verdict expression ends, for tests without a label column."""
+    wrong: float = 0
+    """The reward the source's grader gives a wrong answer (SkyRL's AIME environment: -1)."""
 
 
 @dataclass(frozen=True)
@@ -59,11 +61,12 @@ def as_text(value: object) -> str | None:
     return None
 
 
-def as_label(value: object) -> bool | None:
+def as_label(value: object, wrong: float = 0) -> bool | None:
+    """A verdict: a bool, or a reward of 1 (right) or `wrong`."""
     if isinstance(value, bool):
         return value
-    if isinstance(value, int | float) and value in (0, 1):
-        return bool(value)
+    if isinstance(value, int | float) and value in (wrong, 1):
+        return value == 1
     return None
 
 
