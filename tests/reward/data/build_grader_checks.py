@@ -369,6 +369,15 @@ SOURCES += [
     ),
     _aisbench(("tests/UT/datasets/test_math.py",), "asserted_calls", shape=Shape(call=("is_equiv", 1, 0))),
     _aisbench(("tests/UT/datasets/test_gsm8k.py",), "asserted_calls", shape=Shape(call=("is_equal", 1, 0))),
+    Source(
+        "stanford-crfm/helm",
+        "63754d05db6f874e41a395880fb573890a13e791",
+        "Apache-2.0",
+        ("src/helm/benchmark/metrics/test_evaluate_reference_metrics.py",),
+        "asserted_calls",
+        # Its other metrics there (exact match, BLEU) compare text, not answers.
+        shape=Shape(call=("final_number_exact_match", 0, 1)),
+    ),
 ]
 
 
