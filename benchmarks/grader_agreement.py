@@ -10,7 +10,7 @@ on real models' replies.
   the harness that graded them, its ``math_equal`` (math-verify reads their bare gold
   answers boxed); ``agreement_strict_raw`` too;
 - ``zeroeval``: tests/reward/data/zeroeval_outputs.jsonl.gz, ZeroEval's stored JSON
-  replies of two instruct models on MATH level 5, without a verdict per reply: per
+  replies of three instruct models on MATH level 5, without a verdict per reply: per
   model, the accuracy (%) each grader gives them beside the accuracy ZeroEval published.
 
 Per set (and per half of ``checks``):

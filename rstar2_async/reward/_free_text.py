@@ -56,7 +56,7 @@ from ._spans import (
     words,
 )
 
-__all__ = ["TAIL_CHARS", "free_text_answer"]
+__all__ = ["TAIL_CHARS", "anchored_answer", "free_text_answer"]
 
 TAIL_CHARS = 8000
 """Free text is read in the response's last this many characters: the final answer
@@ -148,15 +148,23 @@ def free_text_answer(text: str) -> str | None:
     else the whole response if it is a bare answer, else the rightmost math span or
     number.  None when there is none of them."""
     text = text[-TAIL_CHARS:]
-    for anchor in reversed(list(_ANCHOR.finditer(text))):
-        if answer := _after_anchor(text, anchor.end()):
-            return answer
+    if answer := anchored_answer(text):
+        return answer
     if whole := _bare_answer(text):
         return whole
     text = _without_afterword(text)
     if not _VALUE_MARK.search(text, max(0, len(text) - _RUN_ON_CHARS)) or _looping(text):
         return None  # the response ran on past its last value, or loops to its end
     return _last_sentence_list(text) or last_value(text)
+
+
+def anchored_answer(text: str) -> str | None:
+    """The rightmost answer a response states in so many words ("The answer is 18",
+    ``#### 18``, "Réponse : 18"), or None."""
+    for anchor in reversed(list(_ANCHOR.finditer(text))):
+        if answer := _after_anchor(text, anchor.end()):
+            return answer
+    return None
 
 
 def _looping(text: str) -> bool:

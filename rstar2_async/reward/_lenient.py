@@ -13,6 +13,10 @@ grade leniently (`final_answer` with ``mode="lenient"``):
    last ``<answer>`` block first, or of a JSON reply's answer field, then of the
    whole response.
 
+A response that gives an answer and then writes the next prompt itself (a few-shot
+``Question:``, a chat's ``User:``, the evaluation's template again) is read up to that
+prompt in lenient mode; strict mode keeps rStar2's format, the last box.
+
 In both modes only the text after a reasoning model's last ``</think>`` is read (a
 box written while thinking is no answer, and a response cut off while thinking has
 none), a box holding prose (``\\boxed{The answer is 8}``) is read as free
@@ -28,7 +32,7 @@ import re
 
 from ._answer import answer_region, boxed_answers, extract_answer, last_answer_block
 from ._compare import GradingMode, answer_parts
-from ._free_text import TAIL_CHARS, free_text_answer
+from ._free_text import TAIL_CHARS, anchored_answer, free_text_answer
 from ._spans import LEADING_VAR, has_prose, statement_value
 
 __all__ = ["answer_in", "final_answer", "gold_answer", "readable"]
@@ -110,6 +114,47 @@ def answer_in(text: str, gold: str | None = None, *, mode: GradingMode = "strict
         boxed = extract_answer(text)
         return None if boxed is None else _inside_box(boxed)
     text = _BARE_FBOX.sub(r"\\\g<0>", _BARE_BOX.sub(r"\\\g<0>", text)).replace("\\beginboxed{", "\\boxed{")
+    return _lenient_answer(_before_next_prompt(text, gold), gold)
+
+
+# A model that does not stop may go on to write the next prompt itself, as few-shot
+# prompts and chat transcripts taught it ("Question:", "Problem 2:", "User:", the
+# instruction template's "## Instruction"), and answer that: its own answer comes
+# before.  A colon is asked for: "## Problem 2" may head a part of one answer.  The
+# line break opens the pattern, a literal the scan jumps to (3.6 times faster than
+# `^` in multiline mode on 60,000 characters); a prompt on the first line has no answer
+# before it anyway.
+_NEXT_PROMPT = re.compile(
+    r"\n(?:[ \t>*#]*(?:(?:question|problem)(?:[ \t]+\d+)?|human|user)[ \t*]*:|[ \t]*#{1,6}[ \t]*instruction\b)",
+    re.IGNORECASE,
+)
+_MAX_PROMPTS = 8
+"""Prompt lines tried, from the first: a response that restates its question opens with one."""
+
+
+def _before_next_prompt(text: str, gold: str | None) -> str:
+    """`text` up to the first line that opens a new prompt after the response stated
+    an answer (`_stated`), or all of it."""
+    for m in itertools.islice(_NEXT_PROMPT.finditer(text), _MAX_PROMPTS):
+        if _stated(head := text[: m.start()]) and _lenient_answer(head, gold) is not None:
+            return head
+    return text
+
+
+def _stated(text: str) -> bool:
+    """Whether `text` states an answer in so many words: a box, an ``<answer>`` block,
+    a JSON answer field or an anchored sentence.  A value its reasoning ends on is
+    not enough: a question restated mid-reasoning ("Question: what is asked?") is no
+    new prompt."""
+    return bool(
+        boxed_answers(text)
+        or last_answer_block(text) is not None
+        or _json_answer(text[-TAIL_CHARS:])
+        or anchored_answer(text[-TAIL_CHARS:])
+    )
+
+
+def _lenient_answer(text: str, gold: str | None) -> str | None:
     start, end = answer_region(text)
     boxes = boxed_answers(text[start:end])
     if not boxes:

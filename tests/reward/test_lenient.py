@@ -189,6 +189,47 @@ def test_a_response_that_loops_to_its_end_has_no_answer() -> None:
     assert len(turn) > 500 and score(turn * 3 + turn[:36], "50", mode="lenient") == 0.0
 
 
+# Phi-3-mini-4k-instruct on MATH (ZeroEval): its JSON answer, then a prompt of its own
+# making in the evaluation's template, which it goes on to answer or leaves as "___".
+_TEMPLATE = (
+    "\n\n## Instruction \n\nPlease answer this question by first reasoning and then providing your answer.\n"
+    'Present your reasoning and solution in the following json format. \n```json\n{\n    "reasoning": "___",\n'
+    '    "answer": "___"\n}\n```'
+)
+_REPLY = '```json\n{\n    "reasoning": "The product is $5 \\times (-3) = -15$.",\n    "answer": "-15"\n}\n```\n\n'
+
+
+@pytest.mark.parametrize(
+    ("response", "gold"),
+    [
+        (_REPLY + "## Question: \n\nWhat is the sum of all integer x with |x - 3| < 10?" + _TEMPLATE, "-15"),
+        (
+            _REPLY + "## Question: \n\nWhat is 2 + 3?" + _TEMPLATE + '\n\n## Solution:\n{"reasoning": "", "answer": "5"}',
+            "-15",
+        ),
+        # a base model's few-shot continuation (lm-evaluation-harness stops GSM8K at "Question:")
+        ("She makes 9 * 2 = 18 dollars. The answer is 18.\n\nQuestion: Tom has 3 apples and buys 4. The answer is 7.", "18"),
+        ("Minerva's way: Final Answer: The final answer is $6$.\n\nProblem:\nFind $x$ if $2x = 8$. ... $\\boxed{4}$", "6"),
+        ("So the area is $\\boxed{32}$.\n\nUser: Thanks! Now what is half of it?\nAssistant: $\\boxed{16}$", "32"),
+        ("She pays 3 * 4 = 12 dollars. The answer is 12.\nQuestion 2: A car goes 60 km/h for 2 h. The answer is 120.", "12"),
+        # a question restated after a value, but before any answer stated: no new prompt
+        ("**Problem:** Restated, we want $n$ with $n^2 < 30$.\n\nWe check: $5^2 = 25$, so $\\boxed{5}$.", "5"),
+        ("We found 3/8 before.\n\nQuestion: what is asked? Both red.\nSo it is $\\boxed{1/2}$.", "\\frac{1}{2}"),
+        ("## Problem 1\n$\\boxed{3}$\n\n## Problem 2\n$\\boxed{5}$", "5"),  # a heading without a colon: a part
+    ],
+)
+def test_an_answer_before_a_prompt_the_model_wrote_itself_is_its_answer(response: str, gold: str) -> None:
+    assert score(response, gold, mode="lenient") == 1.0
+    # strict mode, training's reward, keeps its format: the last box, wherever it stands
+    assert final_answer(response, mode="strict") == extract_answer(response)
+
+
+def test_a_reply_that_corrects_itself_is_read_at_its_correction() -> None:
+    # yi-large-preview on GSM8K (ZeroEval): a JSON reply, then an apology and a new one
+    first = '```json\n{"reasoning": "16 * 3 = 48", "answer": "234"}\n```\n\nApologies for the confusion. '
+    assert score(first + 'Corrected:\n```json\n{"reasoning": "...", "answer": 366}\n```', "366", mode="lenient") == 1.0
+
+
 def test_every_thinking_tag_holds_a_mark_the_quick_check_looks_for() -> None:
     # after_thinking looks for the tags only when one of these marks is in the text;
     # a tag added without a mark would be skipped in silence.

@@ -4,9 +4,9 @@ data/build_model_outputs.py):
 - data/model_outputs.jsonl.gz: Qwen2.5-Math's own example of its evaluation harness's
   output, 8 samples on each of 100 MATH problems, with the harness's verdicts; each
   verdict of ours that differs is listed with its reason in data/model_outputs_policy.json;
-- data/zeroeval_outputs.jsonl.gz: ZeroEval's stored JSON replies of two instruct models
-  on MATH level 5; lenient mode's accuracy on each model stays within a point of the
-  one ZeroEval published.
+- data/zeroeval_outputs.jsonl.gz: ZeroEval's stored JSON replies of three instruct
+  models on MATH level 5; lenient mode's accuracy on each model stays within a point
+  of the one ZeroEval published.
 
 Every verdict is held to data/model_outputs_verdicts.jsonl and
 data/zeroeval_outputs_verdicts.jsonl (rewrite them with ``python
@@ -52,7 +52,7 @@ def graded() -> dict[str, dict[str, bool]]:
 def test_the_set_is_eight_samples_of_a_hundred_problems_with_their_source() -> None:
     assert len(CASES) == 800 and len({c["source"]["line"] for c in CASES}) == 100
     assert all(c["source"]["commit"] and c["source"]["licence"] == "MIT" for c in CASES)
-    assert len(REPLIES) == 1442 and all(c["source"]["licence"] == "Apache-2.0" for c in REPLIES)
+    assert len(REPLIES) == 3 * 721 and all(c["source"]["licence"] == "Apache-2.0" for c in REPLIES)
     assert set(EXPECTED) == {c["id"] for c in CASES + REPLIES}, "rewrite the verdicts: a set changed"
 
 
@@ -74,6 +74,8 @@ def test_where_we_differ_from_the_harness_the_case_is_listed(graded: dict[str, d
 def test_lenient_accuracy_on_each_model_is_the_published_one_within_a_point(
     graded: dict[str, dict[str, bool]],
 ) -> None:
+    # Phi-3-mini-4k-instruct's answers are followed by questions of its own making:
+    # before lenient mode read a reply up to such a question, it was 5.5 points below.
     for model in {c["model"] for c in REPLIES}:
         mine = [c for c in REPLIES if c["model"] == model]
         accuracy = 100 * sum(graded[c["id"]]["lenient"] for c in mine) / len(mine)

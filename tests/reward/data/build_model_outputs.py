@@ -8,13 +8,15 @@ to hold our grader to, on text no test wrote.
   numbers) as ``label``.  ``gold`` is the data set's answer, as a user grades against
   it; ``harness_gold`` is the harness's own reading of it (``4:30p..`` for
   ``\\text{4:30 p.m.}``), which its verdict was reached against.
-- zeroeval_outputs: ZeroEval's stored replies (Apache-2.0) of two instruct models on
+- zeroeval_outputs: ZeroEval's stored replies (Apache-2.0) of three instruct models on
   its MATH level-5 set (721 problems each), asked for a JSON reply with an ``answer``
   field, and ZeroEval's published accuracy of each model (``published_accuracy``, from
   its summary at the same commit).  No verdict per reply is published: the set holds
-  our verdicts steady and our accuracy to theirs.  The two models are the ones whose
+  our verdicts steady and our accuracy to theirs.  The models are the ones whose
   replies are least tidy: Llama-3-8B-Instruct's (cut-off loops, answers outside the
-  JSON) and gemma-2-9b-it's (empty answer fields, pages of blank lines).
+  JSON), gemma-2-9b-it's (empty answer fields, pages of blank lines) and
+  Phi-3-mini-4k-instruct's (after its answer, a next question of its own making in the
+  prompt's template, often answered too).
 
 Run from the repository root after fetching both repositories at the commits below
 into ``/work/.mirror/OWNER+NAME/repo`` (or ``--mirror``)::
@@ -46,7 +48,7 @@ ZEROEVAL = {
     "commit": "8c1485edf12c6efb5f69135a562927c5ad484059",
     "licence": "Apache-2.0",
 }
-ZEROEVAL_MODELS = ("Meta-Llama-3-8B-Instruct", "gemma-2-9b-it")
+ZEROEVAL_MODELS = ("Meta-Llama-3-8B-Instruct", "gemma-2-9b-it", "Phi-3-mini-4k-instruct")
 
 
 def _show(mirror: Path, source: dict, path: str) -> str:
