@@ -146,6 +146,8 @@ def _same(a: str, b: str, tolerant: bool) -> bool:
     """`a` (the answer) is `b` (the gold); `tolerant`: lenient mode's numbers."""
     if a == b:
         return True
+    if (times := same_time(a, b)) is not None:
+        return times
     x, y = to_number(a), to_number(b)
     if x is not None or y is not None:
         return x is not None and y is not None and (x == y or (tolerant and _close(x, y, a, b)))
@@ -201,6 +203,8 @@ def answers_match(pred: str, gold: str, *, mode: GradingMode = "strict") -> bool
         p, g = numeral(p), numeral(g)
     if _same(p, g, tolerant) or _decimal_comma(p, g) or _decimal_comma(g, p):
         return True
+    if tolerant and (_on_the_hour(p, g) or _on_the_hour(g, p)):  # GSM8K's `2` for `2:00 pm`
+        return True
     # An inequality is read as the interval it describes; two inequalities must also
     # name the same variable (`y > 2` is not `x > 2`).
     ip, ig = as_interval(p), as_interval(g)
@@ -209,6 +213,31 @@ def answers_match(pred: str, gold: str, *, mode: GradingMode = "strict") -> bool
     if ip or ig:
         return _same(ip[1] if ip else p, ig[1] if ig else g, tolerant)
     return False
+
+
+_TIME = re.compile(r"(\d{1,2}):(\d{2})(h?)")
+
+
+def _hours(hour: int, known: bool) -> set[int]:
+    """The hours of the 24-hour clock an hour may be: itself when its half of the day
+    is known, else both halves (``2`` is 2:00 or 14:00)."""
+    return {hour % 24} if known or not 1 <= hour <= 12 else {hour % 12, hour % 12 + 12}
+
+
+def same_time(a: str, b: str) -> bool | None:
+    """Whether two canonical times of day (``_normalise``'s ``20:34h``, ``1:30``) can
+    be the same time; None unless both are times."""
+    if not ((ma := _TIME.fullmatch(a)) and (mb := _TIME.fullmatch(b))):
+        return None
+    return ma[2] == mb[2] and bool(_hours(int(ma[1]), bool(ma[3])) & _hours(int(mb[1]), bool(mb[3])))
+
+
+def _on_the_hour(time: str, number: str) -> bool:
+    """A time on the hour (``2:00 pm``) and the bare hour a data set gives for it
+    (GSM8K's gold ``2``; ``14`` is no ``2:00 am``)."""
+    if not ((m := _TIME.fullmatch(time)) and m[2] == "00" and INTEGER.fullmatch(number)):
+        return False
+    return bool(_hours(int(m[1]), bool(m[3])) & _hours(int(number), False))
 
 
 EQUALS = re.compile(r"(?<![<>!\\])=")

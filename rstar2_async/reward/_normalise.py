@@ -26,7 +26,8 @@ math-verify tends to miss or that need no symbolic algebra at all:
   condition's interval; see ``_compare``);
 - matrices: ``pmatrix``, ``bmatrix``, ``matrix``, ``array`` (in any brackets) and a
   list of rows ``[[1, 2], [3, 4]]`` are one form, compared cell by cell;
-- a time with zero seconds (``20:34:00``) is the minute (``20:34``); an ordinal
+- a time of day is the 24-hour clock's (``8:34 p.m.`` and ``20:34:00`` are ``20:34h``,
+  ``2 pm`` is ``14:00h``; ``1:30`` may be either half of the day); an ordinal
   (``12^{\\text{th}}``) is its number; a choice with its value (``\\textbf{(C)}\\ 12``)
   is the choice; "all real numbers" is ``\\mathbb{R}``;
 - relations: ``\\neq``/``\\ne``/``≠`` are ``!=``, ``\\leq``/``≤`` ``<=``, ``\\geq``/``≥`` ``>=``;
@@ -168,7 +169,10 @@ _INFINITY = re.compile(r"\+?\\inf(?:ty)?(?![a-zA-Z])")
 # `(C)`, or `\textbf{(C)}\ 12`: the choice with its value, but not `(A), (B)` or `(A)(B)`.
 _CHOICE = re.compile(r"^\(([A-Za-z])\)$|^\(([A-E])\)(?![,;])(?!.*\([A-E]\))(?=.)")
 _ROW_LIST = re.compile(r"\[(\[[^\[\]]*\](?:,\[[^\[\]]*\])*)\]")
-_TIME_SECONDS = re.compile(r"(\d{1,2}:\d{2}):00")
+# A time of day: minutes, seconds that are zero, a 12-hour clock's am/pm (`8:34 P.M.`,
+# `2pm`, `\text{4:30 p.m.}`).
+_CLOCK = re.compile(r"(\d{1,2})(?::(\d{2})(?::00)?)?\s*(?:([ap])\.?\s*m\.?)?", re.IGNORECASE)
+_CLOCK_HINT = re.compile(r"\d\s*(?::\d|[ap]\.?\s*m)", re.IGNORECASE)
 
 
 _PYTHON_POWER = re.compile(r"(?<=[\w)\]}])\*\*(?=[\w(\[{+-])")
@@ -249,6 +253,7 @@ def normalize_answer(text: str) -> str:
     s = _ORDINAL.sub("", s)
     s = _PERCENT.sub("", s)
     s = _FRAC_ALIASES.sub(r"\\frac", s).strip()
+    s = _clock(s)  # before units: `pm` is none
     # Units go before `\text{}` is unwrapped, while they can still be told apart
     # from a text answer such as `\text{Evelyn}`.
     qualified = QUALIFIER.search(s) or _OR.search(s)  # `2 \text{ or more}` keeps its words
@@ -282,11 +287,28 @@ def normalize_answer(text: str) -> str:
         s = m[1]
     elif m := _ROW_LIST.fullmatch(s):
         s = _rows_as_matrix(m[1])
-    if m := _TIME_SECONDS.fullmatch(s):
-        s = m[1]
     if m := _FRENCH_INTERVAL.fullmatch(s):  # `]a,b[` is `(a,b)`, `[a,b[` is `[a,b)`
         s = ("[" if m[1] == "[" else "(") + m[2] + ("]" if m[3] == "]" else ")")
     return s
+
+
+def _clock(s: str) -> str:
+    """A time of day: ``H:MMh`` when its half of the day is known (``8:34 p.m.``,
+    ``20:34:00`` and ``20:34`` are ``20:34h``, ``2 pm`` is ``14:00h``, ``08:34`` is
+    ``8:34h``), ``H:MM`` when it is not (``1:30``: either half, see
+    ``_compare.same_time``); anything else unchanged.  The ``h`` is no unit: one letter."""
+    if not _CLOCK_HINT.search(s) or not (m := _CLOCK.fullmatch(_unwrap_text(s).strip().rstrip(".").strip())):
+        return s
+    if m[2] is None and m[3] is None:
+        return s  # a bare number
+    hour, minute = int(m[1]), m[2] or "00"
+    if m[3] is not None:
+        if not 1 <= hour <= 12:
+            return s
+        hour = hour % 12 + (12 if m[3] in "pP" else 0)
+    elif 1 <= hour <= 12 and not m[1].startswith("0"):
+        return f"{hour}:{minute}" if int(minute) < 60 else s
+    return f"{hour}:{minute}h" if hour < 24 and int(minute) < 60 else s
 
 
 def _rows_as_matrix(rows: str) -> str:

@@ -54,8 +54,10 @@ _NUMBER = re.compile(
 )
 # A tuple or interval of plain numbers written in prose: "the center is at (1, -2)".
 _TUPLE = re.compile(r"(?<![\w\\])[(\[]\s*[-+]?\d+(?:\.\d+)?(?:\s*,\s*[-+]?\d+(?:\.\d+)?){1,7}\s*[)\]]")
-VALUE = re.compile(f"{_TUPLE.pattern}|{_NUMBER.pattern}")
-"""A number, or a tuple of numbers."""
+# A time of day in prose, "at 2:00 pm", read whole: not its minutes.
+_CLOCK = r"(?<![\w:.,])\d{1,2}:\d{2}(?::\d{2})?(?:\s?[aApP]\.?\s?[mM](?![a-zA-Z])\.?)?(?![\d:])"
+VALUE = re.compile(f"{_CLOCK}|{_TUPLE.pattern}|{_NUMBER.pattern}")
+"""A time of day, a number, or a tuple of numbers."""
 _NEGATED = re.compile(
     r"(?:\b(?:not|nicht|не|não|non|pas)(?:\s+(?:é|è|es|est|ist|sono|são))?|n't|\\neq?|≠|不是|并非|而非)\s*\$?\s*$",
     re.IGNORECASE,

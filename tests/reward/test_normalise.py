@@ -85,7 +85,13 @@ SAME = [
     ("The end.", "The end"),
     ("€1,000.99", "1000.99"),  # a currency sign before the number
     ("£12", "12"),
-    ("1:30 PM", "1:30"),
+    ("1:30 PM", "1:30"),  # a time written without am/pm may be either half of the day
+    # a time of day on the 24-hour clock (Qwen2.5-Math's harness refused the first)
+    ("4:30 \\text{ p.m.}", "\\text{4:30 p.m.}"),
+    ("8:34 P.M.", "20:34"),
+    ("2pm", "14:00:00"),
+    ("12 a.m.", "00:00"),
+    ("8:34", "20:34"),
     # tuples, intervals, sets, lists, unions
     (r"\langle 1, -2, 3 \rangle", "(1,-2,3)"),  # a vector in angle brackets
     (r"\text{all real numbers}", r"\mathbb{R}"),
@@ -171,6 +177,11 @@ SAME = [
 ]
 
 DIFFERENT = [
+    ("2:00 am", "14:00"),  # a time whose half of the day is known
+    ("08:34", "20:34"),  # a leading zero: the 24-hour clock
+    ("1:30 a.m.", "1:30 p.m."),
+    ("12:00", "1:00"),
+    ("2:00 pm", "2"),  # a time is no number, but for lenient mode's hour (below)
     ("1", "2"),
     ("1 1/2", "11/2"),  # the space was once dropped, making 11/2 of it
     ("2.5 \\times 10^{-3}", "0.025"),
@@ -297,6 +308,12 @@ def test_lenient_numbers_within_the_fields_tolerance(pred: str, gold: str, lenie
         ("[1, 2]", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", True),  # brackets too, as math-verify reads them
         ("[2, 1]", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", False),
         ("(1, 2, 3, 4)", "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}", False),  # nor a 2x2 matrix
+        # a time on the hour and the bare hour a data set gives for it (GSM8K's gold 2)
+        ("2:00 pm", "2", True),
+        ("\\text{2 p.m.}", "14", True),
+        ("2:00 am", "14", False),
+        ("2:30 pm", "2", False),
+        ("3:00 pm", "2", False),
     ],
 )
 def test_lenient_reads_numbers_and_vectors_as_written(pred: str, gold: str, lenient: bool) -> None:
