@@ -259,7 +259,8 @@ def normalize_answer(text: str) -> str:
     qualified = QUALIFIER.search(s) or _OR.search(s)  # `2 \text{ or more}` keeps its words
     while not qualified and (m := _UNIT_TAIL_TEXT.match(s)) and any(c.isdigit() for c in m["head"]):
         s = m["head"].strip()
-    s = _unwrap_text(s).strip().rstrip(".").strip()
+    # Unwrapped, `\text{answer: 12}` (a box holding the whole sentence) loses its label too.
+    s = _ANSWER_PREFIX.sub("", _unwrap_text(s).strip().rstrip(".").strip(), count=1)
     # After unwrapping, so `\text{5 cm}` loses its unit too (`\text{Evelyn}` has no number).
     if not qualified and (m := _UNIT_TAIL_WORDS.match(s)):
         s = m["head"]

@@ -85,6 +85,8 @@ SAME = [
     ("The end.", "The end"),
     ("€1,000.99", "1000.99"),  # a currency sign before the number
     ("£12", "12"),
+    ("\\text{answer: 12}", "12"),  # Phi-3.5-mini on MATH (ZeroEval): $$\boxed{\text{answer: 12}}$$
+    ("\\textbf{Answer: 12}", "12"),
     ("1:30 PM", "1:30"),  # a time written without am/pm may be either half of the day
     # a time of day on the 24-hour clock (Qwen2.5-Math's harness refused the first)
     ("4:30 \\text{ p.m.}", "\\text{4:30 p.m.}"),
