@@ -127,3 +127,7 @@ def browser(profile: Path, width: int = 1280, height: int = 900) -> Iterator[Pag
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        # Terminated, Chromium leaves its singleton socket's directory in /tmp
+        # (org.chromium.Chromium.*, one a run); the profile links to the socket.
+        if (link := profile / "SingletonSocket").is_symlink():
+            shutil.rmtree(Path(os.readlink(link)).parent, ignore_errors=True)
