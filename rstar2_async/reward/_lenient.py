@@ -260,7 +260,8 @@ def _json_answer(text: str) -> str | None:
     if not fields:
         return None
     m = fields[-1]
-    return (m[2].replace('\\"', '"') if m[2] is not None else m[3] if m[3] is not None else m[4]).strip()
+    value = m[2].replace('\\"', '"') if m[2] is not None else m[3] if m[3] is not None else m[4]
+    return value.strip().removeprefix('"').removesuffix('"').strip()  # quoted twice: "\"€77\""
 
 
 def gold_answer(gold: str) -> str:

@@ -149,8 +149,11 @@ _UNIT_TAIL_TEXT = re.compile(
     r"(?:\s*\^\s*\{?\d\}?)?\s*$"
 )
 _OR = re.compile(r"\bor\b", re.IGNORECASE)
+# A unit may hold a slash (`72 Mb/h`, `60 km/h`); a one-letter unit before it only
+# after a space and if it is one (`5 m/s`, `2 g/L`; `5 x/y` is math).
 _UNIT_TAIL_WORDS = re.compile(
-    r"^(?P<head>[-+]?[\d.,/:]*\d)\s*(?!pi\b)[a-zA-Z]{2,}(?:\s+[a-zA-Z]+)*(?:\s*\^\s*\{?\d\}?)?\s*\.?$"
+    r"^(?P<head>[-+]?[\d.,/:]*\d)(?:\s*(?!pi\b)[a-zA-Z]{2,}(?:/[a-zA-Z]{1,4})?|\s+[mgsLNJWVAK]/[a-zA-Z]{1,4})"
+    r"(?:\s+[a-zA-Z]+)*(?:\s*\^\s*\{?\d\}?)?\s*\.?$"
 )
 _TRAILING_VARIABLE = re.compile(r"([^a-zA-Z=<>!]*[0-9][^a-zA-Z=<>!]*)=\s*[a-zA-Z](?:_\{?\w+\}?)?\s*")
 FUNCTION_COMMANDS = r"(?:arc)?(?:sin|cos|tan|cot|sec|csc)h?|log|ln|lg|exp|det"

@@ -512,6 +512,8 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("\\beginboxed{8\\sqrt{6}}", "8\\sqrt{6}", 0.0, 1.0),  # lenient reads a box glued to \\begin
         ("The answer is greater than 42.", "42", 0.0, 0.0),
         ("The answer is at least 42.", "\\text{at least } 42", 0.0, 1.0),
+        # yi-large-preview on GSM8K (ZeroEval): a JSON answer field quoted twice
+        ('{"answer": "\\"€1500 - €1423 = €77\\""}', "77", 0.0, 1.0),
         # a time of day, read whole (not its minutes) and on the 24-hour clock
         ("Jordan can start at 2:00 pm at the latest.", "2", 0.0, 1.0),  # GSM8K's gold for it
         ("They arrive at 4:30 p.m.", "\\text{4:30 p.m.}", 0.0, 1.0),

@@ -85,6 +85,9 @@ SAME = [
     ("The end.", "The end"),
     ("€1,000.99", "1000.99"),  # a currency sign before the number
     ("£12", "12"),
+    ("72 Mb/h", "72"),  # claude-3-haiku on GSM8K (ZeroEval); a unit with a slash
+    ("5 m/s", "5"),
+    ("60km/h", "60"),
     ("\\text{answer: 12}", "12"),  # Phi-3.5-mini on MATH (ZeroEval): $$\boxed{\text{answer: 12}}$$
     ("\\textbf{Answer: 12}", "12"),
     ("1:30 PM", "1:30"),  # a time written without am/pm may be either half of the day
@@ -179,6 +182,7 @@ SAME = [
 ]
 
 DIFFERENT = [
+    ("5 x/y", "5"),  # no unit: math
     ("2:00 am", "14:00"),  # a time whose half of the day is known
     ("08:34", "20:34"),  # a leading zero: the 24-hour clock
     ("1:30 a.m.", "1:30 p.m."),
