@@ -165,6 +165,7 @@ def test_unknown_mode_is_refused() -> None:
 
 def test_free_text_extraction_is_bounded_on_degenerate_responses() -> None:
     degenerate = ["\\[" * 100_000, "$" * 100_000, "answer is " * 50_000, "1, " * 100_000, "$$ x" * 50_000]
+    degenerate += ["Question: x\n" * 50_000, "The answer is 1.\nUser: " * 50_000]  # prompts it wrote itself
     start = time.perf_counter()
     for text in degenerate:
         final_answer(text, "1, 2", mode="lenient")
