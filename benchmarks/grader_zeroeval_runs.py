@@ -35,10 +35,13 @@ WIDEST = 5
 """How many of the widest gaps each task reports."""
 
 
+def git(repo: Path, *args: str) -> str:
+    """The output of a git command on the fetched repository."""
+    return subprocess.run(["git", f"--git-dir={repo}", *args], capture_output=True, text=True, check=True).stdout
+
+
 def show(repo: Path, path: str) -> str:
-    return subprocess.run(
-        ["git", f"--git-dir={repo}", "show", f"HEAD:{path}"], capture_output=True, text=True, check=True
-    ).stdout
+    return git(repo, "show", f"HEAD:{path}")
 
 
 def grade_run(items: list[dict]) -> dict:
@@ -81,12 +84,7 @@ def main() -> None:
         published = {
             r["Model"]: float(r["Acc"]) for r in json.loads(show(args.repo, f"result_dirs/{task}.summary.json"))
         }
-        names = subprocess.run(
-            ["git", f"--git-dir={args.repo}", "ls-tree", "--name-only", f"HEAD:result_dirs/{task}"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
+        names = git(args.repo, "ls-tree", "--name-only", f"HEAD:result_dirs/{task}").split()
         runs, absent = {}, []
         for name in sorted(n for n in names if n.endswith(".json")):
             model = name.removesuffix(".json")

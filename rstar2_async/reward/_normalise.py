@@ -263,7 +263,7 @@ def normalize_answer(text: str) -> str:
     while not qualified and (m := _UNIT_TAIL_TEXT.match(s)) and any(c.isdigit() for c in m["head"]):
         s = m["head"].strip()
     # Unwrapped, `\text{answer: 12}` (a box holding the whole sentence) loses its label too.
-    s = _ANSWER_PREFIX.sub("", _unwrap_text(s).strip().rstrip(".").strip(), count=1)
+    s = _ANSWER_PREFIX.sub("", _unwrapped(s), count=1)
     # After unwrapping, so `\text{5 cm}` loses its unit too (`\text{Evelyn}` has no number).
     if not qualified and (m := _UNIT_TAIL_WORDS.match(s)):
         s = m["head"]
@@ -301,7 +301,7 @@ def _clock(s: str) -> str:
     ``20:34:00`` and ``20:34`` are ``20:34h``, ``2 pm`` is ``14:00h``, ``08:34`` is
     ``8:34h``), ``H:MM`` when it is not (``1:30``: either half, see
     ``_compare.same_time``); anything else unchanged.  The ``h`` is no unit: one letter."""
-    if not _CLOCK_HINT.search(s) or not (m := _CLOCK.fullmatch(_unwrap_text(s).strip().rstrip(".").strip())):
+    if not _CLOCK_HINT.search(s) or not (m := _CLOCK.fullmatch(_unwrapped(s))):
         return s
     if m[2] is None and m[3] is None:
         return s  # a bare number
@@ -310,9 +310,10 @@ def _clock(s: str) -> str:
         if not 1 <= hour <= 12:
             return s
         hour = hour % 12 + (12 if m[3] in "pP" else 0)
-    elif 1 <= hour <= 12 and not m[1].startswith("0"):
-        return f"{hour}:{minute}" if int(minute) < 60 else s
-    return f"{hour}:{minute}h" if hour < 24 and int(minute) < 60 else s
+    if hour > 23 or int(minute) > 59:
+        return s
+    known = m[3] is not None or not 1 <= hour <= 12 or m[1].startswith("0")
+    return f"{hour}:{minute}" + ("h" if known else "")
 
 
 def _rows_as_matrix(rows: str) -> str:
@@ -355,6 +356,11 @@ def _unwrap_boxed(s: str) -> str:
             break
         s = s[m.end() : end].strip()
     return s
+
+
+def _unwrapped(s: str) -> str:
+    """`s` with its `\\text{}` unwrapped, without a final period."""
+    return _unwrap_text(s).strip().rstrip(".").strip()
 
 
 def _unwrap_text(s: str) -> str:
