@@ -24,11 +24,11 @@ from ._normalise import MAX_ANSWER_CHARS, normalize_answer
 from ._numbers import INTEGER, numeral, to_number
 
 __all__ = [
-    "EQUALS",
     "LENIENT_REL_TOL",
     "GradingMode",
     "answer_parts",
     "answers_match",
+    "equation_sides",
     "false_equation",
     "rel_tolerance",
 ]
@@ -240,12 +240,34 @@ def _on_the_hour(time: str, number: str) -> bool:
     return bool(_hours(int(m[1]), bool(m[3])) & _hours(int(number), False))
 
 
-EQUALS = re.compile(r"(?<![<>!\\])=")
+_EQUALS = re.compile(r"(?<![<>!\\])=")
 """An ``=`` that is not part of ``<=``, ``>=``, ``!=`` or ``\\=``."""
+_BRACE_OR_EQUALS = re.compile(rf"\\[{{}}]|[{{}}]|{_EQUALS.pattern}")
+
+
+def equation_sides(content: str) -> list[str]:
+    """The sides of an equation or chain: `content` split at each `_EQUALS` outside
+    braces.  The ``=`` of a bound (``\\sum_{k=0}^{n}``) or a subscript
+    (``a_{i=1}``) ends no side: split there, ``F_n = \\sum_{k=0} F_k`` was read as
+    the value ``0} F_k``."""
+    if "{" not in content:
+        return _EQUALS.split(content)
+    sides, depth, start = [], 0, 0
+    for m in _BRACE_OR_EQUALS.finditer(content):
+        if m[0] == "{":
+            depth += 1
+        elif m[0] == "}":
+            depth = max(depth - 1, 0)
+        elif m[0] == "=" and depth == 0:
+            sides.append(content[start : m.start()])
+            start = m.end()
+    return [*sides, content[start:]]
+
+
 _BARE_NUMBER = re.compile(r"\s*[-+]?(?:\d+(?:\.\d+)?|\d+\s*/\s*\d+|\\[dt]?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\})\s*")
 
 
-_LINKS = re.compile(rf"{EQUALS.pattern}|\\(?:to|rightarrow|longrightarrow|Rightarrow|implies|iff|mapsto)(?![a-zA-Z])")
+_LINKS = re.compile(rf"{_EQUALS.pattern}|\\(?:to|rightarrow|longrightarrow|Rightarrow|implies|iff|mapsto)(?![a-zA-Z])")
 """What joins the links of a chain a value is read from: ``=``, and the arrows
 math-verify's boxed reading passes over to their right side (``1 \\implies 2``).  Not
 ``\\equiv`` (``17 \\equiv 2`` is a remainder), nor ``\\approx`` or ``\\sim``: a

@@ -35,15 +35,16 @@ from ._compare import GradingMode, answer_parts
 from ._free_text import TAIL_CHARS, anchored_answer, free_text_answer
 from ._spans import LEADING_VAR, has_prose, statement_value
 
-__all__ = ["answer_in", "final_answer", "gold_answer", "readable"]
+__all__ = ["answer_box", "answer_in", "final_answer", "gold_answer", "readable"]
 
 # Chat templates' special tokens as a stored transcript spells them: ChatML and
 # Llama 3's `<|...|>`, DeepSeek's `<｜...｜>`, and the SentencePiece and Gemma ends.
 _END_TOKENS = re.compile(r"<\|[A-Za-z0-9_.\-]{1,40}\|>|<｜[^｜<>\n]{1,40}｜>|</s>|<eos>|<(?:end|start)_of_turn>")
 # Between two boxes of one multi-part answer: punctuation, "and", labels such as
-# "(b)" or `\text{ for part (a) and }`, never a digit or another sentence.
+# "(b)" or `\text{ for part (a) and }`, math delimiters (`\) and \(`), never a digit
+# or another sentence.
 _BOX_GAP = re.compile(
-    r"(?:[\s$,;.&]|\\[,;! ]|\\quad|\\text\{[a-zA-Z\s(),]*\}|\b(?:and|or|for|part|in)\b|\(\s*[a-z]\s*\)"
+    r"(?:[\s$,;.&]|\\[,;! ()\[\]]|\\quad|\\text\{[a-zA-Z\s(),]*\}|\b(?:and|or|for|part|in)\b|\(\s*[a-z]\s*\)"
     r"|\b[a-zA-Z](?:_\{?\w+\}?)?\s*=|\*\*)*"
 )
 _DIGIT = re.compile(r"\d")
@@ -159,7 +160,34 @@ def _lenient_answer(text: str, gold: str | None) -> str | None:
     boxes = boxed_answers(text[start:end])
     if not boxes:
         return _free_text(text)
+    if stated := _final_statement(text[start + boxes[-1][2] : end]):
+        return stated
     return _several_boxes(text[start:end], boxes, gold) or _inside_box(boxes[-1][0])
+
+
+def answer_box(text: str, mode: GradingMode) -> str | None:
+    """The box a mode takes the answer from, as written: `extract_answer`'s, but in
+    lenient mode none when a final answer is stated after it (`_final_statement`)."""
+    if mode == "lenient":
+        start, end = answer_region(text)
+        boxes = boxed_answers(text[start:end])
+        if boxes and _final_statement(text[start + boxes[-1][2] : end]):
+            return None
+    return extract_answer(text)
+
+
+_FINAL = re.compile(r"\bfinal\s+answer\b", re.IGNORECASE)
+
+
+def _final_statement(tail: str) -> str | None:
+    """The value a response states as its final answer after its last box, in so many
+    words ("Final Answer: The final answer is $10,455$", Minerva's format): the boxes
+    before it were steps (``\\boxed{200}`` of interest on the way).  Prose there ("The
+    final answer is above") leaves the box the answer."""
+    if not _FINAL.search(tail[-TAIL_CHARS:]):
+        return None
+    answer = anchored_answer(tail[-TAIL_CHARS:])
+    return answer if answer and not has_prose(answer) else None
 
 
 _BARE_BOX = re.compile(r"boxed(?=\{)(?<![\\a-zA-Z]boxed)")
@@ -268,17 +296,41 @@ def gold_answer(gold: str) -> str:
     """The gold answer itself.  A gold written with boxes (``\\boxed{24}``, a worked
     solution) is its last box, or all its boxes as one list when nothing but
     punctuation, "and" and "or" stands between them (``\\(\\boxed{1}\\) and
-    \\(\\boxed{-2}\\)``)."""
+    \\(\\boxed{-2}\\)``), or when the gold is one short phrase that labels its boxes
+    (``\\boxed{1} papers and \\boxed{2} bins``)."""
     gold = restore_escapes(gold)
     if "\\boxed" not in gold and "\\fbox" not in gold:
         return gold
     boxes = boxed_answers(gold)
     if not boxes:
         return gold
-    gaps = (_GOLD_GAP_WORDS.sub(" ", gold[end:start]) for (_, _, end), (_, start, _) in itertools.pairwise(boxes))
-    if len(boxes) > 1 and not any(_LETTER.search(gap) for gap in gaps):
+    gaps = [gold[end:start] for (_, _, end), (_, start, _) in itertools.pairwise(boxes)]
+    if len(boxes) > 1 and (
+        not any(_LETTER.search(_GOLD_GAP_WORDS.sub(" ", gap)) for gap in gaps) or _labelled(gold, boxes, gaps)
+    ):
         return ", ".join(content for content, _, _ in boxes)
     return boxes[-1][0]
+
+
+_SENTENCE_END = re.compile(r"[.;:!?](?!\d)|\n")
+_WORDS = re.compile(r"[^\W\d_]+")
+_MAX_PHRASE = 80
+"""Most characters of a gold outside its boxes for its words to label them: a worked
+solution that boxes two values on its way is longer."""
+_MAX_LABEL_WORDS = 3
+"""Most words between two labelled boxes (``papers and``); Math-Verify's and lighteval's
+tests label golds with five or six (``\\boxed{1} no no no no no \\boxed{2}``) as their
+last box alone."""
+
+
+def _labelled(gold: str, boxes: list[tuple[str, int, int]], gaps: list[str]) -> bool:
+    """Whether a gold is one phrase whose words only label its boxes: short outside
+    them, and a few words between each two with no number and no sentence's end."""
+    outside = len(gold) - sum(end - start for _, start, end in boxes)
+    return outside <= _MAX_PHRASE and all(
+        len(_WORDS.findall(gap)) <= _MAX_LABEL_WORDS and not _DIGIT.search(gap) and not _SENTENCE_END.search(gap)
+        for gap in gaps
+    )
 
 
 def _several_boxes(text: str, boxes: list[tuple[str, int, int]], gold: str | None) -> str | None:

@@ -12,9 +12,8 @@ import os
 import re
 import threading
 
-from ._answer import extract_answer
-from ._compare import EQUALS, GradingMode, answers_match, false_equation, rel_tolerance
-from ._lenient import answer_in, gold_answer, readable
+from ._compare import GradingMode, answers_match, equation_sides, false_equation, rel_tolerance
+from ._lenient import answer_box, answer_in, gold_answer, readable
 from ._normalise import FUNCTION_COMMANDS, MAX_ANSWER_CHARS, QUALIFIER, TEXT_CMD, python_notation
 from ._spans import ALTERNATIVE
 from ._worker import GradeRequest, SyncWorker
@@ -37,7 +36,7 @@ def _unsolved(answer: str, gold: str) -> bool:
     """An equation whose left side is an expression in an unknown (``3x + 2 = 11``)
     does not answer a gold answer with no ``=``; math-verify would compare its right
     side (11) and accept it."""
-    sides = EQUALS.split(answer)
+    sides = equation_sides(answer)
     return len(sides) == 2 and "=" not in gold and bool(_UNKNOWN_EXPRESSION.match(_SUBSCRIPT.sub("", sides[0])))
 
 
@@ -49,7 +48,7 @@ def _other_function(answer: str, gold: str) -> bool:
     """``\\cos(x) = \\frac{42}{59}`` does not answer ``\\sin(x) = \\frac{42}{59}``: two
     equations whose left sides apply different functions; math-verify would compare
     their right sides only and accept it."""
-    a, g = EQUALS.split(answer), EQUALS.split(gold)
+    a, g = equation_sides(answer), equation_sides(gold)
     if len(a) != 2 or len(g) != 2 or not (_FUNCTION_LEFT.match(a[0]) or _FUNCTION_LEFT.match(g[0])):
         return False
     return _GROUPING.sub("", a[0]) != _GROUPING.sub("", g[0])
@@ -145,7 +144,7 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
     text = readable(response_text)
     answer = answer_in(text, gold, mode=mode)
     if len(given) <= MAX_ANSWER_CHARS and (
-        _same_text(extract_answer(text) or "", given) or (mode == "lenient" and _same_text(text, given))
+        _same_text(answer_box(text, mode) or "", given) or (mode == "lenient" and _same_text(text, given))
     ):
         return 1.0, given, given  # `odd $n$` for `odd $n$`, boxed or (lenient) not: nothing to read
     if answer is None or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from ._compare import EQUALS, false_equation
+from ._compare import equation_sides, false_equation
 from ._normalise import PYTHON_FUNCTIONS, PYTHON_MODULES, TEXT_CMD
 
 __all__ = [
@@ -35,22 +35,26 @@ __all__ = [
 ]
 
 # The math spans math-verify looks for; inline ones stay on one line.  An escaped
-# dollar (`\$36`) is text inside them.
+# dollar (`\$36`) is text inside them.  A parenthesis in prose that opens with a
+# LaTeX command (`(\frac{2}{5})`) is a `\(...\)` whose backslashes a renderer ate.
 SPANS = re.compile(
     r"\$\$(?P<d>(?:\\\$|[^$])+?)\$\$"
     r"|\\\[(?P<b>.+?)\\\]"
     r"|\\\((?P<p>[^\n]+?)\\\)"
-    r"|(?<![\\\d$])\$(?P<i>(?:\\\$|[^\n$])+?)(?<!\\)\$",
+    r"|(?<![\\\d$])\$(?P<i>(?:\\\$|[^\n$])+?)(?<!\\)\$"
+    r"|(?<![\\\w])\((?P<r>\s*\\(?!left|right|text)[a-zA-Z]+[^()\n]*)\)",
     re.DOTALL,
 )
 # A number: thousands groups (`1,000`, `1 000`), a decimal comma that cannot be one
 # (`2,74`), a point; with a percent sign, or a factor written onto it (`2\pi`,
-# `3\sqrt{2}`, `30^\circ`).
+# `3\sqrt{2}`, `30^\circ`), or before a metric unit written onto it (`1,000.99m²`,
+# `12kg`: the number without it).  Never the head of a longer number or power
+# (`1,000` of `1,000.99x`, `3` of `3²`).
 _NUMBER = re.compile(
     r"(?<![A-Za-z0-9_.^{\\])[-+]?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d{1,3}(?: \d{3})+(?![\d,-])"
     r"|\d+,\d{1,2}(?![\d,])|\d*\.\d+|\d+)"
-    r"(?:\.\d+)?(?:/\d+)?(?:\s*(?:%|\\%)|\\pi(?![a-zA-Z])|\\sqrt\{\d{1,6}\}|\\sqrt\d|\^\\circ|\^\{\\circ\}|°)?"
-    r"(?![A-Za-z0-9_^])"
+    r"(?:\.\d+)?(?:/\d+)?(?:(?:\s*(?:%|\\%)|\\pi(?![a-zA-Z])|\\sqrt\{\d{1,6}\}|\\sqrt\d|\^\\circ|\^\{\\circ\}|°)?"
+    r"(?![A-Za-z0-9_^²³]|\.\d)|(?=(?:[kcm]?m|[km]?g|m?[lL])[²³]?(?![A-Za-z0-9_^²³])))"
 )
 # A tuple or interval of plain numbers written in prose: "the center is at (1, -2)".
 _TUPLE = re.compile(r"(?<![\w\\])[(\[]\s*[-+]?\d+(?:\.\d+)?(?:\s*,\s*[-+]?\d+(?:\.\d+)?){1,7}\s*[)\]]")
@@ -148,7 +152,7 @@ def span_answer(m: re.Match[str]) -> str | None:
     """The contents of a math span; None for prose between two dollar signs (one
     word, ``$odd$``, is an answer)."""
     content = next(g for g in m.groups() if g is not None).strip()
-    if m["i"] is not None and has_prose(content) and not _ONE_WORD.fullmatch(content):
+    if (m["i"] is not None or m["r"] is not None) and has_prose(content) and not _ONE_WORD.fullmatch(content):
         return None
     return statement_value(content) or None
 
@@ -159,7 +163,7 @@ def statement_value(content: str) -> str:
     ``\\lim_{x \\to 0} ... = 1``, a determinant); an equation in an unknown such as
     ``5x - 7y + 4 = 0`` stays whole (``x = 5`` loses its ``x =`` in the comparer), and
     so do alternatives (``p = -1 \\text{ or } p = 2``, ``x = 1; y = 2``)."""
-    sides = EQUALS.split(content)
+    sides = equation_sides(content)
     alternatives = "," in content or ALTERNATIVE.search(_ENVIRONMENT_BODY.sub(" ", content))
     if not alternatives and (len(sides) > 2 or (len(sides) == 2 and _computes(sides[0]))):
         return content if false_equation(content) else sides[-1].strip()

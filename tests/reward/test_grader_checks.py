@@ -22,6 +22,7 @@ from rstar2_async.reward import Grader
 
 DATA = Path(__file__).parent / "data"
 CASES = [json.loads(line) for line in (DATA / "grader_checks.jsonl").open()]
+CASE_BY_ID = {c["id"]: c for c in CASES}
 EXPECTED = {v["id"]: v for v in map(json.loads, (DATA / "grader_checks_verdicts.jsonl").open())}
 POLICY = json.loads((DATA / "grader_checks_policy.json").read_text())
 GRADED = ("lenient_raw", "lenient_boxed", "strict_raw", "strict_boxed")
@@ -87,3 +88,15 @@ def test_where_math_verify_is_right_lenient_is_too_or_the_case_is_listed() -> No
     ]
     assert unlisted == []
     assert all(POLICY[i] for i in POLICY)
+
+
+def test_every_listed_case_still_needs_its_reason() -> None:
+    """A case the grader now judges as labelled leaves the list: a stale "known miss"
+    would hide that it was mended, and a stale policy a change of policy."""
+
+    def needed(i: str) -> bool:
+        label, v = CASE_BY_ID[i]["label"], EXPECTED[i]
+        lenient_behind = v["math_verify_raw"] == label != v["lenient_raw"]
+        return lenient_behind or (not label and (v["strict_raw"] or v["strict_boxed"]))
+
+    assert [i for i in POLICY if not needed(i)] == []

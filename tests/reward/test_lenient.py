@@ -113,6 +113,16 @@ FREE_TEXT = [
     ("The answer is probably 42.", "probably 42"),
     ("no numbers here", None),
     ("", None),
+    # a metric unit written onto its number; never the head of a longer number or a power
+    ("The plot measures 2,500.75m² in all.", "2,500.75"),
+    ("It weighs 12kg.", "12"),
+    ("The side is 4 and the area is 4².", "4"),
+    # a parenthesis that opens with a LaTeX command is `\\(...\\)` without its backslashes
+    ("答案：每人分到 (\\frac{3}{4}) 个。", "\\frac{3}{4}"),
+    ("So each gets (\\frac{3}{4}) of it.", "\\frac{3}{4}"),
+    ("The answer is 12 (\\text{see above}).", "12"),
+    # an equation whose bound holds an `=` is one equation, not a chain
+    ("$F_n = \\sum_{k=0}^{n-1} F_k$", "F_n = \\sum_{k=0}^{n-1} F_k"),
 ]
 
 
@@ -140,6 +150,8 @@ def test_free_text_answer(text: str, answer: str | None) -> None:
         ("So $x = \\boxed{2}$ and $y = \\boxed{-1}$.", "(2, -1)", "(2, -1)"),
         ("Therefore $\\boxed{x=2}$, $\\boxed{y=-1}$.", "(2,-1)", "(2, -1)"),
         ("<answer>\\boxed{24}</answer> Actually \\boxed{42} and \\boxed{1}", "42, 1", "24"),
+        # between inline math spans, named: `\\(a = \\boxed{4}\\) and \\(b = ...`
+        ("\\(a = \\boxed{4}\\) and \\(b = \\boxed{9}\\)", "4, 9", "4, 9"),
     ],
 )
 def test_several_boxes_for_a_multi_part_gold(text: str, gold: str, answer: str) -> None:
@@ -205,14 +217,26 @@ _REPLY = '```json\n{\n    "reasoning": "The product is $5 \\times (-3) = -15$.",
     [
         (_REPLY + "## Question: \n\nWhat is the sum of all integer x with |x - 3| < 10?" + _TEMPLATE, "-15"),
         (
-            _REPLY + "## Question: \n\nWhat is 2 + 3?" + _TEMPLATE + '\n\n## Solution:\n{"reasoning": "", "answer": "5"}',
+            _REPLY
+            + "## Question: \n\nWhat is 2 + 3?"
+            + _TEMPLATE
+            + '\n\n## Solution:\n{"reasoning": "", "answer": "5"}',
             "-15",
         ),
         # a base model's few-shot continuation (lm-evaluation-harness stops GSM8K at "Question:")
-        ("She makes 9 * 2 = 18 dollars. The answer is 18.\n\nQuestion: Tom has 3 apples and buys 4. The answer is 7.", "18"),
-        ("Minerva's way: Final Answer: The final answer is $6$.\n\nProblem:\nFind $x$ if $2x = 8$. ... $\\boxed{4}$", "6"),
+        (
+            "She makes 9 * 2 = 18 dollars. The answer is 18.\n\nQuestion: Tom has 3 apples and buys 4. The answer is 7.",
+            "18",
+        ),
+        (
+            "Minerva's way: Final Answer: The final answer is $6$.\n\nProblem:\nFind $x$ if $2x = 8$. ... $\\boxed{4}$",
+            "6",
+        ),
         ("So the area is $\\boxed{32}$.\n\nUser: Thanks! Now what is half of it?\nAssistant: $\\boxed{16}$", "32"),
-        ("She pays 3 * 4 = 12 dollars. The answer is 12.\nQuestion 2: A car goes 60 km/h for 2 h. The answer is 120.", "12"),
+        (
+            "She pays 3 * 4 = 12 dollars. The answer is 12.\nQuestion 2: A car goes 60 km/h for 2 h. The answer is 120.",
+            "12",
+        ),
         # a question restated after a value, but before any answer stated: no new prompt
         ("**Problem:** Restated, we want $n$ with $n^2 < 30$.\n\nWe check: $5^2 = 25$, so $\\boxed{5}$.", "5"),
         ("We found 3/8 before.\n\nQuestion: what is asked? Both red.\nSo it is $\\boxed{1/2}$.", "\\frac{1}{2}"),
@@ -520,6 +544,14 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("They arrive at 4:30 p.m.", "\\text{4:30 p.m.}", 0.0, 1.0),
         ("\\boxed{4:30 \\text{ p.m.}}", "\\text{4:30 p.m.}", 1.0, 1.0),
         ("They arrive at 4:30 a.m.", "\\text{4:30 p.m.}", 0.0, 0.0),
+        # the final answer stated after boxed steps (Minerva's format) is the answer
+        ("First \\boxed{12}, then \\boxed{30}. Final Answer: The final answer is $42$.", "42", 0.0, 1.0),
+        ("First \\boxed{12}, then \\boxed{30}. Final Answer: The final answer is $42$.", "30", 1.0, 0.0),
+        ("So \\boxed{30}. The final answer is the one above.", "30", 1.0, 1.0),
+        # a gold phrase that labels its boxes is all of them; a worked solution its last
+        ("\\boxed{3, 4}", "\\boxed{3} cats and \\boxed{4} dogs", 1.0, 1.0),
+        ("\\boxed{4}", "\\boxed{3} cats and \\boxed{4} dogs", 0.0, 0.0),
+        ("\\boxed{9}", "We first get \\boxed{5}. Then the total is \\boxed{9}.", 1.0, 1.0),
     ],
 )
 def test_score_in_both_modes(response: str, gold: str, strict: float, lenient: float) -> None:
