@@ -8,7 +8,9 @@ grade leniently (`final_answer` with ``mode="lenient"``):
 1. With boxes: the same box strict mode takes; but when the gold answer is a list of
    ``k`` parts and the response ends with ``k`` boxes in a row (``\\boxed{3}`` and
    ``\\boxed{5}``), those boxes, joined as a list; for a gold tuple of ``k`` parts,
-   joined as a tuple in their order (``x = \\boxed{2}``, ``y = \\boxed{3}`` is ``(2, 3)``).
+   joined as a tuple in their order (``x = \\boxed{2}``, ``y = \\boxed{3}`` is ``(2, 3)``);
+   and a final answer stated after the last box ("Final Answer: The final answer is
+   $42$") is the answer, the boxes before it steps on the way.
 2. Without a box, the answer is read from free text (``_free_text``): that of the
    last ``<answer>`` block first, or of a JSON reply's answer field, then of the
    whole response.
