@@ -67,6 +67,8 @@ _RUN_ON_CHARS = 2000
 answer: the response ran on (gemma-2-9b-it's 6,700 characters of blank lines after a
 ``√[5]{65536}``, read as 5)."""
 _VALUE_MARK = re.compile(r"\d|\$|\\[(\[]")  # in every number and math span: a cheap look for one
+# A parenthesis that opens with a LaTeX command: `\(...\)` whose backslashes were lost.
+_LATEX_PAREN = re.compile(r"\s*\(\s*\\[a-zA-Z]")
 # An anchor, then the answer right after it.  `answer` must be followed by a verb or
 # a colon, so "to answer this" anchors nothing.
 _ANCHOR = re.compile(
@@ -123,10 +125,10 @@ _NOT = re.compile(r"\s*(?:(?:not|n't|nicht|не|não|non|pas)\b(?!-)|不是|并�
 # "X ではなく Y", "X 가 아니라 Y": not X but Y (the negation follows the value it takes back).
 _NOT_BUT = re.compile(r"\s*(?:ではなく|じゃなく|[이가]?\s*아니라)\s*")
 # Where the answer after an anchor ends: a line break, a full stop (not a decimal
-# point), a semicolon, a comma before a word, an aside in parentheses (not math whose
-# `\(` lost its backslash: `(\frac{2}{5})`), or a word that starts an explanation.
+# point), a semicolon, a comma before a word, an aside in parentheses, or a word that
+# starts an explanation.
 _ANSWER_END = re.compile(
-    r"\n|\.(?!\w)|;|\?|。|；|？|，|而不是|而非|不是|(?<=\S)\s+\((?!\s*\\(?!left|right|text)[a-zA-Z])|,\s*(?=[a-zA-Z]{2})"
+    r"\n|\.(?!\w)|;|\?|。|；|？|，|而不是|而非|不是|(?<=\S)\s+\(|,\s*(?=[a-zA-Z]{2})"
     r"|\s(?:because|since|which|as|so|for|when|where|but|if|and\s+(?:so|thus|hence))\b",
     re.IGNORECASE,
 )
@@ -247,6 +249,8 @@ def _after_anchor(text: str, at: int) -> str | None:
     if _NOT.match(rest):  # "the answer is not 5"
         return None
     cut = _ANSWER_END.search(rest)
+    if cut and _LATEX_PAREN.match(rest, cut.start()) and not _VALUE_MARK.search(rest, 0, cut.start()):
+        cut = _ANSWER_END.search(rest, cut.end())  # "是 (\\frac{2}{5}) 吨": no aside, the value
     if cut and cut[0] in "?？":
         return None
     answer = (rest[: cut.start()] if cut else rest).strip().strip("*").strip()

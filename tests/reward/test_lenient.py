@@ -121,6 +121,7 @@ FREE_TEXT = [
     ("答案：每人分到 (\\frac{3}{4}) 个。", "\\frac{3}{4}"),
     ("So each gets (\\frac{3}{4}) of it.", "\\frac{3}{4}"),
     ("The answer is 12 (\\text{see above}).", "12"),
+    ("The answer is 22/7 (\\approx 3.14).", "22/7"),  # after a value, an aside still
     # an equation whose bound holds an `=` is one equation, not a chain
     ("$F_n = \\sum_{k=0}^{n-1} F_k$", "F_n = \\sum_{k=0}^{n-1} F_k"),
 ]
