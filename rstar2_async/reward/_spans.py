@@ -72,8 +72,11 @@ TEXT = re.compile(TEXT_CMD + r"\s*\{[^{}]*\}")
 _COMMAND = re.compile(r"\\[a-zA-Z]+")
 _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[a-zA-Z*]*\}")
 # A left side that computes a value: it starts with an operator that binds its own
-# variable, or has no letter but e and i.
-_BOUND = re.compile(r"\s*(?:\\(?:lim|sum|prod|int|iint|oint|det)(?![a-zA-Z])|\\begin\{vmatrix\})")
+# variable, or is a name whose subscript sets one (`S_{n=5}`), or has no letter but e and i.
+_BOUND = re.compile(
+    r"\s*(?:\\(?:lim|sum|prod|int|iint|oint|det)(?![a-zA-Z])|\\begin\{vmatrix\}"
+    r"|[a-zA-Z]_\{\s*[a-zA-Z]\s*=[^{}=]*\}\s*$)"
+)
 _FREE_LETTER = re.compile(r"[a-df-hj-zA-Z]")
 # Python's math names, which are no prose: `sqrt(2)`, `2*pi`.
 _PYTHON_MATH = re.compile(

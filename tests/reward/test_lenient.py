@@ -553,6 +553,9 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("\\boxed{3, 4}", "\\boxed{3} cats and \\boxed{4} dogs", 1.0, 1.0),
         ("\\boxed{4}", "\\boxed{3} cats and \\boxed{4} dogs", 0.0, 0.0),
         ("\\boxed{9}", "We first get \\boxed{5}. Then the total is \\boxed{9}.", 1.0, 1.0),
+        # an `=` in a subscript or bound ends no side; a name whose subscript sets a variable has a value
+        ("\\boxed{S_{n=5} = 15}", "15", 1.0, 1.0),
+        ("\\boxed{\\sum_{k=1}^{10} k = 55}", "55", 1.0, 1.0),
     ],
 )
 def test_score_in_both_modes(response: str, gold: str, strict: float, lenient: float) -> None:
