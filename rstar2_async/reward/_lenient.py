@@ -178,17 +178,22 @@ def answer_box(text: str, mode: GradingMode) -> str | None:
     return extract_answer(text)
 
 
-_FINAL = re.compile(r"\bfinal\s+answer\b", re.IGNORECASE)
+# A sentence that opens by stating the final answer: "Final Answer: ...", "Thus, the
+# final answer is ...", "**Final Answer:**"; not "let me double-check the final answer: ...".
+_FINAL = re.compile(
+    r"(?:^|(?<=[.!:])|\*\*)[ \t*]*(?:(?:so|thus|therefore|hence),?\s+)?(?:the\s+)?final\s+answer\b",
+    re.IGNORECASE | re.MULTILINE,
+)
 
 
 def _final_statement(tail: str) -> str | None:
-    """The value a response states as its final answer after its last box, in so many
-    words ("Final Answer: The final answer is $10,455$", Minerva's format): the boxes
-    before it were steps (``\\boxed{200}`` of interest on the way).  Prose there ("The
-    final answer is above") leaves the box the answer."""
-    if not _FINAL.search(tail[-TAIL_CHARS:]):
-        return None
-    answer = anchored_answer(tail[-TAIL_CHARS:])
+    """The value a response states as its final answer after its last box, in a
+    sentence of its own ("Final Answer: The final answer is $10,455$", Minerva's
+    format): the boxes before it were steps (``\\boxed{200}`` of interest on the way).
+    Prose there ("The final answer is above") leaves the box the answer."""
+    tail = tail[-TAIL_CHARS:]
+    finals = list(_FINAL.finditer(tail))
+    answer = anchored_answer(tail[finals[-1].start() :]) if finals else None
     return answer if answer and not has_prose(answer) else None
 
 

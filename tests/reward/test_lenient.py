@@ -549,6 +549,7 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("First \\boxed{12}, then \\boxed{30}. Final Answer: The final answer is $42$.", "42", 0.0, 1.0),
         ("First \\boxed{12}, then \\boxed{30}. Final Answer: The final answer is $42$.", "30", 1.0, 0.0),
         ("So \\boxed{30}. The final answer is the one above.", "30", 1.0, 1.0),
+        ("So \\boxed{5}. Let me double-check the final answer: 5 + 3 = 8.", "5", 1.0, 1.0),  # no statement
         # a gold phrase that labels its boxes is all of them; a worked solution its last
         ("\\boxed{3, 4}", "\\boxed{3} cats and \\boxed{4} dogs", 1.0, 1.0),
         ("\\boxed{4}", "\\boxed{3} cats and \\boxed{4} dogs", 0.0, 0.0),
