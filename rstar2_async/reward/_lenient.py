@@ -170,12 +170,11 @@ def _lenient_answer(text: str, gold: str | None) -> str | None:
 def answer_box(text: str, mode: GradingMode) -> str | None:
     """The box a mode takes the answer from, as written: `extract_answer`'s, but in
     lenient mode none when a final answer is stated after it (`_final_statement`)."""
-    if mode == "lenient":
-        start, end = answer_region(text)
-        boxes = boxed_answers(text[start:end])
-        if boxes and _final_statement(text[start + boxes[-1][2] : end]):
-            return None
-    return extract_answer(text)
+    if mode == "strict":
+        return extract_answer(text)
+    start, end = answer_region(text)  # where extract_answer reads its box: one pass fewer
+    boxes = boxed_answers(text[start:end])
+    return boxes[-1][0] if boxes and not _final_statement(text[start + boxes[-1][2] : end]) else None
 
 
 # A sentence that opens by stating the final answer: "Final Answer: ...", "Thus, the
