@@ -158,13 +158,10 @@ def _stated(text: str) -> bool:
 
 
 def _lenient_answer(text: str, gold: str | None) -> str | None:
-    start, end = answer_region(text)
-    boxes = boxed_answers(text[start:end])
+    region, boxes, stated = _boxes(text)
     if not boxes:
         return _free_text(text)
-    if stated := _final_statement(text[start + boxes[-1][2] : end]):
-        return stated
-    return _several_boxes(text[start:end], boxes, gold) or _inside_box(boxes[-1][0])
+    return stated or _several_boxes(region, boxes, gold) or _inside_box(boxes[-1][0])
 
 
 def answer_box(text: str, mode: GradingMode) -> str | None:
@@ -172,9 +169,17 @@ def answer_box(text: str, mode: GradingMode) -> str | None:
     lenient mode none when a final answer is stated after it (`_final_statement`)."""
     if mode == "strict":
         return extract_answer(text)
-    start, end = answer_region(text)  # where extract_answer reads its box: one pass fewer
-    boxes = boxed_answers(text[start:end])
-    return boxes[-1][0] if boxes and not _final_statement(text[start + boxes[-1][2] : end]) else None
+    _, boxes, stated = _boxes(text)
+    return boxes[-1][0] if boxes and not stated else None
+
+
+def _boxes(text: str) -> tuple[str, list[tuple[str, int, int]], str | None]:
+    """Where lenient mode reads boxes (`answer_region`, as `extract_answer` does), the
+    boxes there, and a final answer stated after the last of them, if any."""
+    start, end = answer_region(text)
+    region = text[start:end]
+    boxes = boxed_answers(region)
+    return region, boxes, _final_statement(region[boxes[-1][2] :]) if boxes else None
 
 
 # A sentence that opens by stating the final answer: "Final Answer: ...", "Thus, the
