@@ -106,9 +106,10 @@ def _qualified(answer: str, gold: str) -> bool:
     return bool(_OPEN_RELATION.match(answer)) and not _OPEN_RELATION.match(gold)
 
 
-_OPEN_EQUALS = re.compile(r"^\s*=(?!=)\s*")
+_OPEN_VALUE = re.compile(r"^\s*(?:=(?!=)|\\(?:approx|simeq|sim)(?![a-zA-Z])|[≈≃])\s*")
 """An answer that opens with "=" (``= 1,234``, the right side of a statement cut
-before it): the value after it."""
+before it) or with "≈" (``\\approx 268``, as ``x \\approx 268`` without its ``x``):
+the value after it."""
 _STOP = re.compile(r"(?<![.\\])[.,;:]\s*$")
 """The stop of a sentence after a final answer (``\\boxed{3x^2 + 4x + 7.}``), no part of
 it: math-verify cannot parse the answer with it, and falls back to the answer's last
@@ -149,7 +150,7 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
         return 1.0, given, given  # `odd $n$` for `odd $n$`, boxed or (lenient) not: nothing to read
     if answer is None or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0, "", gold
-    answer, gold = _STOP.sub("", _OPEN_EQUALS.sub("", python_notation(answer))), _STOP.sub("", gold)
+    answer, gold = _STOP.sub("", _OPEN_VALUE.sub("", python_notation(answer))), _STOP.sub("", gold)
     if _hedged(answer, gold) or _qualified(answer, gold) or _split_number(answer, gold) or _other_prose(answer, gold):
         return 0.0, answer, gold
     if answers_match(answer, gold, mode=mode):

@@ -361,6 +361,15 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("\\boxed{1 \\implies 2}", "2", 0.0, 0.0),
         ("\\boxed{1 \\to 2}", "2", 0.0, 0.0),
         ("\\boxed{\\frac{2}{3} \\approx 0.7}", "\\frac{2}{3}", 1.0, 1.0),  # a rounding, however coarse
+        # a box that opens with "≈" states its value, as one opening with "x ≈" does
+        ("\\boxed{\\approx 268}", "268", 1.0, 1.0),
+        ("\\boxed{x \\approx 268}", "268", 1.0, 1.0),
+        ("\\boxed{≈ 268}", "268", 1.0, 1.0),
+        ("\\boxed{\\sim 268}", "268", 1.0, 1.0),
+        ("\\boxed{\\approx 270}", "268", 0.0, 0.0),
+        ("\\boxed{\\approx 268.08}", "268.083", 0.0, 1.0),  # the lenient tolerance, as for 268.08
+        ("\\boxed{\\approx 0.33}", "\\frac13", 0.0, 0.0),  # too coarse for it
+        ("\\boxed{\\similar 268}", "268", 0.0, 0.0),  # no relation
         ("\\boxed{17 \\equiv 2}", "2", 1.0, 1.0),  # a remainder
         # digits apart that are no thousands groups are no clear number (math-verify reads 2 3 as 5)
         ("\\boxed{2 3}", "23", 0.0, 0.0),
