@@ -37,7 +37,7 @@ def math_verify_verdict(answer: str, gold: str, alarm_s: int, rel_tol: float = 0
     if not (gold_parsed and answer_parsed) or isinstance(answer_parsed[0], str):
         return False  # no reading of the whole answer: `3x + 7 +` is no 7
     if verify(gold_parsed, answer_parsed, timeout_seconds=limit):
-        return True
+        return not _values_differ(answer_parsed[0], gold_parsed[0])
     exact_gold, exact_answer = _exact_exponents(gold_parsed[0]), _exact_exponents(answer_parsed[0])
     changed = exact_gold is not gold_parsed[0] or exact_answer is not answer_parsed[0]
     if changed and verify([exact_gold], [exact_answer], timeout_seconds=limit):
@@ -50,6 +50,34 @@ def math_verify_verdict(answer: str, gold: str, alarm_s: int, rel_tol: float = 0
 _PROSE = re.compile(r"\b(?:[a-zA-Z]{2,}|I|[a-z]\.[a-z]\.)(?![\w^_])|[\s,.;:!?'\"`*()\[\]<>→=-]+")
 """Words and punctuation around a value in prose, which hold no math of their own."""
 _LONE_NUMBER = re.compile(r"\s*\d+(?:\.\d+)?\s*")
+
+
+def _values_differ(answer: object, gold: object) -> bool:
+    """Two exact real constants (no decimal in either) whose values differ, which
+    math-verify calls equal: it compares ``(a - b).evalf(chop=True)`` with 0, and chop
+    zeroes any difference under about 1e-15 (``\\frac{1}{2^{98}}`` is
+    ``-\\frac{1}{2^{98}}`` to it) and one lost between two huge terms
+    (``\\frac{5^{2024}}{\\binom{4048}{2024}} - 2`` is ``\\frac{4^{2024}}{...} - 2``).
+    Each side evaluated alone to 30 digits tells them apart, entry by entry in a tuple,
+    matrix or interval; a decimal's rounding (``0.333333`` for ``\\frac13``) is
+    math-verify's to judge."""
+    import sympy
+
+    if isinstance(answer, sympy.Interval) and isinstance(gold, sympy.Interval):
+        return _values_differ(answer.start, gold.start) or _values_differ(answer.end, gold.end)
+    for kind in (sympy.Tuple, sympy.MatrixBase):
+        if isinstance(answer, kind) and isinstance(gold, kind):
+            same_shape = getattr(answer, "shape", len(answer)) == getattr(gold, "shape", len(gold))
+            return same_shape and any(_values_differ(a, g) for a, g in zip(answer, gold, strict=True))
+    if not all(isinstance(v, sympy.Expr) and v.is_number and not v.has(sympy.Float) for v in (answer, gold)):
+        return False
+    a, g = (sympy.N(v, _DIGITS) for v in (answer, gold))
+    if not all(v.is_zero or (v.is_Float and v.is_finite and v._prec >= _DIGITS * 3) for v in (a, g)):
+        return False  # complex, infinite, unevaluated, or a zero evalf could not settle
+    return a != g and bool(abs(a - g) > sympy.Float(1e-20) * max(abs(a), abs(g)))
+
+
+_DIGITS = 30
 
 
 def _exact_exponents(parsed: object) -> object:

@@ -74,3 +74,28 @@ def test_a_box_math_verify_reads_only_in_part_is_not_paid() -> None:
     for answer in ("\\boxed{7.}", "\\boxed{= 7}", "\\boxed{(1, 7).}", "\\boxed{x = 7;}", "\\boxed{#### 7}"):
         gold = "(1, 7)" if "(" in answer else "7"
         assert score(answer, gold, mode="strict") == score(answer, gold, mode="lenient") == 1.0, answer
+
+
+def test_exact_constants_math_verify_calls_equal_are_told_apart() -> None:
+    """math-verify compares ``(a - b).evalf(chop=True)`` with 0: chop zeroes a difference
+    under about 1e-15, and one lost between two huge terms, so it pays these wrong answers
+    (in strict mode, a reward).  Each side evaluated alone tells them apart."""
+    wrong = [
+        ("-\\frac{1}{2^{98}}", "\\frac{1}{2^{98}}"),
+        ("\\frac{1}{2^{99}}", "\\frac{1}{2^{98}}"),
+        ("\\dfrac{5^{2024}}{\\binom{4048}{2024}}-2", "\\dfrac{4^{2024}}{\\binom{4048}{2024}}-2"),
+        ("(-2^{-98}, 1)", "(2^{-98}, 1)"),
+        ("[0, -2^{-98}]", "[0, 2^{-98}]"),
+    ]
+    right = [
+        ("2^{-98}", "\\frac{1}{2^{98}}"),
+        ("\\frac{2^{4048}}{\\binom{4048}{2024}}-2", "\\dfrac{4^{2024}}{\\binom{4048}{2024}}-2"),
+        ("\\log_2 8 - 3", "0"),  # zero, which evalf cannot show but the difference can
+        ("\\sqrt{2+\\sqrt3}", "\\frac{\\sqrt6+\\sqrt2}{2}"),
+        ("0.333333", "\\frac13"),  # a decimal's rounding stays math-verify's to judge
+    ]
+    assert all(verify(parse(f"${g}$"), parse(f"${a}$")) for a, g in wrong[:3])
+    for answers, expected in ((wrong, 0.0), (right, 1.0)):
+        for answer, gold in answers:
+            reply = f"\\boxed{{{answer}}}"
+            assert score(reply, gold, mode="strict") == score(reply, gold, mode="lenient") == expected, answer
