@@ -50,6 +50,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
+from ._units import unit_tail
+
 __all__ = [
     "FUNCTION_COMMANDS",
     "MAX_ANSWER_CHARS",
@@ -149,12 +151,6 @@ _UNIT_TAIL_TEXT = re.compile(
     r"(?:\s*\^\s*\{?\d\}?)?\s*$"
 )
 _OR = re.compile(r"\bor\b", re.IGNORECASE)
-# A unit may hold a slash (`72 Mb/h`, `60 km/h`); a one-letter unit before it only
-# after a space and if it is one (`5 m/s`, `2 g/L`; `5 x/y` is math).
-_UNIT_TAIL_WORDS = re.compile(
-    r"^(?P<head>[-+]?[\d.,/:]*\d)(?:\s*(?!pi\b)[a-zA-Z]{2,}(?:/[a-zA-Z]{1,4})?|\s+[mgsLNJWVAK]/[a-zA-Z]{1,4})"
-    r"(?:\s+[a-zA-Z]+)*(?:\s*\^\s*\{?\d\}?)?\s*\.?$"
-)
 _TRAILING_VARIABLE = re.compile(r"([^a-zA-Z=<>!]*[0-9][^a-zA-Z=<>!]*)=\s*[a-zA-Z](?:_\{?\w+\}?)?\s*")
 FUNCTION_COMMANDS = r"(?:arc)?(?:sin|cos|tan|cot|sec|csc)h?|log|ln|lg|exp|det"
 """LaTeX's function names: `\\sin(x) =` names no variable, as `\\theta =` does."""
@@ -194,6 +190,11 @@ _PERCENT_TEXT = re.compile(r"\\(?:text|mbox)\s*\{\s*(?:percent|per\s*cent|pct)\s
 _FACTORIAL_CALL = re.compile(r"(?<![\w.])factorial\(\s*([^()]+?)\s*\)")
 
 
+_SHORT_FRACTION = re.compile(r"\\([dt]?frac)(?=\s*[^\s{])\s*(\\[a-zA-Z]+|\w)\s*(\\[a-zA-Z]+|\w|\{[^{}]*\})")
+"""A fraction whose first argument is unbraced (``\\frac\\pi 2``), which math-verify reads
+as ``\\frac{\\}{p}i 2``, that is 2."""
+
+
 def python_notation(text: str) -> str:
     """`text` with Python's math written as LaTeX, which math-verify reads (golds and
     answers written as code): ``**`` as ``^`` (``2**(1/4)``); and, in text with no
@@ -202,14 +203,16 @@ def python_notation(text: str) -> str:
     ``\\binom{10}{3}``, ``Rational(1, 3)`` as ``\\frac{1}{3}``, ``factorial(5)`` as
     ``5!``, with or without their module (``math.sqrt(2)``, ``np.pi``).  A percent
     written as a word in LaTeX text (``\\frac{1}{2}\\text{ percent}``) becomes ``\\%``,
-    which math-verify reads (it reads the bare word, not the text command), and an
-    empty root before its radicand (``\\sqrt{}{3}``) the root of it, as
-    `normalize_answer` reads it: math-verify, which settles what our comparer cannot,
-    gets the same reading."""
+    which math-verify reads (it reads the bare word, not the text command); an empty
+    root before its radicand (``\\sqrt{}{3}``) becomes the root of it and a fraction
+    written short (``\\frac\\pi 2``) is braced, as `normalize_answer` reads them:
+    math-verify, which settles what our comparer cannot, gets the same reading."""
     if "\\text" in text or "\\mbox" in text:
         text = _PERCENT_TEXT.sub(r"\\%", text)
     if "\\sqrt{}" in text:
         text = _EMPTY_SQRT.sub(r"\\sqrt", text)
+    if "frac" in text:
+        text = _SHORT_FRACTION.sub(lambda m: f"\\{m[1]}{_braced(m[2])}{_braced(m[3])}", text)
     if "**" in text:
         text = _PYTHON_POWER.sub("^", text)
     if "\\" in text or ("(" not in text and "pi" not in text):
@@ -265,8 +268,8 @@ def normalize_answer(text: str) -> str:
     # Unwrapped, `\text{answer: 12}` (a box holding the whole sentence) loses its label too.
     s = _ANSWER_PREFIX.sub("", _unwrapped(s), count=1)
     # After unwrapping, so `\text{5 cm}` loses its unit too (`\text{Evelyn}` has no number).
-    if not qualified and (m := _UNIT_TAIL_WORDS.match(s)):
-        s = m["head"]
+    if not qualified and (head := unit_tail(s)):
+        s = head
     # Commas as thousands separators only in a lone number with no space after them.
     if _THOUSANDS_NUMBER.fullmatch(s):
         s = s.replace(",", "")

@@ -9,8 +9,11 @@ on its first verdict.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+
+from ._units import math_verify_drops_units
 
 
 def math_verify_verdict(answer: str, gold: str, alarm_s: int, rel_tol: float = 0.0) -> bool:
@@ -18,22 +21,26 @@ def math_verify_verdict(answer: str, gold: str, alarm_s: int, rel_tol: float = 0
 
     Both sides are parsed as ``\\boxed{...}`` so that math-verify reads them as the
     final answers they are, whatever else they contain; the answer as LaTeX only, or
-    math-verify's fallback when a lone number is all the math it holds.
+    math-verify's fallback when a lone number is all the math it holds.  A short word at
+    the end is dropped as a unit only where it is one (`math_verify_drops_units`: not the
+    ``t`` of ``1 + 2t``).
     Complex numbers written with ``i`` are compared as complex numbers
     (`_complex_equal`).  With `rel_tol` > 0, two constant real values that close are
     equal too, and so are two tuples, sets, matrices or intervals whose entries are
     (`_numerically_close`).
     """
     from math_verify import parse, verify
-    from math_verify.parser import LatexExtractionConfig
+    from math_verify.parser import ExprExtractionConfig
 
     limit = alarm_s if alarm_s > 0 else None
-    gold_parsed = parse("\\boxed{" + gold + "}", parsing_timeout=limit)
-    answer_parsed = parse("\\boxed{" + answer + "}", extraction_config=[LatexExtractionConfig()], parsing_timeout=limit)
+    gold_parsed = parse(
+        "\\boxed{" + gold + "}", [_latex(math_verify_drops_units(gold)), ExprExtractionConfig()], parsing_timeout=limit
+    )
+    answer_parsed = parse("\\boxed{" + answer + "}", [_latex(math_verify_drops_units(answer))], parsing_timeout=limit)
     if answer_parsed and isinstance(answer_parsed[0], str) and _LONE_NUMBER.fullmatch(_PROSE.sub(" ", answer)):
         # No LaTeX reading, and the answer's one number is all its math ("I think 7.",
         # "-> 7"): math-verify's fallback, which reads a box's last number, reads it right.
-        answer_parsed = parse("\\boxed{" + answer + "}", parsing_timeout=limit)
+        answer_parsed = parse("\\boxed{" + answer + "}", [_latex(True), ExprExtractionConfig()], parsing_timeout=limit)
     if not (gold_parsed and answer_parsed) or isinstance(answer_parsed[0], str):
         return False  # no reading of the whole answer: `3x + 7 +` is no 7
     if verify(gold_parsed, answer_parsed, timeout_seconds=limit):
@@ -45,6 +52,18 @@ def math_verify_verdict(answer: str, gold: str, alarm_s: int, rel_tol: float = 0
     if _complex_equal(answer_parsed[0], gold_parsed[0]):
         return True
     return rel_tol > 0 and _numerically_close(answer_parsed[0], gold_parsed[0], rel_tol)
+
+
+@functools.cache
+def _latex(units: bool) -> object:
+    """math-verify's default LaTeX reading, with or without its unit words dropped."""
+    from latex2sympy2_extended.math_normalization import NormalizationConfig
+    from math_verify.parser import LatexExtractionConfig
+
+    config = NormalizationConfig(
+        basic_latex=True, units=units, malformed_operators=True, nits=True, boxed="all", equations=False
+    )
+    return LatexExtractionConfig(normalization_config=config)
 
 
 _PROSE = re.compile(r"\b(?:[a-zA-Z]{2,}|I|[a-z]\.[a-z]\.)(?![\w^_])|[\s,.;:!?'\"`*()\[\]<>→=-]+")

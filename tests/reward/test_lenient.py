@@ -370,6 +370,20 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("\\boxed{\\approx 268.08}", "268.083", 0.0, 1.0),  # the lenient tolerance, as for 268.08
         ("\\boxed{\\approx 0.33}", "\\frac13", 0.0, 0.0),  # too coarse for it
         ("\\boxed{\\similar 268}", "268", 0.0, 0.0),  # no relation
+        # a short word after a number is a unit only if it is one; else variables multiplied
+        ("\\boxed{4bc}", "4ab", 0.0, 0.0),
+        ("\\boxed{2xy}", "2", 0.0, 0.0),
+        ("\\boxed{3abc}", "3", 0.0, 0.0),
+        ("\\boxed{5 cm}", "5", 1.0, 1.0),
+        ("\\boxed{60 mph}", "60", 1.0, 1.0),
+        ("\\boxed{12 apples}", "12", 1.0, 1.0),
+        ("\\boxed{10m}", "10", 1.0, 1.0),  # one letter: a unit after a lone number only
+        ("\\boxed{1 + 2t}", "3", 0.0, 0.0),  # math-verify reads `1 + 2` (t for tonnes)
+        ("\\boxed{\\frac{1}{2}h}", "\\frac12", 0.0, 0.0),
+        ("\\boxed{12 + 10t}", "10t + 12", 1.0, 1.0),
+        # a fraction written short, which math-verify reads as `\frac{\}{p}i 2`, that is 2
+        ("\\boxed{2}", "\\frac\\pi 2", 0.0, 0.0),
+        ("\\boxed{\\frac\\pi 2 + 2007}", "2007 + \\frac\\pi 2", 1.0, 1.0),
         ("\\boxed{17 \\equiv 2}", "2", 1.0, 1.0),  # a remainder
         # digits apart that are no thousands groups are no clear number (math-verify reads 2 3 as 5)
         ("\\boxed{2 3}", "23", 0.0, 0.0),
