@@ -35,7 +35,7 @@ import re
 from ._answer import answer_region, boxed_answers, extract_answer, last_answer_block
 from ._compare import GradingMode, answer_parts
 from ._free_text import TAIL_CHARS, anchored_answer, free_text_answer
-from ._spans import LEADING_VAR, has_prose, statement_value
+from ._spans import LEADING_VAR, has_prose, stated_gold, statement_value
 
 __all__ = ["answer_box", "answer_in", "final_answer", "gold_answer", "readable"]
 
@@ -311,7 +311,7 @@ def gold_answer(gold: str) -> str:
     (``\\boxed{1} papers and \\boxed{2} bins``)."""
     gold = restore_escapes(gold)
     if "\\boxed" not in gold and "\\fbox" not in gold:
-        return gold
+        return gold if has_prose(gold) else stated_gold(gold)
     boxes = boxed_answers(gold)
     if not boxes:
         return gold

@@ -30,6 +30,7 @@ __all__ = [
     "last_value",
     "span_answer",
     "span_bounds",
+    "stated_gold",
     "statement_value",
     "words",
 ]
@@ -171,6 +172,14 @@ def statement_value(content: str) -> str:
     if not alternatives and (len(sides) > 2 or (len(sides) == 2 and _computes(sides[0]))):
         return content if false_equation(content) else sides[-1].strip()
     return content
+
+
+def stated_gold(gold: str) -> str:
+    """A gold that states a value with no unknown on either side (``0.56 = 56\\%``) reads
+    as that value, as an answer does; an equation in an unknown (``7 = 11a + c``, ``2 = x``)
+    stays whole."""
+    sides = equation_sides(gold)
+    return statement_value(gold) if len(sides) > 1 and all(_computes(side) for side in sides) else gold
 
 
 def _computes(left: str) -> bool:

@@ -384,6 +384,11 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         # a fraction written short, which math-verify reads as `\frac{\}{p}i 2`, that is 2
         ("\\boxed{2}", "\\frac\\pi 2", 0.0, 0.0),
         ("\\boxed{\\frac\\pi 2 + 2007}", "2007 + \\frac\\pi 2", 1.0, 1.0),
+        # a gold that states a value with no unknown reads as it, as an answer does
+        ("\\boxed{\\displaystyle 0.56 = 56\\%}", "0.56 = 56\\%", 1.0, 1.0),
+        ("\\boxed{56\\%}", "0.56 = 56\\%", 1.0, 1.0),
+        ("\\boxed{11a+c}", "7 = 11a+c", 0.0, 0.0),  # an equation in unknowns stays whole
+        ("\\boxed{x}", "2=x", 0.0, 0.0),
         ("\\boxed{17 \\equiv 2}", "2", 1.0, 1.0),  # a remainder
         # digits apart that are no thousands groups are no clear number (math-verify reads 2 3 as 5)
         ("\\boxed{2 3}", "23", 0.0, 0.0),
