@@ -17,6 +17,9 @@ users who test their tools, rewards and engines against the same edges.
   (a training run's servers stopped mid-generation and mid-sync, sandbox workers
   and a service killed; :func:`chaos_figures` reads its invariants from the run).
 - :func:`perturbed_weights`: a model's weights moved by noise, as a learner's export.
+- Gold answers rewritten, to check a grader with no labels: :func:`same_value_rewrites`
+  (its value in another notation, to be paid), :func:`changed_value_rewrites` (a value
+  one step off, never to be paid), stated as replies do (:data:`ANSWER_FORMATS`).
 """
 
 from ._fleet import FakeSGLang, FakeVLLM, Recorded, fake_logprobs, sync_report
@@ -34,12 +37,21 @@ from ._model import (
     write_byte_tokenizer,
 )
 from ._pool_chaos import pool_chaos
+from ._rewrites import (
+    ANSWER_FORMATS,
+    CHANGED_VALUE_REWRITES,
+    SAME_VALUE_REWRITES,
+    changed_value_rewrites,
+    same_value_rewrites,
+)
 from ._sandbox_soak import sandbox_soak
 from ._sse import completion_events, join_events, sse_answer
 from ._train_chaos import Chaos, ProcessGroup, RestartableService, chaos_figures, inject_faults
 from ._weights import perturbed_weights
 
 __all__ = [
+    "ANSWER_FORMATS",
+    "CHANGED_VALUE_REWRITES",
     "CHATML_TEMPLATE",
     "Chaos",
     "DropConnection",
@@ -55,8 +67,10 @@ __all__ = [
     "ProcessGroup",
     "Recorded",
     "RestartableService",
+    "SAME_VALUE_REWRITES",
     "STALLS",
     "arithmetic_policy",
+    "changed_value_rewrites",
     "chaos_figures",
     "completion_events",
     "fake_logprobs",
@@ -67,6 +81,7 @@ __all__ = [
     "perturbed_weights",
     "pool_chaos",
     "raw_head",
+    "same_value_rewrites",
     "sandbox_soak",
     "serve_http",
     "sse_answer",
