@@ -77,6 +77,10 @@ def test_each_rewrite_applies_to_real_golds() -> None:
         ("5000000", {"scientific": "5 \\times 10^{6}"}),
         ("\\frac{1}{8}", {"negative_power": "8^{-1}"}),
         ("30^\\circ", {"unicode_degree": "30°"}),
+        ("(1,2)", {"spaced_tuple": "(1, 2)"}),
+        ("\\frac{3}{4}", {"unreduced_fraction": "\\frac{6}{8}"}),
+        ("\\sqrt[3]{5}", {"root_as_power": "5^{1/3}"}),
+        ("\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}", {"matrix_as_rows": "[[1, 2], [3, 4]]"}),
     ],
 )
 def test_same_value_rewrites(gold: str, expected: dict[str, str | None]) -> None:
@@ -100,6 +104,13 @@ def test_same_value_rewrites(gold: str, expected: dict[str, str | None]) -> None
         ("\\frac{3}{4}", {"reciprocal": "\\frac{4}{3}"}),
         ("2\\sqrt{3}", {"root_dropped": "2(3)"}),
         ("3\\pi", {"e_for_pi": "3e"}),
+        (
+            "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}",
+            {"transposed": "\\begin{pmatrix} 1 & 3 \\\\ 2 & 4 \\end{pmatrix}"},
+        ),
+        ("0.375", {"last_decimal_digit": "0.376"}),
+        ("66.450", {"last_decimal_digit": None}),  # within lenient mode's tolerance, a policy
+        ("3+4i", {"imaginary_dropped": "3+4"}),
     ],
 )
 def test_changed_value_rewrites(gold: str, expected: dict[str, str | None]) -> None:

@@ -1,0 +1,245 @@
+"""Another notation of a gold answer's own value (`SAME_VALUE_REWRITES`): a right grader
+pays each.  Only notations, no policy: units, currency, choice letters and reordered
+lists are a grader's choices, not equivalences."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+Rewrite = Callable[[str], "str | None"]
+"""A gold answer in, the rewritten answer out; None where the rewrite does not apply."""
+
+_FRACTION = re.compile(r"(-?)\\[dt]?frac\{(\d+)\}\{(\d+)\}")
+_INTEGER = re.compile(r"-?\d+")
+
+
+def _replaced(old: str, new: str) -> Rewrite:
+    def rewrite(gold: str) -> str | None:
+        return gold.replace(old, new) if old in gold else None
+
+    return rewrite
+
+
+def _display_fraction(gold: str) -> str | None:
+    return re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", gold).replace("\\frac", "\\dfrac") if "frac" in gold else None
+
+
+def _slash_fraction(gold: str) -> str | None:
+    m = _FRACTION.fullmatch(gold.strip())
+    return f"{m[1]}{m[2]}/{m[3]}" if m else None
+
+
+def _short_fraction(gold: str) -> str | None:
+    """``\\frac{1}{2}`` as ``\\frac12``."""
+    new = re.sub(r"\\frac\{(\d)\}\{(\d)\}", r"\\frac\1\2", gold)
+    return new if new != gold else None
+
+
+def _short_root(gold: str) -> str | None:
+    new = re.sub(r"\\sqrt\{(\d)\}", r"\\sqrt\1", gold)
+    return new if new != gold else None
+
+
+def _sign_in_numerator(gold: str) -> str | None:
+    m = re.fullmatch(r"-\\[dt]?frac\{(\d+)\}\{(\d+)\}", gold.strip())
+    return f"\\frac{{-{m[1]}}}{{{m[2]}}}" if m else None
+
+
+def _decimal(gold: str) -> str | None:
+    """A fraction whose decimal ends (``\\frac{3}{8}`` is 0.375), written as it."""
+    m = _FRACTION.fullmatch(gold.strip())
+    if not m or int(m[3]) == 0:
+        return None
+    den = int(m[3])
+    while den % 2 == 0:
+        den //= 2
+    while den % 5 == 0:
+        den //= 5
+    return f"{m[1]}{int(m[2]) / int(m[3])!r}" if den == 1 and len(m[2]) + len(m[3]) <= 6 else None
+
+
+def _point_zero(gold: str) -> str | None:
+    return f"{gold.strip()}.0" if _INTEGER.fullmatch(gold.strip()) else None
+
+
+def _grouped(separator: str) -> Rewrite:
+    """A whole number of four digits or more with its thousands grouped."""
+
+    def rewrite(gold: str) -> str | None:
+        if not re.fullmatch(r"-?\d{4,}", gold.strip()):
+            return None
+        return f"{int(gold):,}".replace(",", separator)
+
+    return rewrite
+
+
+def _without_spaces(gold: str) -> str | None:
+    if " " not in gold or "\\text" in gold or ", " in gold or re.search(r"\\[a-zA-Z]+ +[a-zA-Z]", gold):
+        return None  # `\pi r` needs its space, words in `\text{}` theirs, and `81, 256` is no 81,256
+    return gold.replace(" ", "")
+
+
+def _without_sizing(gold: str) -> str | None:
+    """``\\left( 3, \\frac{\\pi}{2} \\right)`` as ``( 3, \\frac{\\pi}{2} )``."""
+    if "\\left" not in gold or re.search(r"\\(?:left|right)\.", gold):
+        return None  # `\left.` is an invisible delimiter, not a bracket
+    return re.sub(r"\\(?:left|right)(?![a-zA-Z])", "", gold)
+
+
+def _roman_words(gold: str) -> str | None:
+    m = re.fullmatch(r"\\text\{([a-zA-Z ]+)\}", gold.strip())
+    return f"\\mathrm{{{m[1]}}}" if m else None
+
+
+def _stated_value(gold: str) -> str | None:
+    """``x = 5`` for a numeric gold: a value stated as the unknown's."""
+    plain = re.sub(r"\\(?:frac|dfrac|sqrt|pi)(?![a-zA-Z])", "", gold)
+    return f"x = {gold}" if re.fullmatch(r"[-\d{}./^ ]+", plain) and re.search(r"\d", plain) else None
+
+
+def _approximately(gold: str) -> str | None:
+    """``\\approx 268`` for an integer gold: a rounding that is no rounding at all."""
+    return f"\\approx {gold.strip()}" if _INTEGER.fullmatch(gold.strip()) else None
+
+
+def _braced(text: str, start: int) -> int:
+    """The index after the ``{...}`` group that opens at `start`."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return i + 1
+    return -1
+
+
+def _divided(gold: str) -> str | None:
+    """Every ``\\frac{A}{B}`` as ``(A)/(B)``: ``\\frac{\\sqrt{3}}{2}`` is ``(\\sqrt{3})/(2)``."""
+    m = re.search(r"\\[dt]?frac\{", gold)
+    if not m:
+        return None
+    numerator_end = _braced(gold, m.end() - 1)
+    if numerator_end < 0 or gold[numerator_end : numerator_end + 1] != "{":
+        return None
+    denominator_end = _braced(gold, numerator_end)
+    if denominator_end < 0:
+        return None
+    numerator, denominator = gold[m.end() : numerator_end - 1], gold[numerator_end + 1 : denominator_end - 1]
+    rest = gold[denominator_end:]
+    if re.match(r"\s*[\w\\({]", rest) or re.search(r"[\w}]\s*$", gold[: m.start()]) or "," in numerator + denominator:
+        return None  # a product (`\frac{1}{2}i`, `\sec \frac{1}{2} \theta`) or a mixed number (`1\frac{4}{5}`)
+    return f"{gold[: m.start()]}({numerator})/({denominator}){_divided(rest) or rest}"
+
+
+def _top_level(gold: str, ops: str) -> list[int]:
+    """Where the characters of `ops` stand outside every bracket of `gold`."""
+    depth, found = 0, []
+    for i, c in enumerate(gold):
+        depth += c in "{([" and 1 or (c in "})]" and -1)
+        if depth == 0 and c in ops and i > 0:
+            found.append(i)
+    return found
+
+
+def _swapped_sum(gold: str) -> str | None:
+    """``1 + \\sqrt{2}`` as ``\\sqrt{2} + 1``: a sum of two terms, each without a sign."""
+    g = gold.strip()
+    if re.search(r"[=,<>]|\\(?:text|[lg]eq?|pm|mp|cup|cap|in|to)(?![a-zA-Z])|^-", g):
+        return None
+    signs = _top_level(g, "+-")
+    if len(signs) != 1 or g[signs[0]] != "+" or g[signs[0] - 1] in "^_" or g[signs[0] - 1 : signs[0]] == "\\":
+        return None
+    return f"{g[signs[0] + 1 :].strip()} + {g[: signs[0]].strip()}"
+
+
+def _explicit_product(gold: str) -> str | None:
+    """``2\\sqrt{3}`` as ``2 \\cdot \\sqrt{3}``, ``3\\pi`` as ``3 \\cdot \\pi``."""
+    new = re.sub(r"(?<![\d.])(\d+)\s*(\\(?:sqrt|pi)(?![a-zA-Z]))", r"\1 \\cdot \2", gold)
+    return new if new != gold else None
+
+
+def _scientific(gold: str) -> str | None:
+    """``5000000`` as ``5 \\times 10^{6}``."""
+    m = re.fullmatch(r"(-?[1-9]\d*?)(0{3,})", gold.strip())
+    return f"{m[1]} \\times 10^{{{len(m[2])}}}" if m else None
+
+
+def _negative_power(gold: str) -> str | None:
+    """``\\frac{1}{8}`` as ``8^{-1}``."""
+    m = re.fullmatch(r"\\[dt]?frac\{1\}\{([2-9]|[1-9]\d+)\}", gold.strip())
+    return f"{m[1]}^{{-1}}" if m else None
+
+
+def _trailing_zero(gold: str) -> str | None:
+    return f"{gold.strip()}0" if re.fullmatch(r"-?\d+\.\d+", gold.strip()) else None
+
+
+def _spaced_tuple(gold: str) -> str | None:
+    """``(1,2)`` as ``(1, 2)``: in brackets a comma is a separator, never a thousands one."""
+    g = gold.strip()
+    if not re.fullmatch(r"[(\[][^()\[\]{}]*,[^()\[\]{}]*[)\]]", g) or ", " in g:
+        return None
+    return g.replace(",", ", ")
+
+
+def _unreduced(gold: str) -> str | None:
+    """``\\frac{3}{4}`` as ``\\frac{6}{8}``."""
+    m = _FRACTION.fullmatch(gold.strip())
+    return f"{m[1]}\\frac{{{2 * int(m[2])}}}{{{2 * int(m[3])}}}" if m else None
+
+
+def _product_reordered(gold: str) -> str | None:
+    """``2\\sqrt{3}`` as ``\\sqrt{3} \\cdot 2``, ``3\\pi`` as ``\\pi \\cdot 3``."""
+    m = re.fullmatch(r"(-?)(\d+)\s*(\\sqrt\{[^{}]+\}|\\pi)", gold.strip())
+    return f"{m[1]}{m[3]} \\cdot {m[2]}" if m else None
+
+
+def _root_as_power(gold: str) -> str | None:
+    """``\\sqrt{2}`` as ``2^{1/2}``, ``\\sqrt[3]{5}`` as ``5^{1/3}``."""
+    m = re.fullmatch(r"\\sqrt(?:\[(\d)\])?\{(\d+)\}", gold.strip())
+    return f"{m[2]}^{{1/{m[1] or 2}}}" if m else None
+
+
+def _matrix_rows(gold: str) -> str | None:
+    """A matrix written as its list of rows: ``[[1, 2], [3, 4]]``."""
+    m = re.fullmatch(r"\\begin\{[pb]matrix\}(.*)\\end\{[pb]matrix\}", gold.strip(), re.DOTALL)
+    if not m or re.search(r"[a-zA-Z\\](?![\\])", m[1].replace("\\\\", "")):
+        return None  # only numbers: `\frac` in a cell would need its own care
+    rows = [[cell.strip() for cell in row.split("&")] for row in m[1].split("\\\\")]
+    return "[" + ", ".join("[" + ", ".join(row) + "]" for row in rows if any(row)) + "]"
+
+
+SAME_VALUE_REWRITES: dict[str, Rewrite] = {
+    "dfrac": _display_fraction,
+    "slash_fraction": _slash_fraction,
+    "short_fraction": _short_fraction,
+    "short_root": _short_root,
+    "sign_in_numerator": _sign_in_numerator,
+    "decimal": _decimal,
+    "point_zero": _point_zero,
+    "thousands_comma": _grouped(","),
+    "thousands_braced_comma": _grouped("{,}"),
+    "thousands_thin_space": _grouped("\\,"),
+    "no_spaces": _without_spaces,
+    "no_left_right": _without_sizing,
+    "unicode_pi": _replaced("\\pi", "π"),
+    "unicode_infinity": _replaced("\\infty", "∞"),
+    "leq_geq": lambda g: _replaced("\\le ", "\\leq ")(g) or _replaced("\\ge ", "\\geq ")(g),
+    "mathrm_for_text": _roman_words,
+    "displaystyle": lambda g: f"\\displaystyle {g}",
+    "stated_value": _stated_value,
+    "approximately": _approximately,
+    "frac_as_division": _divided,
+    "swapped_sum": _swapped_sum,
+    "explicit_product": _explicit_product,
+    "scientific": _scientific,
+    "negative_power": _negative_power,
+    "trailing_zero": _trailing_zero,
+    "unicode_degree": lambda g: _replaced("^\\circ", "°")(g) or _replaced("^{\\circ}", "°")(g),
+    "bmatrix": _replaced("pmatrix", "bmatrix"),
+    "spaced_tuple": _spaced_tuple,
+    "unreduced_fraction": _unreduced,
+    "product_reordered": _product_reordered,
+    "root_as_power": _root_as_power,
+    "matrix_as_rows": _matrix_rows,
+}
