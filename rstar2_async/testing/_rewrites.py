@@ -9,6 +9,7 @@ whatever the gold; no label is needed, so any set of real gold answers checks it
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from ._changed_value import CHANGED_VALUE_REWRITES
@@ -25,9 +26,11 @@ __all__ = [
 ANSWER_FORMATS: dict[str, Callable[[str], str]] = {
     "boxed": lambda v: f"So the answer is $\\boxed{{{v}}}$.",
     "prose": lambda v: f"The final answer is ${v}$.",
+    "json": lambda v: json.dumps({"reasoning": "Worked out above.", "answer": v}),
 }
 """How a reply states its answer: ``boxed`` is rStar2's format (both grading modes);
-``prose``, an answer without a box, is lenient mode's only."""
+``prose`` and ``json`` (what evaluations that ask for JSON get, its backslashes escaped)
+are lenient mode's only."""
 
 
 def same_value_rewrites(gold: str) -> list[tuple[str, str]]:

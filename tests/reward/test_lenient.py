@@ -568,6 +568,16 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("The answer is at least 42.", "\\text{at least } 42", 0.0, 1.0),
         # yi-large-preview on GSM8K (ZeroEval): a JSON answer field quoted twice
         ('{"answer": "\\"€1500 - €1423 = €77\\""}', "77", 0.0, 1.0),
+        # a JSON answer escaped as JSON is unescaped; raw LaTeX in one keeps its backslashes
+        ('{"answer": "10,\\\\!080"}', "10,\\!080", 0.0, 1.0),
+        ('{"answer": "\\\\frac{\\u03c0}{2}"}', "\\frac{\\pi}{2}", 0.0, 1.0),
+        ('{"answer": "\\frac{1}{2}"}', "\\frac12", 0.0, 1.0),  # not a form feed
+        (
+            '{"answer": "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"}',
+            "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}",
+            0.0,
+            1.0,
+        ),
         # a time of day, read whole (not its minutes) and on the 24-hour clock
         ("Jordan can start at 2:00 pm at the latest.", "2", 0.0, 1.0),  # GSM8K's gold for it
         ("They arrive at 4:30 p.m.", "\\text{4:30 p.m.}", 0.0, 1.0),
