@@ -14,8 +14,11 @@ in prose (``The final answer is $...$.``) and as a JSON answer field in lenient 
   graded 1 (each a wrong verdict; in strict mode, a wrong answer rewarded);
 - ``..._math_verify``: the baseline, ``verify(parse(boxed gold), parse(reply))`` on
   the same replies;
-- ``by_rewrite``: the same counts per rewrite; ``examples``: the first of our wrong
-  verdicts (gold, reply, mode).
+- ``gold_formats``: ``wrong_strict``, ``wrong_lenient``: the gold written as data sets
+  write it (``$g$``, ``\\(g\\)``, ``\\[g\\]``, ``\\boxed{g}``) against its own box (to be
+  paid) and a value one step off (not), graded wrong;
+- ``by_rewrite``: the same counts per rewrite (per gold format); ``examples``: the
+  first of our wrong verdicts (gold, reply, mode).
 
     PYTHONPATH=. python benchmarks/grader_rewrites.py [--limit N]
 """
@@ -30,7 +33,7 @@ from collections import Counter, defaultdict
 
 from rstar2_async.recipe import data_dir
 from rstar2_async.reward import score
-from rstar2_async.testing import ANSWER_FORMATS, changed_value_rewrites, same_value_rewrites
+from rstar2_async.testing import ANSWER_FORMATS, GOLD_FORMATS, changed_value_rewrites, same_value_rewrites
 
 FILES = (
     "math500.jsonl",
@@ -62,36 +65,46 @@ def main() -> None:
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # its warning that no timeout is set
     started = time.monotonic()
     answers = golds(args.limit)
-    kinds = {
-        "same_value": (same_value_rewrites, 1.0, "refused"),
-        "changed_value": (changed_value_rewrites, 0.0, "paid"),
-    }
-    totals: dict[str, Counter[str]] = {kind: Counter() for kind in kinds}
-    by_rewrite: dict[str, dict[str, Counter[str]]] = {kind: defaultdict(Counter) for kind in kinds}
+    totals: dict[str, Counter[str]] = defaultdict(Counter)
+    by_name: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
     examples: list[dict[str, str]] = []
+
+    def tally(kind: str, name: str, gold: str, reply: str, right: float, modes: tuple[str, ...]) -> None:
+        wrong = {1.0: "refused", 0.0: "paid"}[right] if kind != "gold_formats" else "wrong"
+        verdicts = {mode: score(reply, gold, mode=mode) for mode in modes}
+        verdicts["math_verify"] = 1.0 if verify(parse(f"\\boxed{{{gold}}}"), parse(reply)) else 0.0
+        counts = Counter({"cases": 1})
+        for grader, verdict in verdicts.items():
+            counts[f"{wrong}_{grader}"] += verdict != right
+            if verdict != right and grader != "math_verify" and len(examples) < EXAMPLES:
+                examples.append({"gold": gold, "reply": reply, "mode": grader, "rewrite": name})
+        totals[kind].update(counts)
+        by_name[kind][name].update(counts)
+
     for gold in answers:
-        gold_parsed = parse(f"\\boxed{{{gold}}}")
-        for kind, (rewrites, right, wrong) in kinds.items():
+        for kind, rewrites, right in (
+            ("same_value", same_value_rewrites, 1.0),
+            ("changed_value", changed_value_rewrites, 0.0),
+        ):
             for name, answer in rewrites(gold):
                 for fmt, write in ANSWER_FORMATS.items():
-                    reply = write(answer)
-                    verdicts = {"lenient": score(reply, gold, mode="lenient")}
-                    if fmt == "boxed":
-                        verdicts["strict"] = score(reply, gold, mode="strict")
-                    verdicts["math_verify"] = 1.0 if verify(gold_parsed, parse(reply)) else 0.0
-                    counts = Counter({"cases": 1})
-                    for grader, verdict in verdicts.items():
-                        counts[f"{wrong}_{grader}"] += verdict != right
-                        if verdict != right and grader != "math_verify" and len(examples) < EXAMPLES:
-                            examples.append({"gold": gold, "reply": reply, "mode": grader, "rewrite": name})
-                    totals[kind].update(counts)
-                    by_rewrite[kind][name].update(counts)
+                    tally(
+                        kind,
+                        name,
+                        gold,
+                        write(answer),
+                        right,
+                        ("strict", "lenient") if fmt == "boxed" else ("lenient",),
+                    )
+        for fmt, write in GOLD_FORMATS.items():
+            for answer, right in [(gold, 1.0)] + [(value, 0.0) for _, value in changed_value_rewrites(gold)[:1]]:
+                tally("gold_formats", fmt, write(gold), f"\\boxed{{{answer}}}", right, ("strict", "lenient"))
     summary = {
         "benchmark": "grader_rewrites",
         "golds": len(answers),
         **{
-            kind: {**dict(totals[kind]), "by_rewrite": {k: dict(v) for k, v in sorted(by_rewrite[kind].items())}}
-            for kind in kinds
+            kind: {**dict(totals[kind]), "by_rewrite": {k: dict(v) for k, v in sorted(by_name[kind].items())}}
+            for kind in ("same_value", "changed_value", "gold_formats")
         },
         "examples": examples,
         "seconds": round(time.monotonic() - started, 1),

@@ -67,9 +67,9 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "rstar2_async.cli": ["main"],
     "rstar2_async.testing": [
-        "ANSWER_FORMATS", "CHANGED_VALUE_REWRITES", "CHATML_TEMPLATE", "Chaos", "DropConnection",
-        "FakeByteTokenizer", "FakeExactReward", "FakeModelServer", "FakeRawServer", "FakeSGLang", "FakeSandbox",
-        "FakeVLLM", "IM_END", "IM_START", "ProcessGroup", "Recorded", "RestartableService", "SAME_VALUE_REWRITES",
+        "ANSWER_FORMATS", "CHANGED_VALUE_REWRITES", "CHATML_TEMPLATE", "Chaos", "DropConnection", "FakeByteTokenizer",
+        "FakeExactReward", "FakeModelServer", "FakeRawServer", "FakeSGLang", "FakeSandbox", "FakeVLLM",
+        "GOLD_FORMATS", "IM_END", "IM_START", "ProcessGroup", "Recorded", "RestartableService", "SAME_VALUE_REWRITES",
         "STALLS", "arithmetic_policy", "changed_value_rewrites", "chaos_figures", "completion_events",
         "fake_logprobs", "hung_server", "inject_faults", "join_events", "last_user_message", "perturbed_weights",
         "pool_chaos", "raw_head", "same_value_rewrites", "sandbox_soak", "serve_http", "sse_answer",

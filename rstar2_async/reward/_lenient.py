@@ -326,6 +326,8 @@ def gold_answer(gold: str) -> str:
     \\(\\boxed{-2}\\)``), or when the gold is one short phrase that labels its boxes
     (``\\boxed{1} papers and \\boxed{2} bins``)."""
     gold = restore_escapes(gold)
+    if m := _DELIMITED.fullmatch(gold):
+        gold = m[1] or m[2]  # `\\(10,\\!080\\)`: the math inside, as `$10,\\!080$` is read
     if "\\boxed" not in gold and "\\fbox" not in gold:
         return gold if has_prose(gold) else stated_gold(gold)
     boxes = boxed_answers(gold)
@@ -339,6 +341,8 @@ def gold_answer(gold: str) -> str:
     return boxes[-1][0]
 
 
+_DELIMITED = re.compile(r"\s*\\\(((?:(?!\\[()]).)*)\\\)\s*|\s*\\\[((?:(?!\\[\[\]]).)*)\\\]\s*", re.DOTALL)
+"""A gold written as inline or display math, ``\\(...\\)`` or ``\\[...\\]``, whole."""
 _SENTENCE_END = re.compile(r"[.;:!?](?!\d)|\n")
 _WORDS = re.compile(r"[^\W\d_]+")
 _MAX_PHRASE = 80

@@ -19,7 +19,8 @@ users who test their tools, rewards and engines against the same edges.
 - :func:`perturbed_weights`: a model's weights moved by noise, as a learner's export.
 - Gold answers rewritten, to check a grader with no labels: :func:`same_value_rewrites`
   (its value in another notation, to be paid), :func:`changed_value_rewrites` (a value
-  one step off, never to be paid), stated as replies do (:data:`ANSWER_FORMATS`).
+  one step off, never to be paid), stated as replies do (:data:`ANSWER_FORMATS`), against
+  golds written as data sets write them (:data:`GOLD_FORMATS`).
 """
 
 from ._fleet import FakeSGLang, FakeVLLM, Recorded, fake_logprobs, sync_report
@@ -40,6 +41,7 @@ from ._pool_chaos import pool_chaos
 from ._rewrites import (
     ANSWER_FORMATS,
     CHANGED_VALUE_REWRITES,
+    GOLD_FORMATS,
     SAME_VALUE_REWRITES,
     changed_value_rewrites,
     same_value_rewrites,
@@ -62,6 +64,7 @@ __all__ = [
     "FakeSGLang",
     "FakeSandbox",
     "FakeVLLM",
+    "GOLD_FORMATS",
     "IM_END",
     "IM_START",
     "ProcessGroup",

@@ -18,6 +18,7 @@ from ._same_value import SAME_VALUE_REWRITES, Rewrite
 __all__ = [
     "ANSWER_FORMATS",
     "CHANGED_VALUE_REWRITES",
+    "GOLD_FORMATS",
     "SAME_VALUE_REWRITES",
     "changed_value_rewrites",
     "same_value_rewrites",
@@ -31,6 +32,15 @@ ANSWER_FORMATS: dict[str, Callable[[str], str]] = {
 """How a reply states its answer: ``boxed`` is rStar2's format (both grading modes);
 ``prose`` and ``json`` (what evaluations that ask for JSON get, its backslashes escaped)
 are lenient mode's only."""
+
+
+GOLD_FORMATS: dict[str, Callable[[str], str]] = {
+    "dollars": lambda g: f"${g}$",
+    "inline_math": lambda g: f"\\({g}\\)",
+    "display_math": lambda g: f"\\[{g}\\]",
+    "boxed": lambda g: f"\\boxed{{{g}}}",
+}
+"""How data sets write a gold answer besides bare: the same gold to a grader."""
 
 
 def same_value_rewrites(gold: str) -> list[tuple[str, str]]:

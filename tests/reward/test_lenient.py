@@ -578,6 +578,11 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
             0.0,
             1.0,
         ),
+        # a gold written as inline or display math is the math inside
+        ("\\boxed{10,\\!080}", "\\(10,\\!080\\)", 1.0, 1.0),
+        ("\\boxed{90^\\circ}", "\\[90^\\circ\\]", 1.0, 1.0),
+        ("\\boxed{10,\\!081}", "\\(10,\\!080\\)", 0.0, 0.0),
+        ("\\boxed{1, 2}", "\\(1\\) and \\(2\\)", 1.0, 1.0),
         # a time of day, read whole (not its minutes) and on the 24-hour clock
         ("Jordan can start at 2:00 pm at the latest.", "2", 0.0, 1.0),  # GSM8K's gold for it
         ("They arrive at 4:30 p.m.", "\\text{4:30 p.m.}", 0.0, 1.0),

@@ -14,6 +14,7 @@ from rstar2_async.reward import score
 from rstar2_async.testing import (
     ANSWER_FORMATS,
     CHANGED_VALUE_REWRITES,
+    GOLD_FORMATS,
     SAME_VALUE_REWRITES,
     changed_value_rewrites,
     same_value_rewrites,
@@ -47,6 +48,21 @@ def test_every_notation_of_a_gold_is_paid() -> None:
 @pytest.mark.slow
 def test_no_value_one_step_off_is_paid() -> None:
     assert _wrong_verdicts(changed_value_rewrites, 0.0) == []
+
+
+@pytest.mark.slow
+def test_a_gold_written_as_data_sets_write_it_is_the_same_gold() -> None:
+    """``$g$``, ``\\(g\\)``, ``\\[g\\]``, ``\\boxed{g}``: the gold's own box is paid against
+    each, and a value one step off is not."""
+    wrong = []
+    for gold in GOLDS:
+        changed = changed_value_rewrites(gold)[:1]
+        for write in GOLD_FORMATS.values():
+            for answer, right in [(gold, 1.0)] + [(value, 0.0) for _, value in changed]:
+                for mode in ("strict", "lenient"):
+                    if score(f"\\boxed{{{answer}}}", write(gold), mode=mode) != right:
+                        wrong.append((write(gold), answer, mode))
+    assert wrong == []
 
 
 def test_each_rewrite_applies_to_real_golds() -> None:
