@@ -30,12 +30,12 @@ sample's ``response_text`` keeps them, so regrading it gives the score the run g
 from __future__ import annotations
 
 import itertools
-import json
 import re
 
 from ._answer import answer_region, boxed_answers, extract_answer, last_answer_block
 from ._compare import GradingMode, answer_parts
 from ._free_text import TAIL_CHARS, anchored_answer, free_text_answer
+from ._json_answer import json_answer
 from ._spans import LEADING_VAR, has_prose, stated_gold, statement_value
 
 __all__ = ["answer_box", "answer_in", "final_answer", "gold_answer", "readable"]
@@ -83,8 +83,20 @@ def readable(text: str) -> str:
     (`after_thinking`), with LaTeX escapes a string literal turned into control
     characters restored (`restore_escapes`), without chat templates' special tokens
     (`strip_end_tokens`).  Thinking goes first: its tags may look like special tokens,
-    and a long thinking is not searched."""
-    return strip_end_tokens(restore_escapes(after_thinking(text)))
+    and a long thinking is not searched.  ``\\displaystyle`` and its kin, which only size
+    what follows, go too: free text read ``"\\displaystyle \\begin{pmatrix}..."`` as prose."""
+    text = strip_end_tokens(restore_escapes(after_thinking(text)))
+    return _STYLE.sub(_unstyled, text) if "style" in text else text
+
+
+_STYLE = re.compile(r"(\\+)(?:display|text|script|scriptscript)style(?![a-zA-Z])\s*")
+
+
+def _unstyled(m: re.Match[str]) -> str:
+    """The backslashes before a style command, less its own: one, or two in JSON's
+    escaped ``\\\\displaystyle`` (a LaTeX line break before it stays)."""
+    run = m[1]
+    return run[: len(run) - (1 if len(run) % 2 else 2)]
 
 
 # LaTeX written in a Python or JSON string without escaping its backslashes loses some
@@ -153,7 +165,7 @@ def _stated(text: str) -> bool:
     return bool(
         boxed_answers(text)
         or last_answer_block(text) is not None
-        or _json_answer(text[-TAIL_CHARS:])
+        or json_answer(text[-TAIL_CHARS:])
         or anchored_answer(text[-TAIL_CHARS:])
     )
 
@@ -278,45 +290,11 @@ def _free_text(text: str) -> str | None:
     even when it holds no value (an empty field: no answer); else (or when the block is
     empty) the whole text is read."""
     block = last_answer_block(text)
-    if block is None and (block := _json_answer(text[-TAIL_CHARS:])) == "":
+    if block is None and (block := json_answer(text[-TAIL_CHARS:])) == "":
         return None  # an empty field is a reply that gives no answer, not a cue to read the reasoning
     if block is None or not block.strip():
         return free_text_answer(text)
     return free_text_answer(block) or block.strip()  # words alone ("infinitely many") answer too
-
-
-_JSON_ANSWER = re.compile(
-    r"""(["'])(?:final[ _]?)?answer\1\s*:\s*(?:"((?:[^"\\\n]|\\.)*)"|'([^'\n]*)'|([^\s,}"'][^,}\n]*))""",
-    re.IGNORECASE,
-)
-"""The answer field of a JSON (or Python dict) reply, as evaluations that ask for one
-get it (``{"reasoning": "...", "answer": "369"}``): a string, or a bare value."""
-
-
-def _json_answer(text: str) -> str | None:
-    """The last JSON answer field's value, unescaped as JSON where its only escapes are
-    ``\\\\``, ``\\"``, ``\\/`` and ``\\uXXXX`` (valid JSON's ``"10,\\\\!080"``,
-    ``"\\u03c0"``); else only its quotes, since a model's raw LaTeX (``"\\frac12"``) would
-    lose ``\\f`` to a form feed.  Without it, prose in the reasoning field ("which is 369",
-    "multiples of 12") was read instead."""
-    fields = list(_JSON_ANSWER.finditer(text))
-    if not fields:
-        return None
-    m = fields[-1]
-    value = _json_string(m[2]) if m[2] is not None else m[3] if m[3] is not None else m[4]
-    return value.strip().removeprefix('"').removesuffix('"').strip()  # quoted twice: "\"€77\""
-
-
-_JSON_ESCAPED = re.compile(r'(?:[^\\"]|\\(?:["\\/]|u[0-9a-fA-F]{4}))*')
-
-
-def _json_string(raw: str) -> str:
-    if _JSON_ESCAPED.fullmatch(raw):
-        try:
-            return json.loads(f'"{raw}"')
-        except ValueError:  # a raw line break or control character
-            pass
-    return raw.replace('\\"', '"')
 
 
 def gold_answer(gold: str) -> str:
@@ -327,7 +305,7 @@ def gold_answer(gold: str) -> str:
     (``\\boxed{1} papers and \\boxed{2} bins``)."""
     gold = restore_escapes(gold)
     if m := _DELIMITED.fullmatch(gold):
-        gold = m[1] or m[2]  # `\\(10,\\!080\\)`: the math inside, as `$10,\\!080$` is read
+        gold = next(inside for inside in m.groups() if inside is not None)  # `\\(10,\\!080\\)`: the math inside
     if "\\boxed" not in gold and "\\fbox" not in gold:
         return gold if has_prose(gold) else stated_gold(gold)
     boxes = boxed_answers(gold)
@@ -338,11 +316,13 @@ def gold_answer(gold: str) -> str:
         not any(_LETTER.search(_GOLD_GAP_WORDS.sub(" ", gap)) for gap in gaps) or _labelled(gold, boxes, gaps)
     ):
         return ", ".join(content for content, _, _ in boxes)
-    return boxes[-1][0]
+    return boxes[-1][0] if has_prose(boxes[-1][0]) else stated_gold(boxes[-1][0])
 
 
-_DELIMITED = re.compile(r"\s*\\\(((?:(?!\\[()]).)*)\\\)\s*|\s*\\\[((?:(?!\\[\[\]]).)*)\\\]\s*", re.DOTALL)
-"""A gold written as inline or display math, ``\\(...\\)`` or ``\\[...\\]``, whole."""
+_DELIMITED = re.compile(
+    r"\s*(?:\\\(((?:(?!\\[()]).)*)\\\)|\\\[((?:(?!\\[\[\]]).)*)\\\]|\$\$?((?:[^$]|\\\$)*?)(?<!\\)\$\$?)\s*", re.DOTALL
+)
+"""A gold written as inline or display math, ``\\(...\\)``, ``\\[...\\]`` or ``$...$``, whole."""
 _SENTENCE_END = re.compile(r"[.;:!?](?!\d)|\n")
 _WORDS = re.compile(r"[^\W\d_]+")
 _MAX_PHRASE = 80

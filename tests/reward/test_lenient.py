@@ -583,6 +583,17 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("\\boxed{90^\\circ}", "\\[90^\\circ\\]", 1.0, 1.0),
         ("\\boxed{10,\\!081}", "\\(10,\\!080\\)", 0.0, 0.0),
         ("\\boxed{1, 2}", "\\(1\\) and \\(2\\)", 1.0, 1.0),
+        ("\\boxed{\\text{(E)},}", "$\\text{(E)},$", 1.0, 1.0),  # the gold's stop inside its dollars
+        ("\\boxed{10}", "$$10$$", 1.0, 1.0),
+        ("\\boxed{0.56=56\\%}", "\\boxed{0.56 = 56\\%}", 1.0, 1.0),  # a boxed gold states its value too
+        # a style command only sizes what follows, in a JSON answer too
+        (
+            '{"answer": "\\\\displaystyle \\\\begin{pmatrix} -4 \\\\\\\\ 0 \\\\end{pmatrix}"}',
+            "\\begin{pmatrix} -4 \\\\ 0 \\end{pmatrix}",
+            0.0,
+            1.0,
+        ),
+        ("\\boxed{\\displaystyle \\frac{1}{2}}", "\\frac12", 1.0, 1.0),
         # a time of day, read whole (not its minutes) and on the 24-hour clock
         ("Jordan can start at 2:00 pm at the latest.", "2", 0.0, 1.0),  # GSM8K's gold for it
         ("They arrive at 4:30 p.m.", "\\text{4:30 p.m.}", 0.0, 1.0),
