@@ -294,7 +294,9 @@ def _free_text(text: str) -> str | None:
         return None  # an empty field is a reply that gives no answer, not a cue to read the reasoning
     if block is None or not block.strip():
         return free_text_answer(text)
-    return free_text_answer(block) or block.strip()  # words alone ("infinitely many") answer too
+    # math alone (`AB=9, CD=4`, an interval union) is read whole, as a box's is; prose as free
+    # text; words alone ("infinitely many") answer too
+    return _inside_box(block) or block.strip()
 
 
 def gold_answer(gold: str) -> str:

@@ -586,6 +586,11 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("\\boxed{\\text{(E)},}", "$\\text{(E)},$", 1.0, 1.0),  # the gold's stop inside its dollars
         ("\\boxed{10}", "$$10$$", 1.0, 1.0),
         ("\\boxed{0.56=56\\%}", "\\boxed{0.56 = 56\\%}", 1.0, 1.0),  # a boxed gold states its value too
+        # a JSON answer of math alone is read whole, as a box's is, not searched for a number
+        ('{"answer": "AB=9, CD=4"}', "AB=9, CD=4", 0.0, 1.0),
+        ('{"answer": "164 \\\\pi \\\\mbox{ square feet}"}', "164 \\pi", 0.0, 1.0),
+        ('{"answer": "[1, 2) \\\\cup (3, 4]"}', "[1,2) \\cup (3,4]", 0.0, 1.0),
+        ('{"answer": "The answer is 5."}', "5", 0.0, 1.0),  # prose in it is still read
         # a style command only sizes what follows, in a JSON answer too
         (
             '{"answer": "\\\\displaystyle \\\\begin{pmatrix} -4 \\\\\\\\ 0 \\\\end{pmatrix}"}',
