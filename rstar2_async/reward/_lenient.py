@@ -36,7 +36,7 @@ from ._answer import answer_region, boxed_answers, extract_answer, last_answer_b
 from ._compare import GradingMode, answer_parts
 from ._free_text import TAIL_CHARS, anchored_answer, free_text_answer
 from ._json_answer import json_answer
-from ._spans import LEADING_VAR, has_prose, stated_gold, statement_value
+from ._spans import LEADING_VAR, has_prose, stated_gold, statement_value, whole_span
 
 __all__ = ["answer_box", "answer_in", "final_answer", "gold_answer", "readable"]
 
@@ -83,20 +83,8 @@ def readable(text: str) -> str:
     (`after_thinking`), with LaTeX escapes a string literal turned into control
     characters restored (`restore_escapes`), without chat templates' special tokens
     (`strip_end_tokens`).  Thinking goes first: its tags may look like special tokens,
-    and a long thinking is not searched.  ``\\displaystyle`` and its kin, which only size
-    what follows, go too: free text read ``"\\displaystyle \\begin{pmatrix}..."`` as prose."""
-    text = strip_end_tokens(restore_escapes(after_thinking(text)))
-    return _STYLE.sub(_unstyled, text) if "style" in text else text
-
-
-_STYLE = re.compile(r"(\\+)(?:display|text|script|scriptscript)style(?![a-zA-Z])\s*")
-
-
-def _unstyled(m: re.Match[str]) -> str:
-    """The backslashes before a style command, less its own: one, or two in JSON's
-    escaped ``\\\\displaystyle`` (a LaTeX line break before it stays)."""
-    run = m[1]
-    return run[: len(run) - (1 if len(run) % 2 else 2)]
+    and a long thinking is not searched."""
+    return strip_end_tokens(restore_escapes(after_thinking(text)))
 
 
 # LaTeX written in a Python or JSON string without escaping its backslashes loses some
@@ -306,10 +294,9 @@ def gold_answer(gold: str) -> str:
     \\(\\boxed{-2}\\)``), or when the gold is one short phrase that labels its boxes
     (``\\boxed{1} papers and \\boxed{2} bins``)."""
     gold = restore_escapes(gold)
-    if m := _DELIMITED.fullmatch(gold):
-        gold = next(inside for inside in m.groups() if inside is not None)  # `\\(10,\\!080\\)`: the math inside
+    gold = whole_span(gold) or gold  # `\\(10,\\!080\\)`, `$\\text{(E)},$`: the math inside
     if "\\boxed" not in gold and "\\fbox" not in gold:
-        return gold if has_prose(gold) else stated_gold(gold)
+        return stated_gold(gold)
     boxes = boxed_answers(gold)
     if not boxes:
         return gold
@@ -318,13 +305,9 @@ def gold_answer(gold: str) -> str:
         not any(_LETTER.search(_GOLD_GAP_WORDS.sub(" ", gap)) for gap in gaps) or _labelled(gold, boxes, gaps)
     ):
         return ", ".join(content for content, _, _ in boxes)
-    return boxes[-1][0] if has_prose(boxes[-1][0]) else stated_gold(boxes[-1][0])
+    return stated_gold(boxes[-1][0])
 
 
-_DELIMITED = re.compile(
-    r"\s*(?:\\\(((?:(?!\\[()]).)*)\\\)|\\\[((?:(?!\\[\[\]]).)*)\\\]|\$\$?((?:[^$]|\\\$)*?)(?<!\\)\$\$?)\s*", re.DOTALL
-)
-"""A gold written as inline or display math, ``\\(...\\)``, ``\\[...\\]`` or ``$...$``, whole."""
 _SENTENCE_END = re.compile(r"[.;:!?](?!\d)|\n")
 _WORDS = re.compile(r"[^\W\d_]+")
 _MAX_PHRASE = 80

@@ -32,6 +32,7 @@ __all__ = [
     "span_bounds",
     "stated_gold",
     "statement_value",
+    "whole_span",
     "words",
 ]
 
@@ -177,9 +178,19 @@ def statement_value(content: str) -> str:
 def stated_gold(gold: str) -> str:
     """A gold that states a value with no unknown on either side (``0.56 = 56\\%``) reads
     as that value, as an answer does; an equation in an unknown (``7 = 11a + c``, ``2 = x``)
-    stays whole."""
+    and prose stay whole."""
+    if has_prose(gold):
+        return gold
     sides = equation_sides(gold)
     return statement_value(gold) if len(sides) > 1 and all(_computes(side) for side in sides) else gold
+
+
+def whole_span(text: str) -> str | None:
+    """The math inside `text` when `text` is one math span and nothing else (``$...$``,
+    ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``): a gold written as math."""
+    text = text.strip()
+    m = SPANS.match(text)
+    return m[m.lastgroup] if m and m.end() == len(text) and m.lastgroup != "r" else None
 
 
 def _computes(left: str) -> bool:
