@@ -160,7 +160,9 @@ _LEADING_VARIABLE = re.compile(
 )
 _SINGLE_CHAR_GROUP = re.compile(r"([\^_])\{(\w)\}")
 _FRAC_ARG = r"(\w|\\[a-zA-Z]+|\{[^{}]*\})"
-_FRAC_SHORT = re.compile(rf"\\frac{_FRAC_ARG}{_FRAC_ARG}")
+_SHORT_FRACTION = re.compile(rf"\\([dt]?frac)\s*{_FRAC_ARG}\s*{_FRAC_ARG}")
+"""A fraction with an argument unbraced (``\\frac12``, ``\\frac\\pi 2``), which math-verify
+reads as ``\\frac{\\}{p}i 2``, that is 2."""
 _SQRT_SHORT = re.compile(r"\\sqrt(\w)")
 _EMPTY_SQRT = re.compile(r"\\sqrt\{\}(?=\{)")
 """``\\sqrt{}{3}``: a root of nothing then its radicand, a typo some data sets' golds keep."""
@@ -190,11 +192,6 @@ _PERCENT_TEXT = re.compile(r"\\(?:text|mbox)\s*\{\s*(?:percent|per\s*cent|pct)\s
 _FACTORIAL_CALL = re.compile(r"(?<![\w.])factorial\(\s*([^()]+?)\s*\)")
 
 
-_SHORT_FRACTION = re.compile(r"\\([dt]?frac)(?=\s*[^\s{])\s*(\\[a-zA-Z]+|\w)\s*(\\[a-zA-Z]+|\w|\{[^{}]*\})")
-"""A fraction whose first argument is unbraced (``\\frac\\pi 2``), which math-verify reads
-as ``\\frac{\\}{p}i 2``, that is 2."""
-
-
 def python_notation(text: str) -> str:
     """`text` with Python's math written as LaTeX, which math-verify reads (golds and
     answers written as code): ``**`` as ``^`` (``2**(1/4)``); and, in text with no
@@ -212,7 +209,7 @@ def python_notation(text: str) -> str:
     if "\\sqrt{}" in text:
         text = _EMPTY_SQRT.sub(r"\\sqrt", text)
     if "frac" in text:
-        text = _SHORT_FRACTION.sub(lambda m: f"\\{m[1]}{_braced(m[2])}{_braced(m[3])}", text)
+        text = _braced_fractions(text)
     if "**" in text:
         text = _PYTHON_POWER.sub("^", text)
     if "\\" in text or ("(" not in text and "pi" not in text):
@@ -283,7 +280,7 @@ def normalize_answer(text: str) -> str:
     if m := _TIMES_TEN.fullmatch(s):
         s = format(Decimal(m[1]).scaleb(int(m[2])), "f")
     s = _SINGLE_CHAR_GROUP.sub(r"\1\2", s)
-    s = _FRAC_SHORT.sub(lambda m: rf"\frac{_braced(m[1])}{_braced(m[2])}", s)
+    s = _braced_fractions(s)
     s = _EMPTY_SQRT.sub(r"\\sqrt", s)
     s = _SQRT_SHORT.sub(r"\\sqrt{\1}", s)
     s = _INFINITY.sub(r"\\infty", s)
@@ -326,6 +323,10 @@ def _rows_as_matrix(rows: str) -> str:
     if len({len(r) for r in cells}) != 1:
         return "[" + rows + "]"
     return "\\begin{pmatrix}" + "\\\\".join("&".join(r) for r in cells) + "\\end{pmatrix}"
+
+
+def _braced_fractions(s: str) -> str:
+    return _SHORT_FRACTION.sub(lambda m: f"\\{m[1]}{_braced(m[2])}{_braced(m[3])}", s)
 
 
 def _braced(arg: str) -> str:
