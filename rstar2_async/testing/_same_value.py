@@ -42,8 +42,8 @@ def _short_root(gold: str) -> str | None:
 
 
 def _sign_in_numerator(gold: str) -> str | None:
-    m = re.fullmatch(r"-\\[dt]?frac\{(\d+)\}\{(\d+)\}", gold.strip())
-    return f"\\frac{{-{m[1]}}}{{{m[2]}}}" if m else None
+    m = _FRACTION.fullmatch(gold.strip())
+    return f"\\frac{{-{m[2]}}}{{{m[3]}}}" if m and m[1] else None
 
 
 def _decimal(gold: str) -> str | None:
