@@ -69,6 +69,7 @@ answer: the response ran on (gemma-2-9b-it's 6,700 characters of blank lines aft
 _VALUE_MARK = re.compile(r"\d|\$|\\[(\[]")  # in every number and math span: a cheap look for one
 # A parenthesis that opens with a LaTeX command: `\(...\)` whose backslashes were lost.
 _LATEX_PAREN = re.compile(r"\s*\(\s*\\[a-zA-Z]")
+_CONTINUED = re.compile(r"(?:\\[a-zA-Z]+|[-+*/=^,<>])\s*$")  # what a value goes on after
 # An anchor, then the answer right after it.  `answer` must be followed by a verb or
 # a colon, so "to answer this" anchors nothing.
 _ANCHOR = re.compile(
@@ -248,9 +249,7 @@ def _after_anchor(text: str, at: int) -> str | None:
     rest = text[at : at + 200]
     if _NOT.match(rest):  # "the answer is not 5"
         return None
-    cut = _ANSWER_END.search(rest)
-    if cut and _LATEX_PAREN.match(rest, cut.start()) and not _VALUE_MARK.search(rest, 0, cut.start()):
-        cut = _ANSWER_END.search(rest, cut.end())  # "是 (\\frac{2}{5}) 吨": no aside, the value
+    cut = _answer_end(rest)
     if cut and cut[0] in "?？":
         return None
     answer = (rest[: cut.start()] if cut else rest).strip().strip("*").strip()
@@ -263,6 +262,23 @@ def _after_anchor(text: str, at: int) -> str | None:
     ):
         return answer  # "at least 42", "probably $p$": whole, for the grader to refuse unless the gold says so
     return _value_in_prose(answer)
+
+
+def _answer_end(rest: str) -> re.Match[str] | None:
+    """Where the answer at the start of `rest` ends (`_ANSWER_END`).  A parenthesis is no
+    aside after an operator, a comma or a command (``(0,9) \\cup (9,36)``, ``3 \\times
+    (4+5)``, ``(1,2), (3,4)``), nor when it holds the value (``是 (\\frac{2}{5}) 吨``)."""
+    cut = _ANSWER_END.search(rest)
+    while (
+        cut
+        and cut[0].endswith("(")
+        and (
+            _CONTINUED.search(rest, 0, cut.start())
+            or (_LATEX_PAREN.match(rest, cut.start()) and not _VALUE_MARK.search(rest, 0, cut.start()))
+        )
+    ):
+        cut = _ANSWER_END.search(rest, cut.end())
+    return cut
 
 
 def _value_in_prose(sentence: str) -> str:

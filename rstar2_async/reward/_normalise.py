@@ -50,17 +50,16 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-from ._units import unit_tail
+from ._notation import EMPTY_SQRT, braced_fractions, latex_roots
+from ._units import is_unit, unit_tail
 
 __all__ = [
     "FUNCTION_COMMANDS",
     "MAX_ANSWER_CHARS",
-    "PYTHON_FUNCTIONS",
-    "PYTHON_MODULES",
     "QUALIFIER",
     "TEXT_CMD",
     "normalize_answer",
-    "python_notation",
+    "unwrap_box",
 ]
 
 MAX_ANSWER_CHARS = 2048
@@ -147,7 +146,7 @@ never a unit.  Not a command: ``\\not=`` is a relation; not "no solution", an em
 # keep their words.
 _UNIT_TAIL_TEXT = re.compile(
     r"^(?P<head>(?:[^a-zA-Z\\]|\\(?:frac|sqrt|pi|cdot|times)(?![a-zA-Z]))*?)"
-    rf"\s*{TEXT_CMD}\{{\s*[a-zA-Z][a-zA-Z./\s]*\}}"
+    rf"\s*{TEXT_CMD}\{{\s*(?P<unit>[a-zA-Z][a-zA-Z./\s]*)\}}"
     r"(?:\s*\^\s*\{?\d\}?)?\s*$"
 )
 _OR = re.compile(r"\bor\b", re.IGNORECASE)
@@ -159,13 +158,7 @@ _LEADING_VARIABLE = re.compile(
     r"(?:\s*\(\s*[a-z]\s*\))?\s*(?:=|\\in(?![a-zA-Z]))"
 )
 _SINGLE_CHAR_GROUP = re.compile(r"([\^_])\{(\w)\}")
-_FRAC_ARG = r"(\w|\\[a-zA-Z]+|\{[^{}]*\})"
-_SHORT_FRACTION = re.compile(rf"\\([dt]?frac)\s*{_FRAC_ARG}\s*{_FRAC_ARG}")
-"""A fraction with an argument unbraced (``\\frac12``, ``\\frac\\pi 2``), which math-verify
-reads as ``\\frac{\\}{p}i 2``, that is 2."""
 _SQRT_SHORT = re.compile(r"\\sqrt(\w)")
-_EMPTY_SQRT = re.compile(r"\\sqrt\{\}(?=\{)")
-"""``\\sqrt{}{3}``: a root of nothing then its radicand, a typo some data sets' golds keep."""
 _INFINITY = re.compile(r"\+?\\inf(?:ty)?(?![a-zA-Z])")
 # `(C)`, or `\textbf{(C)}\ 12`: the choice with its value, but not `(A), (B)` or `(A)(B)`.
 _CHOICE = re.compile(r"^\(([A-Za-z])\)$|^\(([A-E])\)(?![,;])(?!.*\([A-E]\))(?=.)")
@@ -176,60 +169,6 @@ _CLOCK = re.compile(r"(\d{1,2})(?::(\d{2})(?::00)?)?\s*(?:([ap])\.?\s*m\.?)?", r
 _CLOCK_HINT = re.compile(r"\d\s*(?::\d|[ap]\.?\s*m)", re.IGNORECASE)
 
 
-_PYTHON_POWER = re.compile(r"(?<=[\w)\]}])\*\*(?=[\w(\[{+-])")
-"""Python's power ``2**(1/4)`` between two operands (not markdown's ``**bold**``)."""
-_LATEX_FUNCTIONS = "sqrt|exp|log|ln|(?:sin|cos|tan)h?|cot|sec|csc"
-PYTHON_FUNCTIONS = f"{_LATEX_FUNCTIONS}|comb|binomial|factorial|Rational|Fraction"
-"""Python's math functions read as LaTeX (`python_notation`), and so no prose."""
-_PYTHON_NAME = re.compile(rf"(?<![\w\\])(?:(pi)(?!\w)|(?:{_LATEX_FUNCTIONS})(?=\())")
-_PYTHON_SQRT = re.compile(r"\\sqrt\(([^()]*)\)")
-_LATEX_NAME = {"log": "\\ln", "pi": "\\pi"}  # Python's log is the natural one
-PYTHON_MODULES = "math|cmath|numpy|np|sympy|sp"
-"""Modules whose names prefix Python's math functions (``math.sqrt``), no prose either."""
-_MODULE = re.compile(rf"(?<![\w.])(?:{PYTHON_MODULES})\.(?=[a-zA-Z])")
-_PAIR_CALL = re.compile(r"(?<![\w.])(comb|binomial|Rational|Fraction)\(\s*([^(),]+?)\s*,\s*([^(),]+?)\s*\)")
-_PERCENT_TEXT = re.compile(r"\\(?:text|mbox)\s*\{\s*(?:percent|per\s*cent|pct)\s*\}")
-_FACTORIAL_CALL = re.compile(r"(?<![\w.])factorial\(\s*([^()]+?)\s*\)")
-
-
-def python_notation(text: str) -> str:
-    """`text` with Python's math written as LaTeX, which math-verify reads (golds and
-    answers written as code): ``**`` as ``^`` (``2**(1/4)``); and, in text with no
-    LaTeX command, ``pi``, ``sqrt(2)``, ``exp(2)``, ``log(2)`` as ``\\pi``, ``\\sqrt{2}``,
-    ``\\exp(2)``, ``\\ln(2)`` (``2*pi``, ``(3*sqrt(5))/7``), ``comb(10, 3)`` as
-    ``\\binom{10}{3}``, ``Rational(1, 3)`` as ``\\frac{1}{3}``, ``factorial(5)`` as
-    ``5!``, with or without their module (``math.sqrt(2)``, ``np.pi``).  A percent
-    written as a word in LaTeX text (``\\frac{1}{2}\\text{ percent}``) becomes ``\\%``,
-    which math-verify reads (it reads the bare word, not the text command); an empty
-    root before its radicand (``\\sqrt{}{3}``) becomes the root of it and a fraction
-    written short (``\\frac\\pi 2``) is braced, as `normalize_answer` reads them:
-    math-verify, which settles what our comparer cannot, gets the same reading."""
-    if "\\text" in text or "\\mbox" in text:
-        text = _PERCENT_TEXT.sub(r"\\%", text)
-    if "\\sqrt{}" in text:
-        text = _EMPTY_SQRT.sub(r"\\sqrt", text)
-    if "frac" in text:
-        text = _braced_fractions(text)
-    if "**" in text:
-        text = _PYTHON_POWER.sub("^", text)
-    if "\\" in text or ("(" not in text and "pi" not in text):
-        return text
-    text = _MODULE.sub("", text)
-    text = _PAIR_CALL.sub(
-        lambda m: ("\\binom" if m[1] in ("comb", "binomial") else "\\frac") + f"{{{m[2]}}}{{{m[3]}}}", text
-    )
-    text = _FACTORIAL_CALL.sub(
-        lambda m: (m[1] if re.fullmatch(r"\w", m[1]) or m[1].isdigit() else f"({m[1]})") + "!", text
-    )
-    if _PYTHON_NAME.search(text):
-        text = _PYTHON_NAME.sub(lambda m: _LATEX_NAME.get(m[0], "\\" + m[0]), text)
-        for _ in range(4):  # inner first: `sqrt(sqrt(2))`
-            text, n = _PYTHON_SQRT.subn(r"\\sqrt{\1}", text)
-            if not n:
-                break
-    return text
-
-
 def normalize_answer(text: str) -> str:
     """Return the canonical string form of one final answer (the inside of a box).
 
@@ -237,12 +176,12 @@ def normalize_answer(text: str) -> str:
     whitespace, no layout commands and no units; it is meant for comparison, not
     for display.  Pure and fast: no evaluation of any kind.
     """
-    s = _TRAILING_BACKSLASH.sub("", text.translate(_UNICODE).strip()).strip()  # `185\`
+    s = _TRAILING_BACKSLASH.sub("", latex_roots(text).translate(_UNICODE).strip()).strip()  # `185\`
     if "\\begin" not in s:  # outside an environment `\\` breaks no line: a doubled escape
         s = _DOUBLED_ESCAPE.sub(lambda _: "\\", s)
     elif "\\\\begin" in s and not _SINGLE_COMMAND.search(s):  # every command escaped twice
         s = s.replace("\\\\", "\\")
-    s = _unwrap_boxed(s)
+    s = unwrap_box(s)
     s = _ANSWER_PREFIX.sub("", s, count=1)
     for pattern, canonical in (*_RELATIONS, *_SET_WORDS):
         s = pattern.sub(lambda _, c=canonical: c, s)
@@ -261,6 +200,8 @@ def normalize_answer(text: str) -> str:
     # from a text answer such as `\text{Evelyn}`.
     qualified = QUALIFIER.search(s) or _OR.search(s)  # `2 \text{ or more}` keeps its words
     while not qualified and (m := _UNIT_TAIL_TEXT.match(s)) and any(c.isdigit() for c in m["head"]):
+        if re.fullmatch(r"\s*[a-zA-Z]+\s*", m["unit"]) and not is_unit(m["unit"].strip(), m["head"]):
+            break  # `3\mathrm{i}`, `5\text{x}`: a variable, not a unit
         s = m["head"].strip()
     # Unwrapped, `\text{answer: 12}` (a box holding the whole sentence) loses its label too.
     s = _ANSWER_PREFIX.sub("", _unwrapped(s), count=1)
@@ -280,8 +221,8 @@ def normalize_answer(text: str) -> str:
     if m := _TIMES_TEN.fullmatch(s):
         s = format(Decimal(m[1]).scaleb(int(m[2])), "f")
     s = _SINGLE_CHAR_GROUP.sub(r"\1\2", s)
-    s = _braced_fractions(s)
-    s = _EMPTY_SQRT.sub(r"\\sqrt", s)
+    s = braced_fractions(s)
+    s = EMPTY_SQRT.sub(r"\\sqrt", s)
     s = _SQRT_SHORT.sub(r"\\sqrt{\1}", s)
     s = _INFINITY.sub(r"\\infty", s)
     s = _strip_outer_braces(s)
@@ -325,14 +266,6 @@ def _rows_as_matrix(rows: str) -> str:
     return "\\begin{pmatrix}" + "\\\\".join("&".join(r) for r in cells) + "\\end{pmatrix}"
 
 
-def _braced_fractions(s: str) -> str:
-    return _SHORT_FRACTION.sub(lambda m: f"\\{m[1]}{_braced(m[2])}{_braced(m[3])}", s)
-
-
-def _braced(arg: str) -> str:
-    return arg if arg.startswith("{") else "{" + arg + "}"
-
-
 def _matching_brace(s: str, open_at: int) -> int:
     """Index of the `}` closing the `{` at `open_at`, or -1.  `\\{`/`\\}` are literals."""
     depth = 0
@@ -352,9 +285,10 @@ def _matching_brace(s: str, open_at: int) -> int:
     return -1
 
 
-def _unwrap_boxed(s: str) -> str:
-    """`\\boxed{\\boxed{5}}` -> `5`; anything that is not one whole box is unchanged."""
-    while m := re.match(r"\\(?:boxed|fbox)\s*\{", s):
+def unwrap_box(s: str) -> str:
+    """`\\boxed{\\boxed{5}}` -> `5`, `\\mathbf{34\\text{ units}}` -> `34\\text{ units}`;
+    anything that is not one whole box or bold type is unchanged."""
+    while m := re.match(r"\\(?:boxed|fbox|mathbf|textbf|boldsymbol|bm)\s*\{", s):
         end = _matching_brace(s, m.end() - 1)
         if end != len(s) - 1:
             break

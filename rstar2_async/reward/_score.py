@@ -14,7 +14,8 @@ import threading
 
 from ._compare import GradingMode, answers_match, equation_sides, false_equation, rel_tolerance
 from ._lenient import answer_box, answer_in, gold_answer, readable
-from ._normalise import FUNCTION_COMMANDS, MAX_ANSWER_CHARS, QUALIFIER, TEXT_CMD, python_notation
+from ._normalise import FUNCTION_COMMANDS, MAX_ANSWER_CHARS, QUALIFIER, TEXT_CMD
+from ._notation import python_notation
 from ._spans import ALTERNATIVE
 from ._worker import GradeRequest, SyncWorker
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 
 from ._compare import equation_sides, false_equation
-from ._normalise import PYTHON_FUNCTIONS, PYTHON_MODULES, TEXT_CMD
+from ._normalise import TEXT_CMD, unwrap_box
+from ._notation import PYTHON_FUNCTIONS, PYTHON_MODULES
 
 __all__ = [
     "ALTERNATIVE",
@@ -82,7 +83,7 @@ _BOUND = re.compile(
 _FREE_LETTER = re.compile(r"[a-df-hj-zA-Z]")
 # Python's math names, which are no prose: `sqrt(2)`, `2*pi`.
 _PYTHON_MATH = re.compile(
-    rf"\b(?:{PYTHON_MODULES})\.(?=[a-zA-Z])|\b(?:{PYTHON_FUNCTIONS})(?=\s*\()|(?<=[\d*/(.])\s*pi\b|\bpi(?=\s*[*/)])"
+    rf"\b(?:{PYTHON_MODULES})\.(?=[a-zA-Z])|(?<![a-zA-Z_])(?:{PYTHON_FUNCTIONS})(?=\s*\()|(?<=[\d*/(.])\s*pi\b|\bpi(?=\s*[*/)])"
 )
 # Words in any script (two letters or more), and CJK characters, outside LaTeX commands.
 _WORD = re.compile(
@@ -167,7 +168,9 @@ def statement_value(content: str) -> str:
     statement of a value, whose left side computes (``3 + 4 = 7``, ``e^{i\\pi} = -1``,
     ``\\lim_{x \\to 0} ... = 1``, a determinant); an equation in an unknown such as
     ``5x - 7y + 4 = 0`` stays whole (``x = 5`` loses its ``x =`` in the comparer), and
-    so do alternatives (``p = -1 \\text{ or } p = 2``, ``x = 1; y = 2``)."""
+    so do alternatives (``p = -1 \\text{ or } p = 2``, ``x = 1; y = 2``).  Bold type or a box
+    around it all (``\\mathbf{3 + 4 = 7}``) is no part of it."""
+    content = unwrap_box(content)
     sides = equation_sides(content)
     alternatives = "," in content or ALTERNATIVE.search(_ENVIRONMENT_BODY.sub(" ", content))
     if not alternatives and (len(sides) > 2 or (len(sides) == 2 and _computes(sides[0]))):

@@ -15,18 +15,29 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["SHORT_UNITS", "math_verify_drops_units", "unit_tail"]
+__all__ = ["SHORT_UNITS", "is_unit", "math_verify_drops_units", "unit_tail"]
 
 SHORT_UNITS = frozenset(
     ["cm", "mm", "km", "dm", "nm", "kg", "mg", "ml", "cl", "dl", "ft", "yd", "mi", "oz", "lb", "lbs", "hr", "hrs"]
     + ["min", "sec", "deg", "rad", "mph", "kph", "kmh", "cal", "mol", "ha", "cc", "sq", "cu", "usd", "eur", "rs"]
-    + ["yen", "yr", "yrs", "day", "gm", "mt", "lt", "kw", "kwh", "hz", "khz", "mhz", "mb", "kb", "gb", "tb"]
+    + ["yen", "yr", "yrs", "day", "gm", "mt", "lt", "kw", "kwh", "hz", "khz", "mhz", "mb", "kb", "gb", "tb", "in"]
 )
 """Units of two or three letters; a longer word after a number is a unit whatever it is."""
 _LETTER_UNITS = frozenset("mgshltcd")
 """One-letter units math-verify drops (metre, gram, second, hour, litre, tonne, ...)."""
 _AFTER_NUMBER = frozenset(["am", "pm", "st", "nd", "rd", "th"])
 """A time's half of the day and an ordinal's suffix: no variables after a lone number."""
+_PLAIN_NUMBER = re.compile(r"\s*[-+]?(?:\d|\{,\}|\\[,!]|[ ,.])*\d[\s.]*")
+
+
+def is_unit(word: str, after: str) -> bool:
+    """Whether `word`, written right after the text `after`, is a unit: any word of four
+    letters or more, a known short one, or one of a few letters after a lone number
+    (``10 m``), never a variable (``4ab``, ``2 + 3t``, ``3\\mathrm{i}``)."""
+    word = word.lower()
+    lone_number = bool(_PLAIN_NUMBER.fullmatch(after))
+    return len(word) > 3 or word in SHORT_UNITS or (lone_number and (word in _LETTER_UNITS or word in _AFTER_NUMBER))
+
 
 # A unit may hold a slash (`72 Mb/h`, `60 km/h`); a one-letter unit before it only
 # after a space and if it is one (`5 m/s`, `2 g/L`; `5 x/y` is math).
@@ -42,13 +53,11 @@ def unit_tail(s: str) -> str | None:
     m = _UNIT_TAIL_WORDS.match(s)
     if m is None:
         return None
-    unit = m["unit"]
-    known = unit is None or m["rate"] or m["more"] or len(unit) > 3 or unit.lower() in SHORT_UNITS
+    known = m["unit"] is None or m["rate"] or m["more"] or is_unit(m["unit"], m["head"])
     return m["head"] if known else None  # a phrase (`1 and odd primes`) is no product either
 
 
 _LAST_SHORT_WORD = re.compile(r"(?<![a-zA-Z\\])([a-zA-Z]{1,2})\s*$")
-_PLAIN_NUMBER = re.compile(r"\s*[-+]?(?:\d|\{,\}|\\[,!]|[ ,.])*\d[\s.]*")
 
 
 def math_verify_drops_units(text: str) -> bool:
@@ -57,7 +66,4 @@ def math_verify_drops_units(text: str) -> bool:
     here too: math-verify reads ``1 + 2t`` as ``1 + 2`` (equal to 3), ``\\frac12 h`` as
     ``\\frac12`` and ``2ab`` as 2."""
     m = _LAST_SHORT_WORD.search(text)
-    if m is None:
-        return True
-    word, lone_number = m[1].lower(), bool(_PLAIN_NUMBER.fullmatch(text[: m.start()]))
-    return word in SHORT_UNITS or (lone_number and (word in _LETTER_UNITS or word in _AFTER_NUMBER))
+    return m is None or is_unit(m[1], text[: m.start()])

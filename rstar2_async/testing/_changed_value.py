@@ -113,6 +113,12 @@ def _real_part(gold: str) -> str | None:
     return m[1] if m and re.search(r"[-+]", m[1].lstrip("-")) else None
 
 
+def _times_imaginary(gold: str) -> str | None:
+    """A whole number times the imaginary unit set upright: ``3`` as ``3\\mathrm{i}``,
+    whose letter is no unit."""
+    return f"{gold.strip()}\\mathrm{{i}}" if re.fullmatch(r"-?[1-9]\d*", gold.strip()) else None
+
+
 CHANGED_VALUE_REWRITES: dict[str, Rewrite] = {
     "last_number_plus_one": _bumped(-1),
     "first_number_plus_one": _bumped(0),
@@ -127,4 +133,5 @@ CHANGED_VALUE_REWRITES: dict[str, Rewrite] = {
     "transposed": _transposed,
     "last_decimal_digit": _last_decimal_digit,
     "imaginary_dropped": _real_part,
+    "times_imaginary": _times_imaginary,
 }

@@ -21,24 +21,27 @@ def _replaced(old: str, new: str) -> Rewrite:
     return rewrite
 
 
+def _substituted(pattern: str, replacement: str) -> Rewrite:
+    def rewrite(gold: str) -> str | None:
+        new = re.sub(pattern, replacement, gold)
+        return new if new != gold else None
+
+    return rewrite
+
+
+def _whole(pattern: str | re.Pattern[str], rewritten: Callable[[re.Match[str]], str]) -> Rewrite:
+    """A gold that is all of `pattern`, `rewritten` from its match."""
+    compiled = re.compile(pattern)
+
+    def rewrite(gold: str) -> str | None:
+        m = compiled.fullmatch(gold.strip())
+        return rewritten(m) if m else None
+
+    return rewrite
+
+
 def _display_fraction(gold: str) -> str | None:
     return re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", gold).replace("\\frac", "\\dfrac") if "frac" in gold else None
-
-
-def _slash_fraction(gold: str) -> str | None:
-    m = _FRACTION.fullmatch(gold.strip())
-    return f"{m[1]}{m[2]}/{m[3]}" if m else None
-
-
-def _short_fraction(gold: str) -> str | None:
-    """``\\frac{1}{2}`` as ``\\frac12``."""
-    new = re.sub(r"\\frac\{(\d)\}\{(\d)\}", r"\\frac\1\2", gold)
-    return new if new != gold else None
-
-
-def _short_root(gold: str) -> str | None:
-    new = re.sub(r"\\sqrt\{(\d)\}", r"\\sqrt\1", gold)
-    return new if new != gold else None
 
 
 def _sign_in_numerator(gold: str) -> str | None:
@@ -152,24 +155,6 @@ def _swapped_sum(gold: str) -> str | None:
     return f"{g[signs[0] + 1 :].strip()} + {g[: signs[0]].strip()}"
 
 
-def _explicit_product(gold: str) -> str | None:
-    """``2\\sqrt{3}`` as ``2 \\cdot \\sqrt{3}``, ``3\\pi`` as ``3 \\cdot \\pi``."""
-    new = re.sub(r"(?<![\d.])(\d+)\s*(\\(?:sqrt|pi)(?![a-zA-Z]))", r"\1 \\cdot \2", gold)
-    return new if new != gold else None
-
-
-def _scientific(gold: str) -> str | None:
-    """``5000000`` as ``5 \\times 10^{6}``."""
-    m = re.fullmatch(r"(-?[1-9]\d*?)(0{3,})", gold.strip())
-    return f"{m[1]} \\times 10^{{{len(m[2])}}}" if m else None
-
-
-def _negative_power(gold: str) -> str | None:
-    """``\\frac{1}{8}`` as ``8^{-1}``."""
-    m = re.fullmatch(r"\\[dt]?frac\{1\}\{([2-9]|[1-9]\d+)\}", gold.strip())
-    return f"{m[1]}^{{-1}}" if m else None
-
-
 def _trailing_zero(gold: str) -> str | None:
     return f"{gold.strip()}0" if re.fullmatch(r"-?\d+\.\d+", gold.strip()) else None
 
@@ -188,18 +173,6 @@ def _unreduced(gold: str) -> str | None:
     return f"{m[1]}\\frac{{{2 * int(m[2])}}}{{{2 * int(m[3])}}}" if m else None
 
 
-def _product_reordered(gold: str) -> str | None:
-    """``2\\sqrt{3}`` as ``\\sqrt{3} \\cdot 2``, ``3\\pi`` as ``\\pi \\cdot 3``."""
-    m = re.fullmatch(r"(-?)(\d+)\s*(\\sqrt\{[^{}]+\}|\\pi)", gold.strip())
-    return f"{m[1]}{m[3]} \\cdot {m[2]}" if m else None
-
-
-def _root_as_power(gold: str) -> str | None:
-    """``\\sqrt{2}`` as ``2^{1/2}``, ``\\sqrt[3]{5}`` as ``5^{1/3}``."""
-    m = re.fullmatch(r"\\sqrt(?:\[(\d)\])?\{(\d+)\}", gold.strip())
-    return f"{m[2]}^{{1/{m[1] or 2}}}" if m else None
-
-
 def _matrix_rows(gold: str) -> str | None:
     """A matrix written as its list of rows: ``[[1, 2], [3, 4]]``."""
     m = re.fullmatch(r"\\begin\{[pb]matrix\}(.*)\\end\{[pb]matrix\}", gold.strip(), re.DOTALL)
@@ -209,11 +182,25 @@ def _matrix_rows(gold: str) -> str | None:
     return "[" + ", ".join("[" + ", ".join(row) + "]" for row in rows if any(row)) + "]"
 
 
+def _unicode_root(gold: str) -> str | None:
+    """``3\\sqrt{13}`` as ``3√13``, ``\\sqrt{2x}`` as ``√(2x)``."""
+    new = re.sub(r"\\sqrt\{(\d+|[a-zA-Z])\}", r"√\1", gold)
+    new = re.sub(r"\\sqrt\{([^{}\\]+)\}", r"√(\1)", new)
+    return new if new != gold else None
+
+
+def _python_root(gold: str) -> str | None:
+    """``1 + 2\\sqrt{3}`` as ``1+2sqrt(3)``, as a reply written in plain text has it."""
+    if not re.fullmatch(r"[-+\d\s]*\\sqrt\{\d+\}[-+\d\s]*", gold.strip()):
+        return None
+    return re.sub(r"\\sqrt\{(\d+)\}", r"sqrt(\1)", gold).replace(" ", "")
+
+
 SAME_VALUE_REWRITES: dict[str, Rewrite] = {
     "dfrac": _display_fraction,
-    "slash_fraction": _slash_fraction,
-    "short_fraction": _short_fraction,
-    "short_root": _short_root,
+    "slash_fraction": _whole(_FRACTION, lambda m: f"{m[1]}{m[2]}/{m[3]}"),
+    "short_fraction": _substituted(r"\\frac\{(\d)\}\{(\d)\}", r"\\frac\1\2"),  # `\frac12`
+    "short_root": _substituted(r"\\sqrt\{(\d)\}", r"\\sqrt\1"),
     "sign_in_numerator": _sign_in_numerator,
     "decimal": _decimal,
     "point_zero": _point_zero,
@@ -231,15 +218,34 @@ SAME_VALUE_REWRITES: dict[str, Rewrite] = {
     "approximately": _approximately,
     "frac_as_division": _divided,
     "swapped_sum": _swapped_sum,
-    "explicit_product": _explicit_product,
-    "scientific": _scientific,
-    "negative_power": _negative_power,
+    "explicit_product": _substituted(
+        r"(?<![\d.])(\d+)\s*(\\(?:sqrt|pi)(?![a-zA-Z]))", r"\1 \\cdot \2"
+    ),  # `2 \cdot \sqrt{3}`
+    "scientific": _whole(r"(-?[1-9]\d*?)(0{3,})", lambda m: f"{m[1]} \\times 10^{{{len(m[2])}}}"),  # `5 \times 10^{6}`
+    "negative_power": _whole(r"\\[dt]?frac\{1\}\{([2-9]|[1-9]\d+)\}", lambda m: f"{m[1]}^{{-1}}"),  # `8^{-1}`
     "trailing_zero": _trailing_zero,
     "unicode_degree": lambda g: _replaced("^\\circ", "°")(g) or _replaced("^{\\circ}", "°")(g),
     "bmatrix": _replaced("pmatrix", "bmatrix"),
     "spaced_tuple": _spaced_tuple,
     "unreduced_fraction": _unreduced,
-    "product_reordered": _product_reordered,
-    "root_as_power": _root_as_power,
+    "product_reordered": _whole(  # `2\sqrt{3}` as `\sqrt{3} \cdot 2`, `3\pi` as `\pi \cdot 3`
+        r"(-?)(\d+)\s*(\\sqrt\{[^{}]+\}|\\pi)", lambda m: f"{m[1]}{m[3]} \\cdot {m[2]}"
+    ),
+    "root_as_power": _whole(r"\\sqrt(?:\[(\d)\])?\{(\d+)\}", lambda m: f"{m[2]}^{{1/{m[1] or 2}}}"),  # `5^{1/3}`
     "matrix_as_rows": _matrix_rows,
+    "bold": lambda g: f"\\mathbf{{{g}}}",
+    "unicode_root": _unicode_root,
+    "unicode_minus": _substituted(r"(?<![\\a-zA-Z])-(?=\d)", "−"),
+    "roman_imaginary": _substituted(r"(?<=\d)i\b", r"\\mathrm{i}"),
+    "python_root": _python_root,
+    "python_pi": _whole(r"(-?\d*)\s*\\pi", lambda m: f"{m[1]}pi"),  # `7pi`
+    "unsimplified_root": _whole(  # `2\sqrt{3}` as `\sqrt{12}`
+        r"(\d+)\s*\\sqrt\{(\d+)\}", lambda m: f"\\sqrt{{{int(m[1]) ** 2 * int(m[2])}}}"
+    ),
+    "bare_division": _whole(  # `\pi/2`, `\sqrt{3}/2`: one term over a number
+        r"(-?)\\[dt]?frac\{(\d*\\pi|\d*\\sqrt\{\d+\}|\d+)\}\{(\d+)\}", lambda m: f"{m[1]}{m[2]}/{m[3]}"
+    ),
+    "tfrac": _substituted(r"\\d?frac(?![a-zA-Z])", r"\\tfrac"),
+    "plus_infinity": _substituted(r"(?<![-+])\\infty", r"+\\infty"),
+    "percent_sign": _replaced("\\%", "%"),
 }

@@ -122,6 +122,11 @@ FREE_TEXT = [
     ("So each gets (\\frac{3}{4}) of it.", "\\frac{3}{4}"),
     ("The answer is 12 (\\text{see above}).", "12"),
     ("The answer is 22/7 (\\approx 3.14).", "22/7"),  # after a value, an aside still
+    # after an operator, a comma or a command a parenthesis is the value going on
+    ("#### (0,9) \\cup (9,36)", "(0,9) \\cup (9,36)"),
+    ("The answer is (1,2), (3,4).", "(1,2), (3,4)"),
+    ("The answer is 3 \\times (4+5).", "3 \\times (4+5)"),
+    ("The answer is 12 (since 3*4=12).", "12"),
     # an equation whose bound holds an `=` is one equation, not a chain
     ("$F_n = \\sum_{k=0}^{n-1} F_k$", "F_n = \\sum_{k=0}^{n-1} F_k"),
 ]
@@ -616,6 +621,20 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         # an `=` in a subscript or bound ends no side; a name whose subscript sets a variable has a value
         ("\\boxed{S_{n=5} = 15}", "15", 1.0, 1.0),
         ("\\boxed{\\sum_{k=1}^{10} k = 55}", "55", 1.0, 1.0),
+        # a letter after a number is a unit only if it is one: an upright `i` or `x` is none
+        ("\\boxed{3\\mathrm{i}}", "3", 0.0, 0.0),
+        ("\\boxed{5\\mathrm{x}}", "5", 0.0, 0.0),
+        ("\\boxed{6 - 5\\mathrm{i}}", "6-5i", 1.0, 1.0),
+        ("\\boxed{5\\text{ m}}", "5", 1.0, 1.0),
+        ("\\boxed{864 \\text{ in}^2}", "864", 1.0, 1.0),
+        # bold type around the whole answer; roots in Unicode; Python's pi after a number
+        ("\\boxed{\\mathbf{34\\text{ sq. units}}}", "34", 1.0, 1.0),
+        ("\\boxed{\\mathbf{0.56 = 56\\%}}", "0.56 = 56\\%", 1.0, 1.0),
+        ("\\boxed{3√13}", "3\\sqrt{13}", 1.0, 1.0),
+        ("\\boxed{∛(2x)}", "\\sqrt[3]{2x}", 1.0, 1.0),
+        ("\\boxed{√12}", "\\sqrt{13}", 0.0, 0.0),
+        ("\\boxed{7pi}", "7\\pi", 1.0, 1.0),
+        ("The final answer is $2sqrt(5)$.", "2\\sqrt{5}", 0.0, 1.0),
     ],
 )
 def test_score_in_both_modes(response: str, gold: str, strict: float, lenient: float) -> None:
