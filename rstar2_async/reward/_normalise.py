@@ -50,7 +50,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-from ._notation import EMPTY_SQRT, braced_fractions, latex_roots
+from ._notation import EMPTY_SQRT, braced_fractions, spelled_math
 from ._units import is_unit, unit_tail
 
 __all__ = [
@@ -176,7 +176,7 @@ def normalize_answer(text: str) -> str:
     whitespace, no layout commands and no units; it is meant for comparison, not
     for display.  Pure and fast: no evaluation of any kind.
     """
-    s = _TRAILING_BACKSLASH.sub("", latex_roots(text).translate(_UNICODE).strip()).strip()  # `185\`
+    s = _TRAILING_BACKSLASH.sub("", spelled_math(text).translate(_UNICODE).strip()).strip()  # `185\`
     if "\\begin" not in s:  # outside an environment `\\` breaks no line: a doubled escape
         s = _DOUBLED_ESCAPE.sub(lambda _: "\\", s)
     elif "\\\\begin" in s and not _SINGLE_COMMAND.search(s):  # every command escaped twice

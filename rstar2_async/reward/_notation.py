@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["EMPTY_SQRT", "PYTHON_FUNCTIONS", "PYTHON_MODULES", "braced_fractions", "latex_roots", "python_notation"]
+__all__ = ["EMPTY_SQRT", "PYTHON_FUNCTIONS", "PYTHON_MODULES", "braced_fractions", "python_notation", "spelled_math"]
 
 _FRAC_ARG = r"(\w|\\[a-zA-Z]+|\{[^{}]*\})"
 _SHORT_FRACTION = re.compile(rf"\\([dt]?frac)\s*{_FRAC_ARG}\s*{_FRAC_ARG}")
@@ -36,6 +36,13 @@ _ROMAN_LETTER = re.compile(r"\\mathrm\s*\{\s*([a-z])\s*\}")
 ``i`` and ``e``; math-verify reads no ``\\mathrm{}`` but as text, and so ``3\\mathrm{i}`` as 3."""
 _UNICODE_ROOT = re.compile(r"([√∛∜])\s*(?:\(([^()]*)\)|\{([^{}]*)\}|(\d+(?:\.\d+)?|[a-zA-Z]|\\pi(?![a-zA-Z])))")
 _ROOT_INDEX = {"√": "", "∛": "[3]", "∜": "[4]"}
+_SCALES = {"hundred": 2, "thousand": 3, "million": 6, "billion": 9, "trillion": 12}
+_SCALE_HINT = re.compile(r"hundred|thousand|[mbr]illion|dozen", re.IGNORECASE)
+_SCALED = re.compile(
+    r"(?<![\w.])(?P<number>\d+(?:\.\d+)?)\s*(?P<text>\\(?:text|mbox|mathrm)\s*\{)?\s*"
+    r"(?P<word>hundred|thousand|million|billion|trillion|dozen)s?\b(?(text)\s*(?P<close>\})?)",
+    re.IGNORECASE,
+)
 _PERCENT_TEXT = re.compile(r"\\(?:text|mbox)\s*\{\s*(?:percent|per\s*cent|pct)\s*\}")
 _FACTORIAL_CALL = re.compile(r"(?<![\w.])factorial\(\s*([^()]+?)\s*\)")
 
@@ -57,7 +64,7 @@ def python_notation(text: str) -> str:
         text = _PERCENT_TEXT.sub(r"\\%", text)
     if "\\mathrm" in text:
         text = _ROMAN_LETTER.sub(r"\1", text)
-    text = latex_roots(text)
+    text = spelled_math(text)
     if "\\sqrt{}" in text:
         text = EMPTY_SQRT.sub(r"\\sqrt", text)
     if "frac" in text:
@@ -82,13 +89,21 @@ def python_notation(text: str) -> str:
     return text
 
 
-def latex_roots(text: str) -> str:
-    """`text` with its roots written in Unicode (``√13``, ``3√(2x)``, ``∛5``) as LaTeX."""
-    if not any(c in text for c in _ROOT_INDEX):
-        return text
-    return _UNICODE_ROOT.sub(
-        lambda m: f"\\sqrt{_ROOT_INDEX[m[1]]}{{{next(g for g in m.groups()[1:] if g is not None)}}}", text
-    )
+def spelled_math(text: str) -> str:
+    """`text` with math spelled in Unicode or in words written as LaTeX: roots (``√13``,
+    ``3√(2x)``, ``∛5``) and a number's scale (``5 million`` is ``5 \\times 10^{6}``,
+    ``2 \\text{ dozen}`` is ``2 \\times 12``), which is no unit to drop."""
+    if any(c in text for c in _ROOT_INDEX):
+        text = _UNICODE_ROOT.sub(
+            lambda m: f"\\sqrt{_ROOT_INDEX[m[1]]}{{{next(g for g in m.groups()[1:] if g is not None)}}}", text
+        )
+    return _SCALED.sub(_scaled, text) if _SCALE_HINT.search(text) else text
+
+
+def _scaled(m: re.Match[str]) -> str:
+    word = m["word"].lower()
+    number = f"{m['number']} \\times " + ("12" if word == "dozen" else f"10^{{{_SCALES[word]}}}")
+    return f"{number} {m['text']}" if m["text"] and not m["close"] else number  # `\text{ million dollars}`
 
 
 def braced_fractions(s: str) -> str:

@@ -49,14 +49,15 @@ SPANS = re.compile(
     re.DOTALL,
 )
 # A number: thousands groups (`1,000`, `1 000`), a decimal comma that cannot be one
-# (`2,74`), a point; with a percent sign, or a factor written onto it (`2\pi`,
-# `3\sqrt{2}`, `30^\circ`), or before a metric unit written onto it (`1,000.99m²`,
-# `12kg`: the number without it).  Never the head of a longer number or power
+# (`2,74`), a point; with a percent sign, a scale (`5 million`), or a factor written
+# onto it (`2\pi`, `3\sqrt{2}`, `30^\circ`), or before a metric unit written onto it
+# (`1,000.99m²`, `12kg`: the number without it).  Never the head of a longer number or power
 # (`1,000` of `1,000.99x`, `3` of `3²`).
 _NUMBER = re.compile(
     r"(?<![A-Za-z0-9_.^{\\])[-+]?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d{1,3}(?: \d{3})+(?![\d,-])"
     r"|\d+,\d{1,2}(?![\d,])|\d*\.\d+|\d+)"
-    r"(?:\.\d+)?(?:/\d+)?(?:(?:\s*(?:%|\\%)|\\pi(?![a-zA-Z])|\\sqrt\{\d{1,6}\}|\\sqrt\d|\^\\circ|\^\{\\circ\}|°)?"
+    r"(?:\.\d+)?(?:/\d+)?(?:(?:\s*(?:%|\\%)|\\pi(?![a-zA-Z])|\\sqrt\{\d{1,6}\}|\\sqrt\d|\^\\circ|\^\{\\circ\}|°"
+    r"|\s+(?i:hundred|thousand|[mbr]illion|dozen)s?(?![a-zA-Z]))?"
     r"(?![A-Za-z0-9_^²³]|\.\d)|(?=(?:[kcm]?m|[km]?g|m?[lL])[²³]?(?![A-Za-z0-9_^²³])))"
 )
 # A tuple or interval of plain numbers written in prose: "the center is at (1, -2)".

@@ -134,4 +134,5 @@ CHANGED_VALUE_REWRITES: dict[str, Rewrite] = {
     "last_decimal_digit": _last_decimal_digit,
     "imaginary_dropped": _real_part,
     "times_imaginary": _times_imaginary,
+    "scaled": lambda g: f"{g.strip()} thousand" if re.fullmatch(r"-?[1-9]\d*", g.strip()) else None,  # no unit
 }

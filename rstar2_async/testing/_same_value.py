@@ -248,4 +248,7 @@ SAME_VALUE_REWRITES: dict[str, Rewrite] = {
     "tfrac": _substituted(r"\\d?frac(?![a-zA-Z])", r"\\tfrac"),
     "plus_infinity": _substituted(r"(?<![-+])\\infty", r"+\\infty"),
     "percent_sign": _replaced("\\%", "%"),
+    "scale_word": _whole(  # `5000000` as `5 million`
+        r"(-?[1-9]\d*?)(0{6}|0{3})", lambda m: f"{m[1]} {'million' if len(m[2]) == 6 else 'thousand'}"
+    ),
 }

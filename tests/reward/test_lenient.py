@@ -635,6 +635,12 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("\\boxed{√12}", "\\sqrt{13}", 0.0, 0.0),
         ("\\boxed{7pi}", "7\\pi", 1.0, 1.0),
         ("The final answer is $2sqrt(5)$.", "2\\sqrt{5}", 0.0, 1.0),
+        # a scale word is no unit: `5 million` is 5000000, not 5
+        ("\\boxed{5 \\text{ million}}", "5000000", 1.0, 1.0),
+        ("\\boxed{5 \\text{ million}}", "5", 0.0, 0.0),
+        ("\\boxed{2.5 \\text{ billion dollars}}", "2500000000", 1.0, 1.0),
+        ("The answer is 3 dozen.", "36", 0.0, 1.0),
+        ("So the total is 5 million people.", "5", 0.0, 0.0),
     ],
 )
 def test_score_in_both_modes(response: str, gold: str, strict: float, lenient: float) -> None:
