@@ -6,7 +6,8 @@ GSM8K) is rewritten by ``rstar2_async.testing``: in another notation of its own 
 with its value one step off (a number made one larger, the sign flipped, a list item
 dropped, a pair swapped, an interval's bracket flipped).  Each rewrite is graded as a
 reply would state it: boxed (``So the answer is $\\boxed{...}$.``) in both modes, and
-in prose (``The final answer is $...$.``) and as a JSON answer field in lenient mode.
+in prose (``The final answer is $...$.``), as a JSON answer field and on GSM8K's
+``####`` line (math as plain text) in lenient mode.
 
 - ``same_value``: ``refused_strict``, ``refused_lenient``: rewrites of the gold's own
   value graded 0 (each a wrong verdict);

@@ -69,7 +69,7 @@ answer: the response ran on (gemma-2-9b-it's 6,700 characters of blank lines aft
 _VALUE_MARK = re.compile(r"\d|\$|\\[(\[]")  # in every number and math span: a cheap look for one
 # A parenthesis that opens with a LaTeX command: `\(...\)` whose backslashes were lost.
 _LATEX_PAREN = re.compile(r"\s*\(\s*\\[a-zA-Z]")
-_CONTINUED = re.compile(r"(?:\\[a-zA-Z]+|[-+*/=^,<>])\s*$")  # what a value goes on after
+_CONTINUED = re.compile(r"(?:\\[a-zA-Z]+|[-+*/=^,<>(\[{])\s*$")  # what a value goes on after
 # An anchor, then the answer right after it.  `answer` must be followed by a verb or
 # a colon, so "to answer this" anchors nothing.
 _ANCHOR = re.compile(
@@ -129,7 +129,7 @@ _NOT_BUT = re.compile(r"\s*(?:ではなく|じゃなく|[이가]?\s*아니라)\s
 # point), a semicolon, a comma before a word, an aside in parentheses, or a word that
 # starts an explanation.
 _ANSWER_END = re.compile(
-    r"\n|\.(?!\w)|;|\?|。|；|？|，|而不是|而非|不是|(?<=\S)\s+\(|,\s*(?=[a-zA-Z]{2})"
+    r"\n|\.(?!\w)|;(?![(\[\d-])|\?|。|；|？|，|而不是|而非|不是|(?<=\S)\s+\(|,\s*(?=[a-zA-Z]{2})"
     r"|\s(?:because|since|which|as|so|for|when|where|but|if|and\s+(?:so|thus|hence))\b",
     re.IGNORECASE,
 )
@@ -265,16 +265,19 @@ def _after_anchor(text: str, at: int) -> str | None:
 
 
 def _answer_end(rest: str) -> re.Match[str] | None:
-    """Where the answer at the start of `rest` ends (`_ANSWER_END`).  A parenthesis is no
-    aside after an operator, a comma or a command (``(0,9) \\cup (9,36)``, ``3 \\times
-    (4+5)``, ``(1,2), (3,4)``), nor when it holds the value (``是 (\\frac{2}{5}) 吨``)."""
+    """Where the answer at the start of `rest` ends (`_ANSWER_END`), never inside braces
+    (``\\text{Softball, Kickball}``).  A parenthesis is no aside after an operator, a
+    comma or a command (``(0,9) \\cup (9,36)``, ``3 \\times (4+5)``, ``(1,2), (3,4)``),
+    nor when it holds the value (``是 (\\frac{2}{5}) 吨``)."""
     cut = _ANSWER_END.search(rest)
-    while (
-        cut
-        and cut[0].endswith("(")
-        and (
-            _CONTINUED.search(rest, 0, cut.start())
-            or (_LATEX_PAREN.match(rest, cut.start()) and not _VALUE_MARK.search(rest, 0, cut.start()))
+    while cut and (
+        rest.count("{", 0, cut.start()) > rest.count("}", 0, cut.start())
+        or (
+            cut[0].endswith("(")
+            and (
+                _CONTINUED.search(rest, 0, cut.start())
+                or (_LATEX_PAREN.match(rest, cut.start()) and not _VALUE_MARK.search(rest, 0, cut.start()))
+            )
         )
     ):
         cut = _ANSWER_END.search(rest, cut.end())

@@ -39,13 +39,14 @@ __all__ = [
 
 # The math spans math-verify looks for; inline ones stay on one line.  An escaped
 # dollar (`\$36`) is text inside them.  A parenthesis in prose that opens with a
-# LaTeX command (`(\frac{2}{5})`) is a `\(...\)` whose backslashes a renderer ate.
+# LaTeX command (`(\frac{2}{5})`) is a `\(...\)` whose backslashes a renderer ate, unless
+# an operator goes on after it (`(\sqrt{33} - 3)/(3)`: a group).
 SPANS = re.compile(
     r"\$\$(?P<d>(?:\\\$|[^$])+?)\$\$"
     r"|\\\[(?P<b>.+?)\\\]"
     r"|\\\((?P<p>[^\n]+?)\\\)"
     r"|(?<![\\\d$])\$(?P<i>(?:\\\$|[^\n$])+?)(?<!\\)\$"
-    r"|(?<![\\\w])\((?P<r>\s*\\(?!left|right|text)[a-zA-Z]+[^()\n]*)\)",
+    r"|(?<![\\\w])\((?P<r>\s*\\(?!left|right|text)[a-zA-Z]+[^()\n]*)\)(?!\s*[/^*_])",
     re.DOTALL,
 )
 # A number: thousands groups (`1,000`, `1 000`), a decimal comma that cannot be one
@@ -91,7 +92,7 @@ _WORD = re.compile(
     r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]"
     # Indic, Thai, Lao, Myanmar and Khmer words, whose vowel signs `\w` does not match
     r"|[\u0900-\u0dff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]{2,}"
-    r"|(?<![\\a-zA-Z])[^\W\d_]{2,}"
+    r"|(?<![\\a-zA-Z\d])[^\W\d_]{2,}"  # not variables after a coefficient: `2xy`
 )
 # Between two math spans read as one answer (math-verify's joining).
 JOIN = re.compile(r"\s*(?:,\s*and|,\s*or|and|or|,)\s*")
@@ -159,6 +160,8 @@ def span_answer(m: re.Match[str]) -> str | None:
     """The contents of a math span; None for prose between two dollar signs (one
     word, ``$odd$``, is an answer)."""
     content = next(g for g in m.groups() if g is not None).strip()
+    if m["r"] is not None and "," in content:
+        content = f"({content})"  # `(\\frac{1}{6}, \\frac{1}{6})` in prose: a pair, as it reads
     if (m["i"] is not None or m["r"] is not None) and has_prose(content) and not _ONE_WORD.fullmatch(content):
         return None
     return statement_value(content) or None

@@ -28,10 +28,11 @@ ANSWER_FORMATS: dict[str, Callable[[str], str]] = {
     "boxed": lambda v: f"So the answer is $\\boxed{{{v}}}$.",
     "prose": lambda v: f"The final answer is ${v}$.",
     "json": lambda v: json.dumps({"reasoning": "Worked out above.", "answer": v}),
+    "gsm8k": lambda v: f"Adding the parts gives the total.\n#### {v}",
 }
 """How a reply states its answer: ``boxed`` is rStar2's format (both grading modes);
-``prose`` and ``json`` (what evaluations that ask for JSON get, its backslashes escaped)
-are lenient mode's only."""
+``prose``, ``json`` (what evaluations that ask for JSON get, its backslashes escaped)
+and ``gsm8k`` (GSM8K's ``####`` line, math written as plain text) are lenient mode's only."""
 
 
 GOLD_FORMATS: dict[str, Callable[[str], str]] = {

@@ -127,6 +127,12 @@ FREE_TEXT = [
     ("The answer is (1,2), (3,4).", "(1,2), (3,4)"),
     ("The answer is 3 \\times (4+5).", "3 \\times (4+5)"),
     ("The answer is 12 (since 3*4=12).", "12"),
+    ("#### \\left( (1)/(4), \\frac{3}{4} \\right)", "\\left( (1)/(4), \\frac{3}{4} \\right)"),
+    ("#### (\\sqrt{33} - 3)/(3)", "(\\sqrt{33} - 3)/(3)"),  # a group, not `\\(...\\)` lost
+    ("#### ( \\frac{1}{6}, \\frac{1}{6} )", "(\\frac{1}{6}, \\frac{1}{6})"),  # a pair
+    ("#### 2xy + 10x + 20y + 100", "2xy + 10x + 20y + 100"),  # variables after a coefficient: no prose
+    ("#### \\text{Softball, Kickball, Picnic}", "\\text{Softball, Kickball, Picnic}"),  # no end in braces
+    ("#### (-4, 27);(2, 15)", "(-4, 27);(2, 15)"),  # a semicolon before a value separates
     # an equation whose bound holds an `=` is one equation, not a chain
     ("$F_n = \\sum_{k=0}^{n-1} F_k$", "F_n = \\sum_{k=0}^{n-1} F_k"),
 ]
