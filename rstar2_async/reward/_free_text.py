@@ -126,10 +126,10 @@ _NOT = re.compile(r"\s*(?:(?:not|n't|nicht|не|não|non|pas)\b(?!-)|不是|并�
 # "X ではなく Y", "X 가 아니라 Y": not X but Y (the negation follows the value it takes back).
 _NOT_BUT = re.compile(r"\s*(?:ではなく|じゃなく|[이가]?\s*아니라)\s*")
 # Where the answer after an anchor ends: a line break, a full stop (not a decimal
-# point), a semicolon, a comma before a word, an aside in parentheses, or a word that
-# starts an explanation.
+# point), a semicolon (not LaTeX's space `\;`), a comma before a word (not `CD=4`), an
+# aside in parentheses, or a word that starts an explanation.
 _ANSWER_END = re.compile(
-    r"\n|\.(?!\w)|;(?![(\[\d-])|\?|。|；|？|，|而不是|而非|不是|(?<=\S)\s+\(|,\s*(?=[a-zA-Z]{2})"
+    r"\n|\.(?!\w)|(?<!\\);(?![(\[\d-])|\?|。|；|？|，|而不是|而非|不是|(?<=\S)\s+\(|,\s*(?=(?-i:[a-z]{2}))"
     r"|\s(?:because|since|which|as|so|for|when|where|but|if|and\s+(?:so|thus|hence))\b",
     re.IGNORECASE,
 )

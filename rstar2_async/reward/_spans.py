@@ -40,13 +40,13 @@ __all__ = [
 # The math spans math-verify looks for; inline ones stay on one line.  An escaped
 # dollar (`\$36`) is text inside them.  A parenthesis in prose that opens with a
 # LaTeX command (`(\frac{2}{5})`) is a `\(...\)` whose backslashes a renderer ate, unless
-# an operator goes on after it (`(\sqrt{33} - 3)/(3)`: a group).
+# an operator or a command goes on after it (`(\sqrt{33} - 3)/(3)`, `(\frac{2}{3}, 1) \cup`: a group).
 SPANS = re.compile(
     r"\$\$(?P<d>(?:\\\$|[^$])+?)\$\$"
     r"|\\\[(?P<b>.+?)\\\]"
     r"|\\\((?P<p>[^\n]+?)\\\)"
     r"|(?<![\\\d$])\$(?P<i>(?:\\\$|[^\n$])+?)(?<!\\)\$"
-    r"|(?<![\\\w])\((?P<r>\s*\\(?!left|right|text)[a-zA-Z]+[^()\n]*)\)(?!\s*[/^*_])",
+    r"|(?<![\\\w])\((?P<r>\s*\\(?!left|right|text)[a-zA-Z]+[^()\n]*)\)(?!\s*(?:[-+*/^_=<>]|\\(?!text)[a-zA-Z]))",
     re.DOTALL,
 )
 # A number: thousands groups (`1,000`, `1 000`), a decimal comma that cannot be one
@@ -92,7 +92,8 @@ _WORD = re.compile(
     r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]"
     # Indic, Thai, Lao, Myanmar and Khmer words, whose vowel signs `\w` does not match
     r"|[\u0900-\u0dff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]{2,}"
-    r"|(?<![\\a-zA-Z\d])[^\W\d_]{2,}"  # not variables after a coefficient: `2xy`
+    # not variables after a coefficient (`2xy`), nor points' names (`AB`, `ABC`)
+    r"|(?<![\\a-zA-Z\d])(?![A-Z]{2,3}(?![^\W\d_]))[^\W\d_]{2,}"
 )
 # Between two math spans read as one answer (math-verify's joining).
 JOIN = re.compile(r"\s*(?:,\s*and|,\s*or|and|or|,)\s*")
