@@ -39,8 +39,9 @@ __all__ = [
 
 # The math spans math-verify looks for; inline ones stay on one line.  An escaped
 # dollar (`\$36`) is text inside them.  A parenthesis in prose that opens with a
-# LaTeX command (`(\frac{2}{5})`) is a `\(...\)` whose backslashes a renderer ate, unless
-# an operator or a command goes on after it (`(\sqrt{33} - 3)/(3)`, `(\frac{2}{3}, 1) \cup`: a group).
+# LaTeX command (`(\frac{2}{5})`) is a `\(...\)` whose backslashes a renderer ate,
+# unless an operator or a command goes on after it: a group (`(\sqrt{33} - 3)/(3)`,
+# `(\frac{2}{3}, 1) \cup (7, \infty)`).
 SPANS = re.compile(
     r"\$\$(?P<d>(?:\\\$|[^$])+?)\$\$"
     r"|\\\[(?P<b>.+?)\\\]"
@@ -52,8 +53,8 @@ SPANS = re.compile(
 # A number: thousands groups (`1,000`, `1 000`), a decimal comma that cannot be one
 # (`2,74`), a point; with a percent sign, a scale (`5 million`), or a factor written
 # onto it (`2\pi`, `3\sqrt{2}`, `30^\circ`), or before a metric unit written onto it
-# (`1,000.99m²`, `12kg`: the number without it).  Never the head of a longer number or power
-# (`1,000` of `1,000.99x`, `3` of `3²`).
+# (`1,000.99m²`, `12kg`: the number without it).  Never the head of a longer number
+# or power (`1,000` of `1,000.99x`, `3` of `3²`).
 _NUMBER = re.compile(
     r"(?<![A-Za-z0-9_.^{\\])[-+]?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d{1,3}(?: \d{3})+(?![\d,-])"
     r"|\d+,\d{1,2}(?![\d,])|\d*\.\d+|\d+)"

@@ -5,7 +5,8 @@ answer is the number.  A short word can as well be variables multiplied (``2xy``
 ``4ab``, ``1 + 2t``), and dropping it pays a wrong answer: ``\\boxed{4bc}`` for a gold
 of ``4ab`` read as 4 and 4.  So a word of at most three letters is a unit only if it is
 a known one (`SHORT_UNITS`), a rate (``72 Mb/h``) or the first of several words; a
-letter alone only after a lone number (``10m``, ``3 s``), never after an expression.
+letter alone only after a lone number (``10m``, ``3 s``), never after an expression
+(`is_unit`).  In ``\\text{}`` as well: ``3\\mathrm{i}`` is no 3.
 Our normaliser reads units by `unit_tail`; math-verify, which drops any word on a list
 of its own (``t``, ``h``, ``ab``, ``bc``), may drop one where `math_verify_drops_units`
 says so.
