@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 
-from ._normalise import FUNCTION_COMMANDS, QUALIFIER
+from ._normalise import FUNCTION_COMMANDS, QUALIFIER, unwrap_box
 from ._spans import (
     JOIN,
     MAX_JOINED,
@@ -70,6 +70,7 @@ _VALUE_MARK = re.compile(r"\d|\$|\\[(\[]")  # in every number and math span: a c
 # A parenthesis that opens with a LaTeX command: `\(...\)` whose backslashes were lost.
 _LATEX_PAREN = re.compile(r"\s*\(\s*\\[a-zA-Z]")
 _CONTINUED = re.compile(r"(?:\\[a-zA-Z]+|[-+*/=^,<>(\[{])\s*$")  # what a value goes on after
+_FACTOR = re.compile(r"\)\s*$")  # a group, which another one multiplies: `(2) (x+2)`
 # An anchor, then the answer right after it.  `answer` must be followed by a verb or
 # a colon, so "to answer this" anchors nothing.
 _ANCHOR = re.compile(
@@ -256,7 +257,7 @@ def _after_anchor(text: str, at: int) -> str | None:
     if taken_back := _NOT_BUT.search(answer):
         answer = answer[taken_back.end() :].strip()
     if not answer or not words(TEXT.sub(" ", answer)):
-        return answer or None
+        return unwrap_box(answer) or None  # `\\mathbf{0.56 = 56\\%}` is `0.56 = 56\\%`
     if (bound := QUALIFIER.search(answer)) and any(
         (m := found.search(answer)) and bound.start() < m.start() for found in (VALUE, SPANS)
     ):
@@ -268,7 +269,8 @@ def _answer_end(rest: str) -> re.Match[str] | None:
     """Where the answer at the start of `rest` ends (`_ANSWER_END`), never inside braces
     (``\\text{Softball, Kickball}``).  A parenthesis is no aside after an operator, a
     comma or a command (``(0,9) \\cup (9,36)``, ``3 \\times (4+5)``, ``(1,2), (3,4)``),
-    nor when it holds the value (``是 (\\frac{2}{5}) 吨``)."""
+    nor after a group when it holds math alone (``(2) (x+2) (x-2)``, not ``f(3) (see
+    above)``), nor when it holds the value (``是 (\\frac{2}{5}) 吨``)."""
     cut = _ANSWER_END.search(rest)
     while cut and (
         rest.count("{", 0, cut.start()) > rest.count("}", 0, cut.start())
@@ -276,6 +278,7 @@ def _answer_end(rest: str) -> re.Match[str] | None:
             cut[0].endswith("(")
             and (
                 _CONTINUED.search(rest, 0, cut.start())
+                or (_FACTOR.search(rest, 0, cut.start()) and not words(rest[cut.end() :].split(")")[0]))
                 or (_LATEX_PAREN.match(rest, cut.start()) and not _VALUE_MARK.search(rest, 0, cut.start()))
             )
         )

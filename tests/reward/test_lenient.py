@@ -134,7 +134,13 @@ FREE_TEXT = [
     ("#### \\text{Softball, Kickball, Picnic}", "\\text{Softball, Kickball, Picnic}"),  # no end in braces
     ("#### (-4, 27);(2, 15)", "(-4, 27);(2, 15)"),  # a semicolon before a value separates
     ("#### -1, \\; -5", "-1, \\; -5"),  # LaTeX's space `\\;` ends nothing
-    ("#### AB=9, CD=4", "AB=9, CD=4"),  # points' names are no prose, and no word ends an answer
+    ("#### AB=9, CD=4", "AB=9, CD=4"),
+    ("#### (2) (x+2) (x-2)", "(2) (x+2) (x-2)"),  # groups that multiply: no aside
+    ("The answer is f(3) (see above).", "f(3)"),  # an aside after a group
+    (
+        "#### \\mathbf{0.56 = 56\\%}",
+        "0.56 = 56\\%",
+    ),  # bold type is no part of it  # points' names are no prose, and no word ends an answer
     ("#### ( \\frac{2}{3}, 1 ) \\cup (7,\\infty)", "( \\frac{2}{3}, 1 ) \\cup (7,\\infty)"),
     # an equation whose bound holds an `=` is one equation, not a chain
     ("$F_n = \\sum_{k=0}^{n-1} F_k$", "F_n = \\sum_{k=0}^{n-1} F_k"),
