@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
-from ._same_value import _FRACTION, Rewrite, _replaced
+from ._same_value import _FRACTION, Rewrite, _replaced, _whole
 
+_WHOLE_NUMBER = re.compile(r"-?[1-9]\d*")
 _NUMBER = re.compile(r"(?<![\d.])(?<!_)(?<!_\{)\d+(?![\d.])")
 """A whole number that is no subscript (``a_1`` names a variable) and no part of a decimal."""
 
@@ -113,12 +114,6 @@ def _real_part(gold: str) -> str | None:
     return m[1] if m and re.search(r"[-+]", m[1].lstrip("-")) else None
 
 
-def _times_imaginary(gold: str) -> str | None:
-    """A whole number times the imaginary unit set upright: ``3`` as ``3\\mathrm{i}``,
-    whose letter is no unit."""
-    return f"{gold.strip()}\\mathrm{{i}}" if re.fullmatch(r"-?[1-9]\d*", gold.strip()) else None
-
-
 CHANGED_VALUE_REWRITES: dict[str, Rewrite] = {
     "last_number_plus_one": _bumped(-1),
     "first_number_plus_one": _bumped(0),
@@ -133,6 +128,7 @@ CHANGED_VALUE_REWRITES: dict[str, Rewrite] = {
     "transposed": _transposed,
     "last_decimal_digit": _last_decimal_digit,
     "imaginary_dropped": _real_part,
-    "times_imaginary": _times_imaginary,
-    "scaled": lambda g: f"{g.strip()} thousand" if re.fullmatch(r"-?[1-9]\d*", g.strip()) else None,  # no unit
+    # a whole number times the imaginary unit set upright, or a scale: neither is a unit
+    "times_imaginary": _whole(_WHOLE_NUMBER, lambda m: f"{m[0]}\\mathrm{{i}}"),
+    "scaled": _whole(_WHOLE_NUMBER, lambda m: f"{m[0]} thousand"),
 }

@@ -62,10 +62,6 @@ def _decimal(gold: str) -> str | None:
     return f"{m[1]}{int(m[2]) / int(m[3])!r}" if den == 1 and len(m[2]) + len(m[3]) <= 6 else None
 
 
-def _point_zero(gold: str) -> str | None:
-    return f"{gold.strip()}.0" if _INTEGER.fullmatch(gold.strip()) else None
-
-
 def _grouped(separator: str) -> Rewrite:
     """A whole number of four digits or more with its thousands grouped."""
 
@@ -99,11 +95,6 @@ def _stated_value(gold: str) -> str | None:
     """``x = 5`` for a numeric gold: a value stated as the unknown's."""
     plain = re.sub(r"\\(?:frac|dfrac|sqrt|pi)(?![a-zA-Z])", "", gold)
     return f"x = {gold}" if re.fullmatch(r"[-\d{}./^ ]+", plain) and re.search(r"\d", plain) else None
-
-
-def _approximately(gold: str) -> str | None:
-    """``\\approx 268`` for an integer gold: a rounding that is no rounding at all."""
-    return f"\\approx {gold.strip()}" if _INTEGER.fullmatch(gold.strip()) else None
 
 
 def _braced(text: str, start: int) -> int:
@@ -155,22 +146,12 @@ def _swapped_sum(gold: str) -> str | None:
     return f"{g[signs[0] + 1 :].strip()} + {g[: signs[0]].strip()}"
 
 
-def _trailing_zero(gold: str) -> str | None:
-    return f"{gold.strip()}0" if re.fullmatch(r"-?\d+\.\d+", gold.strip()) else None
-
-
 def _spaced_tuple(gold: str) -> str | None:
     """``(1,2)`` as ``(1, 2)``: in brackets a comma is a separator, never a thousands one."""
     g = gold.strip()
     if not re.fullmatch(r"[(\[][^()\[\]{}]*,[^()\[\]{}]*[)\]]", g) or ", " in g:
         return None
     return g.replace(",", ", ")
-
-
-def _unreduced(gold: str) -> str | None:
-    """``\\frac{3}{4}`` as ``\\frac{6}{8}``."""
-    m = _FRACTION.fullmatch(gold.strip())
-    return f"{m[1]}\\frac{{{2 * int(m[2])}}}{{{2 * int(m[3])}}}" if m else None
 
 
 def _matrix_rows(gold: str) -> str | None:
@@ -203,7 +184,7 @@ SAME_VALUE_REWRITES: dict[str, Rewrite] = {
     "short_root": _substituted(r"\\sqrt\{(\d)\}", r"\\sqrt\1"),
     "sign_in_numerator": _sign_in_numerator,
     "decimal": _decimal,
-    "point_zero": _point_zero,
+    "point_zero": _whole(_INTEGER, lambda m: f"{m[0]}.0"),
     "thousands_comma": _grouped(","),
     "thousands_braced_comma": _grouped("{,}"),
     "thousands_thin_space": _grouped("\\,"),
@@ -215,7 +196,7 @@ SAME_VALUE_REWRITES: dict[str, Rewrite] = {
     "mathrm_for_text": _roman_words,
     "displaystyle": lambda g: f"\\displaystyle {g}",
     "stated_value": _stated_value,
-    "approximately": _approximately,
+    "approximately": _whole(_INTEGER, lambda m: f"\\approx {m[0]}"),  # a rounding that is no rounding
     "frac_as_division": _divided,
     "swapped_sum": _swapped_sum,
     "explicit_product": _substituted(
@@ -223,11 +204,13 @@ SAME_VALUE_REWRITES: dict[str, Rewrite] = {
     ),  # `2 \cdot \sqrt{3}`
     "scientific": _whole(r"(-?[1-9]\d*?)(0{3,})", lambda m: f"{m[1]} \\times 10^{{{len(m[2])}}}"),  # `5 \times 10^{6}`
     "negative_power": _whole(r"\\[dt]?frac\{1\}\{([2-9]|[1-9]\d+)\}", lambda m: f"{m[1]}^{{-1}}"),  # `8^{-1}`
-    "trailing_zero": _trailing_zero,
+    "trailing_zero": _whole(r"-?\d+\.\d+", lambda m: f"{m[0]}0"),
     "unicode_degree": lambda g: _replaced("^\\circ", "°")(g) or _replaced("^{\\circ}", "°")(g),
     "bmatrix": _replaced("pmatrix", "bmatrix"),
     "spaced_tuple": _spaced_tuple,
-    "unreduced_fraction": _unreduced,
+    "unreduced_fraction": _whole(  # `\frac{3}{4}` as `\frac{6}{8}`
+        _FRACTION, lambda m: f"{m[1]}\\frac{{{2 * int(m[2])}}}{{{2 * int(m[3])}}}"
+    ),
     "product_reordered": _whole(  # `2\sqrt{3}` as `\sqrt{3} \cdot 2`, `3\pi` as `\pi \cdot 3`
         r"(-?)(\d+)\s*(\\sqrt\{[^{}]+\}|\\pi)", lambda m: f"{m[1]}{m[3]} \\cdot {m[2]}"
     ),
