@@ -200,7 +200,7 @@ def normalize_answer(text: str) -> str:
     # from a text answer such as `\text{Evelyn}`.
     qualified = QUALIFIER.search(s) or _OR.search(s)  # `2 \text{ or more}` keeps its words
     while not qualified and (m := _UNIT_TAIL_TEXT.match(s)) and any(c.isdigit() for c in m["head"]):
-        if re.fullmatch(r"\s*[a-zA-Z]+\s*", m["unit"]) and not is_unit(m["unit"].strip(), m["head"]):
+        if not is_unit(m["unit"], m["head"]):
             break  # `3\mathrm{i}`, `5\text{x}`: a variable, not a unit
         s = m["head"].strip()
     # Unwrapped, `\text{answer: 12}` (a box holding the whole sentence) loses its label too.

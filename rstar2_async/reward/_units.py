@@ -31,11 +31,14 @@ _AFTER_NUMBER = frozenset(["am", "pm", "st", "nd", "rd", "th"])
 _PLAIN_NUMBER = re.compile(r"\s*[-+]?(?:\d|\{,\}|\\[,!]|[ ,.])*\d[\s.]*")
 
 
-def is_unit(word: str, after: str) -> bool:
-    """Whether `word`, written right after the text `after`, is a unit: any word of four
-    letters or more, a known short one, or one of a few letters after a lone number
-    (``10 m``), never a variable (``4ab``, ``2 + 3t``, ``3\\mathrm{i}``)."""
-    word = word.lower()
+def is_unit(unit: str, after: str) -> bool:
+    """Whether `unit`, written right after the text `after`, is a unit: a phrase (``sq.
+    units``, ``Mb/h``, ``square feet``), any word of four letters or more, a known short
+    one, or one of a few letters after a lone number (``10 m``), never a variable
+    (``4ab``, ``2 + 3t``, ``3\\mathrm{i}``)."""
+    word = unit.strip().lower()
+    if not word.isalpha():
+        return True  # several words, a rate or an abbreviation
     lone_number = bool(_PLAIN_NUMBER.fullmatch(after))
     return len(word) > 3 or word in SHORT_UNITS or (lone_number and (word in _LETTER_UNITS or word in _AFTER_NUMBER))
 
@@ -54,7 +57,7 @@ def unit_tail(s: str) -> str | None:
     m = _UNIT_TAIL_WORDS.match(s)
     if m is None:
         return None
-    known = m["unit"] is None or m["rate"] or m["more"] or is_unit(m["unit"], m["head"])
+    known = m["unit"] is None or is_unit(m["unit"] + (m["rate"] or "") + m["more"], m["head"])
     return m["head"] if known else None  # a phrase (`1 and odd primes`) is no product either
 
 
