@@ -15,6 +15,7 @@ Covered:
   (the first one compiles, several seconds on CPU); only then does
   `serve_vllm` call ``task_status.started()``;
 - the server's stdout and stderr go to a log file that is kept afterwards;
+  its ZMQ sockets and temporary files (``TMPDIR``) to a directory that is not;
 - a start-up that fails (the process exits, or the time budget runs out)
   raises `LaunchError` with the log's tail in the message;
 - on exit, error or cancellation the whole process tree is stopped:
@@ -32,7 +33,9 @@ bind (vLLM then exits at start-up and we raise `LaunchError`; try again).
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -156,12 +159,17 @@ def _command(config: VLLMServerConfig, python: Path, port: int, model_name: str)
     ]  # fmt: skip
 
 
-def _environment(config: VLLMServerConfig, rpc_dir: str = "") -> dict[str, str]:
+def _environment(config: VLLMServerConfig, scratch: str = "") -> dict[str, str]:
     env = engine_environment()
-    if rpc_dir:
-        # vLLM's ZMQ sockets (a few per start, named by uuid) go here, not into /tmp,
-        # where nothing removes them after a kill; the directory goes with the server.
-        env["VLLM_RPC_BASE_PATH"] = env["RSTAR2_RPC_DIR"] = rpc_dir  # _vllm_entry.py removes it if we die
+    if scratch:
+        # vLLM's ZMQ sockets and temporary files (a few per start, named by uuid: the
+        # file store of its distributed init, `vllm_dist_<uuid>`, is never removed) go
+        # here, not into /tmp; the directory goes with the server.
+        env["VLLM_RPC_BASE_PATH"] = env["TMPDIR"] = scratch
+        env["RSTAR2_SCRATCH_DIR"] = scratch  # _vllm_entry.py removes it if we die
+        # torch.compile's cache, by default under the temporary directory, stays where
+        # it was: shared by every start, it saves seconds of compiling each.
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache_dir())
     env.update(
         VLLM_SERVER_DEV_MODE="1",
         VLLM_NO_USAGE_STATS="1",
@@ -174,6 +182,15 @@ def _environment(config: VLLMServerConfig, rpc_dir: str = "") -> dict[str, str]:
     )
     env.update(config.env)
     return env
+
+
+def _inductor_cache_dir() -> str:
+    """torch's own default (`torch._inductor.runtime.cache_dir_utils.default_cache_dir`)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container): torch then uses the uid
+        user = f"uid_{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
 async def serve_vllm(
@@ -244,7 +261,7 @@ async def _running(config: VLLMServerConfig) -> AsyncIterator[tuple[VLLMServer, 
         log_path = Path(name)
 
     started_at = time.monotonic()
-    rpc_dir = "" if "VLLM_RPC_BASE_PATH" in config.env else tempfile.mkdtemp(prefix=f"vllm-{port}-rpc-")
+    scratch = tempfile.mkdtemp(prefix=f"vllm-{port}-tmp-")
     with log_path.open("ab") as log:
         try:
             process = await anyio.open_process(
@@ -252,12 +269,11 @@ async def _running(config: VLLMServerConfig) -> AsyncIterator[tuple[VLLMServer, 
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=_environment(config, rpc_dir),
+                env=_environment(config, scratch),
                 start_new_session=True,  # its own process group: one signal reaches the tree
             )
         except OSError as exc:
-            if rpc_dir:
-                shutil.rmtree(rpc_dir, ignore_errors=True)
+            shutil.rmtree(scratch, ignore_errors=True)
             raise LaunchError(f"could not run {python}: {exc}") from exc
     try:
         base_url = f"http://{config.host}:{port}"
@@ -274,8 +290,7 @@ async def _running(config: VLLMServerConfig) -> AsyncIterator[tuple[VLLMServer, 
     finally:
         with anyio.CancelScope(shield=True):
             await stop_tree(process, config.stop_grace_s)
-        if rpc_dir:
-            shutil.rmtree(rpc_dir, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 async def _wait_ready(

@@ -56,7 +56,7 @@ def _die_with_launcher() -> None:
     orphaned server holding gigabytes. A daemon thread notices the change of
     parent (re-parenting to init or a subreaper) and sends SIGTERM to this
     process, on which vLLM stops its engine processes (first removing the directory
-    of its ZMQ sockets that the launcher made); if that has not worked
+    of its ZMQ sockets and temporary files that the launcher made); if that has not worked
     within 30 s, SIGKILL to the process group (the launcher gives the server a
     session of its own).
 
@@ -64,7 +64,7 @@ def _die_with_launcher() -> None:
     and trio starts processes from worker threads that exit when idle.
     """
     launcher = os.environ.pop("RSTAR2_LAUNCHER_PID", None)
-    rpc_dir = os.environ.pop("RSTAR2_RPC_DIR", None)  # the launcher's to remove, were it alive
+    scratch = os.environ.pop("RSTAR2_SCRATCH_DIR", None)  # the launcher's to remove, were it alive
     if launcher is None:
         return
     import shutil
@@ -75,8 +75,8 @@ def _die_with_launcher() -> None:
     def watch() -> None:
         while os.getppid() == int(launcher):
             time.sleep(1.0)
-        if rpc_dir:  # open sockets keep working without their names
-            shutil.rmtree(rpc_dir, ignore_errors=True)
+        if scratch:  # open sockets and files keep working without their names
+            shutil.rmtree(scratch, ignore_errors=True)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30.0)
         if os.getpgid(0) == os.getpid():

@@ -17,8 +17,17 @@ from pathlib import Path
 import anyio
 import msgspec
 import pytest
+from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-from backends import VLLM_WORKER_EXTENSION, LaunchError, ServerDied, VLLMServer, VLLMServerConfig, launch_vllm, serve_vllm
+from backends import (
+    VLLM_WORKER_EXTENSION,
+    LaunchError,
+    ServerDied,
+    VLLMServer,
+    VLLMServerConfig,
+    launch_vllm,
+    serve_vllm,
+)
 from backends._process import descendants
 
 pytestmark = pytest.mark.anyio
@@ -28,12 +37,12 @@ FAKE_SERVER = textwrap.dedent(
     # A stand-in for `vllm serve`: answers /health and /v1/completions, and
     # starts a child that ignores SIGTERM (like a stuck engine process) plus a
     # grandchild, so that stopping must escalate to SIGKILL for the whole tree.
-    import http.server, json, os, signal, subprocess, sys
+    import http.server, json, os, signal, subprocess, sys, tempfile
     port = int(sys.argv[sys.argv.index("--port") + 1])
     mode = os.environ.get("FAKE_MODE", "ok")
     print("fake vllm starting on", port, "mode", mode, flush=True)
-    if "VLLM_RPC_BASE_PATH" in os.environ:  # where vLLM puts its ZMQ sockets
-        open(os.path.join(os.environ["VLLM_RPC_BASE_PATH"], "fake-ipc-socket"), "w").close()
+    open(os.path.join(os.environ["VLLM_RPC_BASE_PATH"], "fake-ipc-socket"), "w").close()  # where vLLM's ZMQ sockets go
+    tempfile.NamedTemporaryFile(prefix="vllm_dist_", delete=False).close()  # a file vLLM never removes
     if mode == "die":
         print("ValueError: the fake engine refuses to start", flush=True)
         sys.exit(3)
@@ -85,10 +94,13 @@ def fake_config(tmp_path: Path) -> VLLMServerConfig:
     )
 
 
+def server_environment(pid: int) -> dict[str, str]:
+    return dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in v)
+
+
 def rpc_base_path(pid: int) -> str:
-    """The directory a running server was told to put vLLM's ZMQ sockets in."""
-    env = dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in v)
-    return env["VLLM_RPC_BASE_PATH"]
+    """The directory a running server was told to put vLLM's ZMQ sockets (and its temporary files) in."""
+    return server_environment(pid)["VLLM_RPC_BASE_PATH"]
 
 
 def _alive(pid: int) -> bool:
@@ -141,11 +153,14 @@ async def test_ready_server_then_exit_stops_the_whole_tree(fake_config: VLLMServ
         assert server.model == fake_config.model
         tree = [server.pid, *descendants(server.pid)]
         assert len(tree) >= 3, tree  # the fake server, its stubborn child and grandchild
-        rpc_dir = Path(rpc_base_path(server.pid))
-        assert (rpc_dir / "fake-ipc-socket").exists() and rpc_dir.parent == Path(tempfile.gettempdir())
+        scratch = Path(rpc_base_path(server.pid))
+        assert (scratch / "fake-ipc-socket").exists() and scratch.parent == Path(tempfile.gettempdir())
+        assert [p.name.startswith("vllm_dist_") for p in scratch.iterdir()].count(True) == 1, "its temporary files"
+        env = server_environment(server.pid)
+        assert env["TORCHINDUCTOR_CACHE_DIR"] == default_cache_dir(), "torch.compile's cache is shared by starts"
     assert await _gone(tree)
     assert "fake vllm starting" in Path(server.log_path).read_text()
-    assert not rpc_dir.exists()  # the server's sockets go with it
+    assert not scratch.exists()  # the server's sockets and temporary files go with it
 
 
 async def test_cancellation_stops_the_whole_tree(fake_config: VLLMServerConfig) -> None:
@@ -245,7 +260,7 @@ async def test_entry_point_dies_with_its_launcher_even_on_sigkill(tmp_path: Path
         f"""
         import os, subprocess, sys, time
         env = dict(os.environ, PYTHONPATH={str(tmp_path / "stub")!r}, RSTAR2_LAUNCHER_PID=str(os.getpid()),
-                   RSTAR2_RPC_DIR={str(rpc_dir)!r})
+                   RSTAR2_SCRATCH_DIR={str(rpc_dir)!r})
         child = subprocess.Popen([sys.executable, "-P", {str(_ENTRY)!r}, "serve"], env=env, stdout=subprocess.PIPE)
         assert child.stdout.readline() == b"serving\\n"
         print(child.pid, flush=True)

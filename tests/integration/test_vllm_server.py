@@ -353,7 +353,7 @@ async def test_two_servers_one_killed_raises_server_died_and_leaves_no_process(
     """Two servers start concurrently in one task group (as a fleet would); SIGKILL
     of one API server orphans its engine processes, `serve_vllm` raises
     `ServerDied`, the group cancels the other server, and no process of either
-    tree survives, nor the directory of its ZMQ sockets."""
+    tree survives, nor the directory of its ZMQ sockets and temporary files."""
     from backends import ServerDied
 
     configs = [
@@ -384,13 +384,14 @@ async def test_two_servers_one_killed_raises_server_died_and_leaves_no_process(
                 trees.extend(tree)
                 rpc_dirs.append(Path(rpc_base_path(server.pid)))
                 assert any(p.is_socket() for p in rpc_dirs[-1].iterdir()), "vLLM's ZMQ sockets are in it"
+                assert any(p.name.startswith("vllm_dist_") for p in rpc_dirs[-1].iterdir()), "and its temporary files"
                 async with httpx.AsyncClient(base_url=server.base_url) as http:
                     assert (await http.get("/health")).status_code == 200
             os.kill(servers[0].pid, signal.SIGKILL)
             await anyio.sleep_forever()  # cancelled by ServerDied
     assert await _wait_gone(trees) == []
     assert all(Path(s.log_path).stat().st_size > 0 for s in servers), "logs are kept"
-    assert not any(d.exists() for d in rpc_dirs), "sockets are not"
+    assert not any(d.exists() for d in rpc_dirs), "sockets and temporary files are not"
 
 
 @ONE_BACKEND_ASYNCIO
