@@ -69,7 +69,7 @@ answer: the response ran on (gemma-2-9b-it's 6,700 characters of blank lines aft
 _VALUE_MARK = re.compile(r"\d|\$|\\[(\[]")  # in every number and math span: a cheap look for one
 # A parenthesis that opens with a LaTeX command: `\(...\)` whose backslashes were lost.
 _LATEX_PAREN = re.compile(r"\s*\(\s*\\[a-zA-Z]")
-_CONTINUED = re.compile(r"(?:\\[a-zA-Z]+|[-+*/=^,<>(\[{])\s*$")  # what a value goes on after
+_CONTINUED = re.compile(r"(?:\\[a-zA-Z]+|[-+*/=^,;<>(\[{])\s*$")  # what a value goes on after
 _FACTOR = re.compile(r"\)\s*$")  # a group, which another one multiplies: `(2) (x+2)`
 # An anchor, then the answer right after it.  `answer` must be followed by a verb or
 # a colon, so "to answer this" anchors nothing.
@@ -127,10 +127,10 @@ _NOT = re.compile(r"\s*(?:(?:not|n't|nicht|не|não|non|pas)\b(?!-)|不是|并�
 # "X ではなく Y", "X 가 아니라 Y": not X but Y (the negation follows the value it takes back).
 _NOT_BUT = re.compile(r"\s*(?:ではなく|じゃなく|[이가]?\s*아니라)\s*")
 # Where the answer after an anchor ends: a line break, a full stop (not a decimal
-# point), a semicolon (not LaTeX's space `\;`), a comma before a word (not `CD=4`), an
-# aside in parentheses, or a word that starts an explanation.
+# point), a semicolon (not LaTeX's space `\;`, nor one between values: `5; 6`), a comma
+# before a word (not `CD=4`), an aside in parentheses, or a word that starts an explanation.
 _ANSWER_END = re.compile(
-    r"\n|\.(?!\w)|(?<!\\);(?![(\[\d-])|\?|。|；|？|，|而不是|而非|不是|(?<=\S)\s+\(|,\s*(?=(?-i:[a-z]{2}))"
+    r"\n|\.(?!\w)|(?<!\\);(?!\s*(?:[(\[\d-]|[a-zA-Z]\s*=))|\?|。|；|？|，|而不是|而非|不是|(?<=\S)\s+\(|,\s*(?=(?-i:[a-z]{2}))"
     r"|\s(?:because|since|which|as|so|for|when|where|but|if|and\s+(?:so|thus|hence))\b",
     re.IGNORECASE,
 )

@@ -133,6 +133,10 @@ FREE_TEXT = [
     ("#### 2xy + 10x + 20y + 100", "2xy + 10x + 20y + 100"),  # variables after a coefficient: no prose
     ("#### \\text{Softball, Kickball, Picnic}", "\\text{Softball, Kickball, Picnic}"),  # no end in braces
     ("#### (-4, 27);(2, 15)", "(-4, 27);(2, 15)"),  # a semicolon before a value separates
+    ("#### 5; 6", "5; 6"),  # two values, not 5
+    ("The answer is (1,2); (3,4).", "(1,2); (3,4)"),
+    ("Answer: x=1; y=2", "x=1; y=2"),
+    ("The answer is 5; the rest follows.", "5"),  # before prose, a semicolon ends it
     ("#### -1, \\; -5", "-1, \\; -5"),  # LaTeX's space `\\;` ends nothing
     ("#### AB=9, CD=4", "AB=9, CD=4"),
     ("#### (2) (x+2) (x-2)", "(2) (x+2) (x-2)"),  # groups that multiply: no aside
