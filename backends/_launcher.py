@@ -274,6 +274,8 @@ async def _running(config: VLLMServerConfig) -> AsyncIterator[tuple[VLLMServer, 
             )
         except OSError as exc:
             shutil.rmtree(scratch, ignore_errors=True)
+            if not config.log_path:
+                log_path.unlink()  # nothing ran to write in the log we made
             raise LaunchError(f"could not run {python}: {exc}") from exc
     try:
         base_url = f"http://{config.host}:{port}"

@@ -138,12 +138,15 @@ async def test_missing_interpreter_is_a_launch_error(tmp_path: Path) -> None:
             pass
 
 
-async def test_interpreter_that_cannot_run_is_a_launch_error(tmp_path: Path) -> None:
+async def test_interpreter_that_cannot_run_is_a_launch_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     not_executable = tmp_path / "python"
     not_executable.write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     with pytest.raises(LaunchError, match="could not run"):
         async with launch_vllm(VLLMServerConfig(model="m", python=str(not_executable))):
             pass
+    assert not any((tmp_path / "tmp").iterdir()), "no empty log, no scratch directory left"
 
 
 async def test_ready_server_then_exit_stops_the_whole_tree(fake_config: VLLMServerConfig) -> None:
