@@ -17,6 +17,7 @@ from ._lenient import answer_box, answer_in, gold_answer, readable
 from ._normalise import FUNCTION_COMMANDS, MAX_ANSWER_CHARS, QUALIFIER, TEXT_CMD
 from ._notation import python_notation
 from ._spans import ALTERNATIVE
+from ._units import stated_unit
 from ._worker import GradeRequest, SyncWorker
 
 __all__ = ["GRADING_TIMEOUT_S", "grade_request", "quick_verdict", "score"]
@@ -132,6 +133,15 @@ def _other_prose(answer: str, gold: str) -> bool:
     return words != [w.lower() for w in _WORD_OR_NUMBER.findall(re.sub(TEXT_CMD, "", gold))]
 
 
+def _other_unit(answer: str, gold: str) -> bool:
+    """An answer in another unit of measure than its gold's (``90 \\text{ radians}``
+    for ``90^\\circ``, ``8\\text{ mm}`` for ``8\\text{ cm}``, ``5 \\text{ cm}`` for ``5
+    \\text{ cm}^2``): units are dropped before comparing, by math-verify too, so its
+    number alone would be paid."""
+    unit = stated_unit(answer)
+    return unit is not None and stated_unit(gold) not in (None, unit)
+
+
 def _same_text(text: str, gold: str) -> bool:
     """`text` (a whole response without its end tokens, or its box) is the gold text
     itself, spacing aside."""
@@ -152,7 +162,13 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
     if answer is None or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0, "", gold
     answer, gold = _STOP.sub("", _OPEN_VALUE.sub("", python_notation(answer))), _STOP.sub("", gold)
-    if _hedged(answer, gold) or _qualified(answer, gold) or _split_number(answer, gold) or _other_prose(answer, gold):
+    if (
+        _hedged(answer, gold)
+        or _qualified(answer, gold)
+        or _split_number(answer, gold)
+        or _other_prose(answer, gold)
+        or _other_unit(answer, gold)
+    ):
         return 0.0, answer, gold
     if answers_match(answer, gold, mode=mode):
         return 1.0, answer, gold

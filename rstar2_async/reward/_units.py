@@ -10,13 +10,19 @@ letter alone only after a lone number (``10m``, ``3 s``), never after an express
 Our normaliser reads units by `unit_tail`; math-verify, which drops any word on a list
 of its own (``t``, ``h``, ``ab``, ``bc``), may drop one where `math_verify_drops_units`
 says so.
+
+Dropping a unit pays a bare number for a gold with one; it must not pay another unit:
+``90 \\text{ radians}`` is no ``90^\\circ`` and ``8 \\text{ mm}`` no ``8\\text{ cm}``.
+`stated_unit` names a unit of measure written after an answer's last number, so two
+answers that state different ones differ whatever their numbers (count nouns, ``units``
+and words it does not know name none).
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["SHORT_UNITS", "is_unit", "math_verify_drops_units", "unit_tail"]
+__all__ = ["SHORT_UNITS", "is_unit", "math_verify_drops_units", "stated_unit", "unit_tail"]
 
 SHORT_UNITS = frozenset(
     ["cm", "mm", "km", "dm", "nm", "kg", "mg", "ml", "cl", "dl", "ft", "yd", "mi", "oz", "lb", "lbs", "hr", "hrs"]
@@ -71,3 +77,76 @@ def math_verify_drops_units(text: str) -> bool:
     ``\\frac12`` and ``2ab`` as 2."""
     m = _LAST_SHORT_WORD.search(text)
     return m is None or is_unit(m[1], text[: m.start()])
+
+
+_MEASURES = {
+    "mm": "mm millimeter millimetre",
+    "cm": "cm centimeter centimetre",
+    "m": "m meter metre",
+    "km": "km kilometer kilometre",
+    "in": "in inch inches",
+    "ft": "ft foot feet",
+    "yd": "yd yard",
+    "mi": "mi mile",
+    "mg": "mg milligram",
+    "g": "g gm gram",
+    "kg": "kg kilogram kilo",
+    "lb": "lb lbs pound",
+    "oz": "oz ounce",
+    "ml": "ml milliliter millilitre",
+    "l": "l liter litre",
+    "gal": "gal gallon",
+    "s": "s sec second",
+    "min": "min minute",
+    "h": "h hr hrs hour",
+    "day": "day",
+    "week": "week wk",
+    "month": "month",
+    "year": "year yr yrs",
+    "degree": "degree deg",
+    "radian": "radian rad",
+    "dollar": "dollar usd",
+    "cent": "cent",
+    "euro": "euro eur",
+    "mph": "mph",
+    "km/h": "kph kmh",
+}
+_UNIT_NAME = {alias: name for name, aliases in _MEASURES.items() for alias in aliases.split()}
+_POWER_WORD = {"square": 2, "sq": 2, "cubic": 3, "cu": 3}
+# What a unit is written in: `\text{ cm}`, `\mbox{ inches}^2`, `^\circ`, `°`, `\,`.
+_UNIT_WRAPPER = re.compile(r"\\(?:text|mbox|mathrm|textrm|textnormal|operatorname)\s*\{([^{}]*)\}")
+_DEGREE_SIGN = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree(?![a-zA-Z])")
+_SPACING = re.compile(r"\\[,;:! ]|~")
+_STATED = re.compile(
+    r"(?:\d|\}|\)|\\pi)\s*(?P<words>[a-zA-Z]+\.?(?:\s+[a-zA-Z]+\.?)?)(?:\s*/\s*(?P<per>[a-zA-Z]+))?"
+    r"\s*(?:\^\s*\{?(?P<power>[23])\}?|(?P<sup>[²³]))?[\s.]*$"
+)
+
+
+def stated_unit(answer: str) -> str | None:
+    """The unit of measure written after the last number of `answer` (``5\\text{ cm}^2``
+    is ``cm^2``, ``\\frac{270}7\\text{ degrees}`` is ``degree``), by one name for its
+    spellings; None for no unit, or one it does not know (``12 apples``, ``20 \\text{
+    sq units}``)."""
+    s = _UNIT_WRAPPER.sub(r" \1 ", answer)
+    s = _SPACING.sub(" ", _DEGREE_SIGN.sub(" degree ", s))
+    if (m := _STATED.search(s)) is None:
+        return None
+    words = m["words"].replace(".", "").lower().split()
+    power = int(m["power"] or {"²": 2, "³": 3}.get(m["sup"] or "", 1))
+    if len(words) == 2 and words[0] in _POWER_WORD and power == 1:
+        power = _POWER_WORD[words.pop(0)]
+    if len(words) != 1 or (name := _unit_name(words[0])) is None:
+        return None
+    if m["per"]:
+        if (per := _unit_name(m["per"].lower())) is None:
+            return None
+        name = f"{name}/{per}"
+    return name if power == 1 else f"{name}^{power}"
+
+
+def _unit_name(word: str) -> str | None:
+    """One name for a unit's spellings, plurals too (``miles``, ``cms``; ``ms`` is none)."""
+    if word in _UNIT_NAME:
+        return _UNIT_NAME[word]
+    return _UNIT_NAME.get(word[:-1]) if word.endswith("s") and len(word) > 2 else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ._same_value import _FRACTION, Rewrite, _replaced, _whole
+from ._same_value import _FRACTION, Rewrite, _replaced, _unit_replaced, _whole
 
 _WHOLE_NUMBER = re.compile(r"-?[1-9]\d*")
 _NUMBER = re.compile(r"(?<![\d.])(?<!_)(?<!_\{)\d+(?![\d.])")
@@ -131,4 +131,10 @@ CHANGED_VALUE_REWRITES: dict[str, Rewrite] = {
     # a whole number times the imaginary unit set upright, or a scale: neither is a unit
     "times_imaginary": _whole(_WHOLE_NUMBER, lambda m: f"{m[0]}\\mathrm{{i}}"),
     "scaled": _whole(_WHOLE_NUMBER, lambda m: f"{m[0]} thousand"),
+    # the number in another unit of its kind: `8\text{ cm}` as `8\text{ mm}`, `90^\circ` as `90 \text{ radians}`
+    "other_unit": _unit_replaced(
+        {"cm": "mm", "inches": "feet", "feet": "inches", "miles": "kilometers", "pounds": "kilograms"}
+        | {"hours": "minutes", "days": "hours", "dollars": "cents", "cents": "dollars", "degrees": "radians"}
+        | {"^\\circ": " \\text{ radians}"}
+    ),
 }

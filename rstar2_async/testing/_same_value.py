@@ -40,6 +40,22 @@ def _whole(pattern: str | re.Pattern[str], rewritten: Callable[[re.Match[str]], 
     return rewrite
 
 
+def _unit_replaced(table: dict[str, str]) -> Rewrite:
+    """The gold's unit of measure written in words (in ``\\text{}`` or ``\\mbox{}``), or
+    as ``^\\circ``, replaced by its entry of `table`."""
+    words = "|".join(re.escape(w) for w in table if w != "^\\circ")
+    unit = re.compile(rf"(\\(?:text|mbox)\{{\s*(?:square\s+|cubic\s+)?)({words})(?=\s*\}})|(\^\{{?\\circ\}}?)")
+
+    def rewrite(gold: str) -> str | None:
+        m = unit.search(gold)
+        if not m:
+            return None
+        new = f"{m[1]}{table[m[2]]}" if m[2] else table.get("^\\circ")
+        return None if new is None else f"{gold[: m.start()]}{new}{gold[m.end() :]}"
+
+    return rewrite
+
+
 def _display_fraction(gold: str) -> str | None:
     return re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", gold).replace("\\frac", "\\dfrac") if "frac" in gold else None
 
@@ -231,6 +247,10 @@ SAME_VALUE_REWRITES: dict[str, Rewrite] = {
     "tfrac": _substituted(r"\\d?frac(?![a-zA-Z])", r"\\tfrac"),
     "plus_infinity": _substituted(r"(?<![-+])\\infty", r"+\\infty"),
     "percent_sign": _replaced("\\%", "%"),
+    "unit_spelled": _unit_replaced(  # `8\text{ cm}` as `8\text{ centimeters}`, `90^\circ` as `90 \text{ degrees}`
+        {"cm": "centimeters", "inches": "in", "feet": "ft", "miles": "mi", "pounds": "lbs", "hours": "hrs"}
+        | {"days": "day", "dollars": "dollar", "cents": "cent", "degrees": "deg", "^\\circ": " \\text{ degrees}"}
+    ),
     "scale_word": _whole(  # `5000000` as `5 million`
         r"(-?[1-9]\d*?)(0{6}|0{3})", lambda m: f"{m[1]} {'million' if len(m[2]) == 6 else 'thousand'}"
     ),

@@ -154,6 +154,15 @@ def test_math_verify_alone_accepts_every_gold_answer(dataset: str) -> None:
         ("<answer>\\boxed{2\\cdot 3}</answer>", "6", 1.0),
         ("<answer>\\boxed{1{,}000}</answer>", "1000", 1.0),  # the normaliser only
         ("<answer>\\boxed{5.4 \\text{ cents}}</answer>", "5.4", 1.0),
+        # a unit is dropped, but another unit is another value
+        ("<answer>\\boxed{90 \\text{ radians}}</answer>", "90^\\circ", 0.0),
+        ("<answer>\\boxed{90 \\text{ degrees}}</answer>", "90^\\circ", 1.0),
+        ("<answer>\\boxed{8 \\text{ mm}}</answer>", "8\\text{ cm}", 0.0),
+        ("<answer>\\boxed{8 \\text{ centimeters}}</answer>", "8\\text{ cm}", 1.0),
+        ("<answer>\\boxed{15 \\text{ cm}}</answer>", "15\\mbox{ cm}^2", 0.0),
+        ("<answer>\\boxed{15 \\text{ square centimeters}}</answer>", "15\\mbox{ cm}^2", 1.0),
+        ("<answer>\\boxed{5.4 \\text{ dollars}}</answer>", "5.4 \\text{ cents}", 0.0),
+        ("<answer>\\boxed{12 \\text{ oranges}}</answer>", "12 \\text{ apples}", 1.0),  # count nouns: no unit of measure
         ("<answer>\\boxed{\\pi/3}</answer>", "\\frac{\\pi}{2}", 0.0),
         ("<answer>\\boxed{(1,2)}</answer>", "(2,1)", 0.0),
         ("<answer>42</answer>", "42", 0.0),  # no box, no grade

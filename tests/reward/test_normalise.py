@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from rstar2_async.recipe import data_dir
 from rstar2_async.reward import LENIENT_REL_TOL, MAX_ANSWER_CHARS, answers_match, normalize_answer
+from rstar2_async.reward._units import stated_unit
 
 DATA = data_dir()
 
@@ -435,3 +436,31 @@ def test_lists_are_unordered_and_tuples_ordered(items: list[int], rnd) -> None:
 def test_never_raises(a: str, b: str) -> None:
     assert answers_match(a, b) in (True, False)
     assert answers_match(a, a) == bool(normalize_answer(a))
+
+
+@pytest.mark.parametrize(
+    ("answer", "unit"),
+    [
+        ("90^\\circ", "degree"),
+        ("90°", "degree"),
+        ("\\frac{270}7\\text{ degrees}", "degree"),
+        ("90 \\text{ rad}", "radian"),
+        ("864 \\mbox{ inches}^2", "in^2"),
+        ("32\\text{ square cm}", "cm^2"),
+        ("5225 \\text{ cubic inches}", "in^3"),
+        ("164 \\pi \\mbox{ square feet}", "ft^2"),
+        ("480 + 480\\sqrt{3}\\text{ feet}", "ft"),
+        ("3\\,\\text{m}", "m"),
+        ("60 \\text{km/h}", "km/h"),
+        ("1 \\text{ hr}", "h"),
+        ("5 ms", None),  # no metre in milliseconds
+        ("20 \\text{ sq units}", None),  # no unit of measure
+        ("240\\text{ ways.}", None),
+        ("12 apples", None),
+        ("25^\\circ C", None),  # a temperature: a degree of another kind
+        ("4ab", None),
+        ("5", None),
+    ],
+)
+def test_stated_unit(answer: str, unit: str | None) -> None:
+    assert stated_unit(answer) == unit
