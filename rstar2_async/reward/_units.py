@@ -105,9 +105,10 @@ _MEASURES = {
     "year": "year yr yrs",
     "degree": "degree deg",
     "radian": "radian rad",
-    "dollar": "dollar usd",
-    "cent": "cent",
-    "euro": "euro eur",
+    "dollar": "dollar usd \\$",
+    "cent": "cent ¢",
+    "euro": "euro eur € \\euro",
+    "yen": "yen ¥",
     "mph": "mph",
     "km/h": "kph kmh",
 }
@@ -117,6 +118,9 @@ _POWER_WORD = {"square": 2, "sq": 2, "cubic": 3, "cu": 3}
 _UNIT_WRAPPER = re.compile(r"\\(?:text|mbox|mathrm|textrm|textnormal|operatorname)\s*\{([^{}]*)\}")
 _DEGREE_SIGN = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree(?![a-zA-Z])")
 _SPACING = re.compile(r"\\[,;:! ]|~")
+_CURRENCY = re.compile(r"\s*[-+]?\s*(\\\$|[€¥]|\\euro(?![a-zA-Z]))\s*[\d.]")
+_CENTS = re.compile(r"\d\s*(¢)\s*$")
+_BASE = re.compile(r"(?<![\w\\])[0-9A-F]+_\{?(\d{1,2})\}?\s*$")  # a numeral's base: `1005_8`, `2A_{16}`
 _STATED = re.compile(
     r"(?:\d|\}|\)|\\pi)\s*(?P<words>[a-zA-Z]+\.?(?:\s+[a-zA-Z]+\.?)?)(?:\s*/\s*(?P<per>[a-zA-Z]+))?"
     r"\s*(?:\^\s*\{?(?P<power>[23])\}?|(?P<sup>[²³]))?[\s.]*$"
@@ -126,12 +130,16 @@ _STATED = re.compile(
 def stated_unit(answer: str) -> str | None:
     """The unit of measure written after the last number of `answer` (``5\\text{ cm}^2``
     is ``cm^2``, ``\\frac{270}7\\text{ degrees}`` is ``degree``), by one name for its
-    spellings; None for no unit, or one it does not know (``12 apples``, ``20 \\text{
-    sq units}``)."""
+    spellings, or its currency sign (``\\$5`` is ``dollar``), or the base its numeral is
+    written in (``1005_8`` is ``base 8``); None for no unit, or one it does not know
+    (``12 apples``, ``20 \\text{ sq units}``)."""
     s = _UNIT_WRAPPER.sub(r" \1 ", answer)
     s = _SPACING.sub(" ", _DEGREE_SIGN.sub(" degree ", s))
+    if base := _BASE.search(s):
+        return f"base {int(base[1])}"
     if (m := _STATED.search(s)) is None:
-        return None
+        sign = _CURRENCY.match(s) or _CENTS.search(s)
+        return _UNIT_NAME[sign[1]] if sign else None
     words = m["words"].replace(".", "").lower().split()
     power = int(m["power"] or {"²": 2, "³": 3}.get(m["sup"] or "", 1))
     if len(words) == 2 and words[0] in _POWER_WORD and power == 1:

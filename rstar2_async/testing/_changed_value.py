@@ -137,4 +137,8 @@ CHANGED_VALUE_REWRITES: dict[str, Rewrite] = {
         | {"hours": "minutes", "days": "hours", "dollars": "cents", "cents": "dollars", "degrees": "radians"}
         | {"^\\circ": " \\text{ radians}"}
     ),
+    "dollars_as_cents": _whole(r"\\\$\s*([\d.,\\!]+)", lambda m: f"{m[1]} \\text{{ cents}}"),  # `\$36` as `36 cents`
+    "other_base": _whole(  # `52_8` as `52_{16}`
+        r"([0-9A-F]+)_\{?(\d+)\}?", lambda m: f"{m[1]}_{{{16 if int(m[2]) != 16 else 36}}}"
+    ),
 }

@@ -162,7 +162,11 @@ def test_math_verify_alone_accepts_every_gold_answer(dataset: str) -> None:
         ("<answer>\\boxed{15 \\text{ cm}}</answer>", "15\\mbox{ cm}^2", 0.0),
         ("<answer>\\boxed{15 \\text{ square centimeters}}</answer>", "15\\mbox{ cm}^2", 1.0),
         ("<answer>\\boxed{5.4 \\text{ dollars}}</answer>", "5.4 \\text{ cents}", 0.0),
-        ("<answer>\\boxed{12 \\text{ oranges}}</answer>", "12 \\text{ apples}", 1.0),  # count nouns: no unit of measure
+        ("<answer>\\boxed{12 \\text{ oranges}}</answer>", "12 \\text{ apples}", 1.0),
+        ("<answer>\\boxed{5 \\text{ cents}}</answer>", "\\$5", 0.0),
+        ("<answer>\\boxed{\\$5}</answer>", "5 \\text{ dollars}", 1.0),
+        ("<answer>\\boxed{1005_{2}}</answer>", "1005_8", 0.0),  # another base
+        ("<answer>\\boxed{1005}</answer>", "1005_8", 1.0),  # count nouns: no unit of measure
         ("<answer>\\boxed{\\pi/3}</answer>", "\\frac{\\pi}{2}", 0.0),
         ("<answer>\\boxed{(1,2)}</answer>", "(2,1)", 0.0),
         ("<answer>42</answer>", "42", 0.0),  # no box, no grade

@@ -453,6 +453,12 @@ def test_never_raises(a: str, b: str) -> None:
         ("3\\,\\text{m}", "m"),
         ("60 \\text{km/h}", "km/h"),
         ("1 \\text{ hr}", "h"),
+        ("\\$18.90", "dollar"),
+        ("-\\$5", "dollar"),
+        ("5¢", "cent"),
+        ("1005_8", "base 8"),
+        ("2A_{16}", "base 16"),
+        ("a_1", None),
         ("5 ms", None),  # no metre in milliseconds
         ("20 \\text{ sq units}", None),  # no unit of measure
         ("240\\text{ ways.}", None),
