@@ -118,7 +118,11 @@ _NOISE = re.compile(
     r"|\\displaystyle|\\[!,;:> ]|\\q?quad(?![a-zA-Z])|~|\$"
 )
 _ORDINAL = re.compile(r"(?<=\d)\s*\^\s*\{\s*(?:\\(?:text|mathrm)\s*\{\s*)?(?:st|nd|rd|th)\s*\}?\s*\}")  # 12^{\text{th}}
-_DEGREES = re.compile(r"(?:\{\s*\})?(?:\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree|°)")
+_DEGREES = re.compile(
+    r"(?:\{\s*\})?(?:\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree|°)"
+    # the word after a number, anywhere (`\cos(6 \text{ degrees})`, `60 \text{ degrees}, 120^\circ`)
+    r"|(?<=[\d}])\s*(?:\\(?:text|mbox|mathrm|textrm)\s*\{\s*deg(?:ree)?s?\s*\}|degrees?(?![a-zA-Z]))"
+)
 _PERCENT = re.compile(r"\\%|%")
 _DOLLAR = re.compile(r"\\\$|[€£¥₹]")  # currency signs
 # `10,\!080` and `1{,}000` are explicit thousands separators wherever they appear.

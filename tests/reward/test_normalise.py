@@ -171,6 +171,9 @@ SAME = [
     (r"14\ 916", "14916"),
     (r"90{}^\circ", "90"),
     (r"\text{90 degrees}", "90"),
+    (r"\cos(6 \text{ degrees})\sin(12^\circ)", r"\cos(6^\circ)\sin(12^\circ)"),  # the word, not only at the end
+    (r"60 \text{ degrees}, 120^\circ", r"60^\circ, 120^\circ"),
+    (r"(6,235 \text{ degrees})", r"(6,235^\circ)"),
     (r"\text{5.4 cents}", "5.4"),
     (r"5 \text{ m/s}", "5"),
     (r"0.\overline{3}", r"\frac13"),
