@@ -31,6 +31,7 @@ __all__ = [
     "equation_sides",
     "false_equation",
     "rel_tolerance",
+    "set_for_ordered",
 ]
 
 GradingMode = Literal["strict", "lenient"]
@@ -272,6 +273,22 @@ _LINKS = re.compile(rf"{_EQUALS.pattern}|\\(?:to|rightarrow|longrightarrow|Right
 math-verify's boxed reading passes over to their right side (``1 \\implies 2``).  Not
 ``\\equiv`` (``17 \\equiv 2`` is a remainder), nor ``\\approx`` or ``\\sim``: a
 rounding as coarse as the writer likes (``\\frac23 \\approx 0.7``) cannot make them false."""
+
+
+def set_for_ordered(answer: str, gold: str) -> bool:
+    """A set (``\\{1, 2\\}``) for a gold tuple or interval (``(1, 2)``, ``[1, 2]``): a set
+    has no order and no interval is two points; math-verify compares a set's sorted items
+    with a tuple's, so it paid ``\\{1, 2\\}`` (and not ``\\{2, 1\\}``) for ``(1, 2)``."""
+    if len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
+        return False
+    a, g = _compound(normalize_answer(answer)), _compound(normalize_answer(gold))
+    return (
+        a is not None
+        and g is not None
+        and normalize_answer(answer).startswith("\\{")
+        and g[0] in ("()", "[]", "(]", "[)")
+        and len(a[1]) == len(g[1])  # `\\{(1, 2)\\}`, the set of that one pair, may answer it
+    )
 
 
 def false_equation(content: str) -> bool:

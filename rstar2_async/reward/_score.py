@@ -12,7 +12,7 @@ import os
 import re
 import threading
 
-from ._compare import GradingMode, answers_match, equation_sides, false_equation, rel_tolerance
+from ._compare import GradingMode, answers_match, equation_sides, false_equation, rel_tolerance, set_for_ordered
 from ._lenient import answer_box, answer_in, gold_answer, readable
 from ._normalise import FUNCTION_COMMANDS, MAX_ANSWER_CHARS, QUALIFIER, TEXT_CMD
 from ._notation import python_notation
@@ -168,6 +168,7 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
         or _split_number(answer, gold)
         or _other_prose(answer, gold)
         or _other_unit(answer, gold)
+        or set_for_ordered(answer, gold)
     ):
         return 0.0, answer, gold
     if answers_match(answer, gold, mode=mode):

@@ -166,7 +166,11 @@ def test_math_verify_alone_accepts_every_gold_answer(dataset: str) -> None:
         ("<answer>\\boxed{5 \\text{ cents}}</answer>", "\\$5", 0.0),
         ("<answer>\\boxed{\\$5}</answer>", "5 \\text{ dollars}", 1.0),
         ("<answer>\\boxed{1005_{2}}</answer>", "1005_8", 0.0),  # another base
-        ("<answer>\\boxed{1005}</answer>", "1005_8", 1.0),  # count nouns: no unit of measure
+        ("<answer>\\boxed{1005}</answer>", "1005_8", 1.0),
+        # a set has no order, and an interval is no two points
+        ("<answer>\\boxed{\\{1, 2\\}}</answer>", "(1, 2)", 0.0),
+        ("<answer>\\boxed{\\{2, 1\\}}</answer>", "(1, 2)", 0.0),
+        ("<answer>\\boxed{\\{1, 2\\}}</answer>", "1, 2", 1.0),  # count nouns: no unit of measure
         ("<answer>\\boxed{\\pi/3}</answer>", "\\frac{\\pi}{2}", 0.0),
         ("<answer>\\boxed{(1,2)}</answer>", "(2,1)", 0.0),
         ("<answer>42</answer>", "42", 0.0),  # no box, no grade
