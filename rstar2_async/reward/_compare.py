@@ -275,20 +275,21 @@ math-verify's boxed reading passes over to their right side (``1 \\implies 2``).
 rounding as coarse as the writer likes (``\\frac23 \\approx 0.7``) cannot make them false."""
 
 
+_SET_OPEN = re.compile(r"\\\{|\\lbrace")
+
+
 def set_for_ordered(answer: str, gold: str) -> bool:
     """A set (``\\{1, 2\\}``) for a gold tuple or interval (``(1, 2)``, ``[1, 2]``): a set
     has no order and no interval is two points; math-verify compares a set's sorted items
     with a tuple's, so it paid ``\\{1, 2\\}`` (and not ``\\{2, 1\\}``) for ``(1, 2)``."""
-    if len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
+    if len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS or not _SET_OPEN.search(answer):
         return False
-    a, g = _compound(normalize_answer(answer)), _compound(normalize_answer(gold))
-    return (
-        a is not None
-        and g is not None
-        and normalize_answer(answer).startswith("\\{")
-        and g[0] in ("()", "[]", "(]", "[)")
-        and len(a[1]) == len(g[1])  # `\\{(1, 2)\\}`, the set of that one pair, may answer it
-    )
+    a = normalize_answer(answer)
+    if not a.startswith("\\{") or (items := _compound(a)) is None:
+        return False
+    g = _compound(normalize_answer(gold))
+    # `\\{(1, 2)\\}`, the set of that one pair, may answer it
+    return g is not None and g[0] in ("()", "[]", "(]", "[)") and len(items[1]) == len(g[1])
 
 
 def false_equation(content: str) -> bool:
