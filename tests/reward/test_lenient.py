@@ -258,6 +258,10 @@ _REPLY = '```json\n{\n    "reasoning": "The product is $5 \\times (-3) = -15$.",
             "6",
         ),
         ("So the area is $\\boxed{32}$.\n\nUser: Thanks! Now what is half of it?\nAssistant: $\\boxed{16}$", "32"),
+        # and in other languages
+        ("所以答案是 $\\boxed{32}$。\n\n问题：求它的一半。\n答案是 $\\boxed{16}$。", "32"),
+        ("Die Antwort ist $\\boxed{32}$.\n\nFrage 2: Was ist die Hälfte? $\\boxed{16}$", "32"),
+        ("答えは $\\boxed{32}$ です。\nユーザー：その半分は？\n$\\boxed{16}$", "32"),
         (
             "She pays 3 * 4 = 12 dollars. The answer is 12.\nQuestion 2: A car goes 60 km/h for 2 h. The answer is 120.",
             "12",
