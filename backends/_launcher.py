@@ -159,17 +159,16 @@ def _command(config: VLLMServerConfig, python: Path, port: int, model_name: str)
     ]  # fmt: skip
 
 
-def _environment(config: VLLMServerConfig, scratch: str = "") -> dict[str, str]:
+def _environment(config: VLLMServerConfig, scratch: str) -> dict[str, str]:
     env = engine_environment()
-    if scratch:
-        # vLLM's ZMQ sockets and temporary files (a few per start, named by uuid: the
-        # file store of its distributed init, `vllm_dist_<uuid>`, is never removed) go
-        # here, not into /tmp; the directory goes with the server.
-        env["VLLM_RPC_BASE_PATH"] = env["TMPDIR"] = scratch
-        env["RSTAR2_SCRATCH_DIR"] = scratch  # _vllm_entry.py removes it if we die
-        # torch.compile's cache, by default under the temporary directory, stays where
-        # it was: shared by every start, it saves seconds of compiling each.
-        env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache_dir())
+    # vLLM's ZMQ sockets and temporary files (a few per start, named by uuid: the file
+    # store of its distributed init, `vllm_dist_<uuid>`, is never removed) go in
+    # `scratch`, not into /tmp; the directory goes with the server.
+    env["VLLM_RPC_BASE_PATH"] = env["TMPDIR"] = scratch
+    env["RSTAR2_SCRATCH_DIR"] = scratch  # _vllm_entry.py removes it if we die
+    # torch.compile's cache, by default under the temporary directory, stays where it
+    # was: shared by every start, it saves seconds of compiling each.
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache_dir())
     env.update(
         VLLM_SERVER_DEV_MODE="1",
         VLLM_NO_USAGE_STATS="1",

@@ -232,8 +232,9 @@ async def test_environment_enables_dev_mode_and_puts_only_the_worker_extension_o
     # A learner under torchrun (or init_distributed) has these; vLLM's workers must not see them.
     for name, value in {"RANK": "3", "LOCAL_RANK": "3", "WORLD_SIZE": "8", "MASTER_PORT": "29500"}.items():
         monkeypatch.setenv(name, value)
-    env = _environment(msgspec.structs.replace(fake_config, env={"HF_HUB_OFFLINE": "0"}))
+    env = _environment(msgspec.structs.replace(fake_config, env={"HF_HUB_OFFLINE": "0"}), "/tmp/vllm-1-tmp-x")
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert env["TMPDIR"] == env["VLLM_RPC_BASE_PATH"] == "/tmp/vllm-1-tmp-x"
     assert env["HF_HUB_OFFLINE"] == "0"  # config.env wins over our defaults
     assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT"} & env.keys()
     # Ours is dropped; the extension's directory holds its one module (vLLM imports it by name).
