@@ -15,7 +15,7 @@ math-verify tends to miss or that need no symbolic algebra at all:
   tuples and lists such as ``(1,2)`` or ``1, 234`` are never read as one number;
 - ``\\text{}``/``\\mbox{}``/``\\mathrm{}`` wrappers, trailing units after a number
   (``5.4 \\text{ cents}``, ``864 \\mbox{ inches}^2``, ``12 cm``, ``1:30 PM``),
-  currency signs (``\\$``, ``€``, ``£``, ``¥``, ``₹``), degrees (``^\\circ``, ``°``,
+  currency signs (``\\$``, ``€``, ``£``, ``¥``, ``₹``, ``¢``), degrees (``^\\circ``, ``°``,
   ``\\degree``) and percentages;
 - tuples and intervals (ordered, brackets must agree: ``(3,4]`` is not ``(3,4)``;
   ``]a,b[`` is ``(a,b)``; ``\\mathbb{R}`` is ``(-\\infty,\\infty)``), sets ``\\{...\\}``
@@ -124,7 +124,7 @@ _DEGREES = re.compile(
     r"|(?<=[\d}])\s*(?:\\(?:text|mbox|mathrm|textrm)\s*\{\s*deg(?:ree)?s?\s*\}|degrees?(?![a-zA-Z]))"
 )
 _PERCENT = re.compile(r"\\%|%")
-_DOLLAR = re.compile(r"\\\$|[€£¥₹]")  # currency signs
+_DOLLAR = re.compile(r"\\\$|[€£¥₹¢]")  # currency signs
 # `10,\!080` and `1{,}000` are explicit thousands separators wherever they appear.
 _EXPLICIT_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!\s*)(?=\d{3}(?!\d))")
 _THOUSANDS_NUMBER = re.compile(r"[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")  # `0,111` is a decimal comma

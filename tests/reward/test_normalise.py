@@ -175,6 +175,7 @@ SAME = [
     (r"60 \text{ degrees}, 120^\circ", r"60^\circ, 120^\circ"),
     (r"(6,235 \text{ degrees})", r"(6,235^\circ)"),
     (r"\text{5.4 cents}", "5.4"),
+    ("5¢", r"5 \text{ cents}"),  # a cent sign is a currency sign too
     (r"5 \text{ m/s}", "5"),
     (r"0.\overline{3}", r"\frac13"),
     (r"0.1\overline{6}", "1/6"),
