@@ -51,7 +51,7 @@ import re
 from decimal import Decimal
 
 from ._notation import EMPTY_SQRT, braced_fractions, spelled_math
-from ._units import is_unit, unit_tail
+from ._units import DEGREE_SIGN, is_unit, unit_tail
 
 __all__ = [
     "FUNCTION_COMMANDS",
@@ -119,7 +119,7 @@ _NOISE = re.compile(
 )
 _ORDINAL = re.compile(r"(?<=\d)\s*\^\s*\{\s*(?:\\(?:text|mathrm)\s*\{\s*)?(?:st|nd|rd|th)\s*\}?\s*\}")  # 12^{\text{th}}
 _DEGREES = re.compile(
-    r"(?:\{\s*\})?(?:\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree|°)"
+    rf"(?:\{{\s*\}})?(?:{DEGREE_SIGN})"
     # the word after a number, anywhere (`\cos(6 \text{ degrees})`, `60 \text{ degrees}, 120^\circ`)
     r"|(?<=[\d}])\s*(?:\\(?:text|mbox|mathrm|textrm)\s*\{\s*deg(?:ree)?s?\s*\}|degrees?(?![a-zA-Z]))"
 )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["SHORT_UNITS", "is_unit", "math_verify_drops_units", "stated_unit", "unit_tail"]
+__all__ = ["DEGREE_SIGN", "SHORT_UNITS", "is_unit", "math_verify_drops_units", "stated_unit", "unit_tail"]
 
 SHORT_UNITS = frozenset(
     ["cm", "mm", "km", "dm", "nm", "kg", "mg", "ml", "cl", "dl", "ft", "yd", "mi", "oz", "lb", "lbs", "hr", "hrs"]
@@ -116,7 +116,9 @@ _UNIT_NAME = {alias: name for name, aliases in _MEASURES.items() for alias in al
 _POWER_WORD = {"square": 2, "sq": 2, "cubic": 3, "cu": 3}
 # What a unit is written in: `\text{ cm}`, `\mbox{ inches}^2`, `^\circ`, `°`, `\,`.
 _UNIT_WRAPPER = re.compile(r"\\(?:text|mbox|mathrm|textrm|textnormal|operatorname)\s*\{([^{}]*)\}")
-_DEGREE_SIGN = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree(?![a-zA-Z])")
+DEGREE_SIGN = r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree|°"
+"""A degree sign, as `_normalise` drops it and `stated_unit` names it."""
+_DEGREE_SIGN = re.compile(DEGREE_SIGN)
 _SPACING = re.compile(r"\\[,;:! ]|~")
 _CURRENCY = re.compile(r"\s*[-+]?\s*(\\\$|[€¥]|\\euro(?![a-zA-Z]))\s*[\d.]")
 _CENTS = re.compile(r"\d\s*(¢)\s*$")
