@@ -56,6 +56,26 @@ def _other_function(answer: str, gold: str) -> bool:
     return _GROUPING.sub("", a[0]) != _GROUPING.sub("", g[0])
 
 
+_NAMED = re.compile(r"\s*(?P<name>[a-zA-Z])(?:_\{?\s*(?P<index>\w+)\s*\}?)?\s*(?:=|\\in(?![a-zA-Z]))")
+"""An answer that names the variable it gives (``x = 5``, ``a_{1} = 3``, ``x \\in [0,
+1)``).  A Greek letter's statement (``\\theta = 30``) is read as its value before this."""
+
+
+def _other_variable(answer: str, gold: str) -> bool:
+    """``y = 5`` does not answer ``x = 5``, nor ``a_2 = 3`` ``a_1 = 3``: the normaliser
+    drops a leading ``x =`` from each side (so ``5`` answers ``x = 5``), which paid a
+    value given for another variable.  Letters are compared in either case (``K`` is
+    ``k`` as often as not), and an index only when both have one."""
+    if answer.count("=") > 1 or gold.count("=") > 1:
+        return False
+    a, g = _NAMED.match(answer), _NAMED.match(gold)
+    if a is None or g is None:
+        return False
+    if a["name"].lower() != g["name"].lower():
+        return True
+    return a["index"] is not None and g["index"] is not None and a["index"] != g["index"]
+
+
 _SEVERAL = re.compile(r",|\\(?:cup|pm|mp|in)(?![a-zA-Z])|(?:\||\\rvert)\s*(?:>|\\g)")
 """What makes a gold answer more than one value: a list or set (their commas), a union
 (``|x| > 8`` is one too), ``\\pm``; every gold the comparer splits into parts has one of them."""
@@ -168,6 +188,7 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
         or _split_number(answer, gold)
         or _other_prose(answer, gold)
         or _other_unit(answer, gold)
+        or _other_variable(answer, gold)
         or set_for_ordered(answer, gold)
     ):
         return 0.0, answer, gold

@@ -139,6 +139,8 @@ CHANGED_VALUE_REWRITES: dict[str, Rewrite] = {
     ),
     "dollars_as_cents": _whole(r"\\\$\s*([\d.,\\!]+)", lambda m: f"{m[1]} \\text{{ cents}}"),  # `\$36` as `36 cents`
     "tuple_as_set": _whole(r"\(([^(),]+),([^(),]+)\)", lambda m: f"\\{{{m[1].strip()}, {m[2].strip()}\\}}"),  # no order
+    # the value given for another variable: `y = 2x + 3` as `q = 2x + 3`
+    "variable_named_other": _whole(r"([a-zA-Z])(\s*=[^=]*)", lambda m: f"{'w' if m[1] in 'qQ' else 'q'}{m[2]}"),
     "other_base": _whole(  # `52_8` as `52_{16}`
         r"([0-9A-F]+)_\{?(\d+)\}?", lambda m: f"{m[1]}_{{{16 if int(m[2]) != 16 else 36}}}"
     ),

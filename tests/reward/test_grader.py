@@ -167,6 +167,14 @@ def test_math_verify_alone_accepts_every_gold_answer(dataset: str) -> None:
         ("<answer>\\boxed{\\$5}</answer>", "5 \\text{ dollars}", 1.0),
         ("<answer>\\boxed{1005_{2}}</answer>", "1005_8", 0.0),  # another base
         ("<answer>\\boxed{1005}</answer>", "1005_8", 1.0),
+        # a value given for another variable: `x =` is dropped from each side before comparing
+        ("<answer>\\boxed{y = 5}</answer>", "x = 5", 0.0),
+        ("<answer>\\boxed{a_2 = 3}</answer>", "a_1 = 3", 0.0),
+        ("<answer>\\boxed{y \\in [1, 2]}</answer>", "x \\in [1, 2]", 0.0),
+        ("<answer>\\boxed{K = 5}</answer>", "k = 5", 1.0),
+        ("<answer>\\boxed{x_1 = 5}</answer>", "x = 5", 1.0),
+        ("<answer>\\boxed{a_{1} = 3}</answer>", "a_1 = 3", 1.0),
+        ("<answer>\\boxed{5}</answer>", "x = 5", 1.0),
         # a set has no order, and an interval is no two points
         ("<answer>\\boxed{\\{1, 2\\}}</answer>", "(1, 2)", 0.0),
         ("<answer>\\boxed{\\{2, 1\\}}</answer>", "(1, 2)", 0.0),
