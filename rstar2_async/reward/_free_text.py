@@ -28,7 +28,7 @@ It departs from math-verify's extraction where that would accept a wrong answer:
 the text after an anchor ends at the sentence ("The answer is 7, not 5" reads 7), a
 bound or hedge before its value stays with it ("at least 42", which the grader
 refuses), values joined by "or" are read together ("The answer is 5 or 6" is ``5, 6``,
-which one value does not equal), an anchored sentence or span that is a question ("Is
+which one value does not equal; "5 hours and 30 minutes" is ``5, 30``), an anchored sentence or span that is a question ("Is
 the answer 5?", "Answer: $5$?") or starts with "not" is skipped, a span or number
 right after "not" is never taken (nor after "nicht", "не", "não", "non", "pas", "不是";
 "5ではなく7" and "5가 아니라 7" answer 7), and a ``$...$`` span holding prose ("$5 and
@@ -93,6 +93,7 @@ _ANCHOR = re.compile(
 # Values joined as alternatives or parts in prose, and the words that hedge them.
 _ALTERNATIVES = re.compile(r"\s*(?:,?\s*\b(?:or|and)\b|,(?=\s))\s*", re.IGNORECASE)  # not `1,000`
 _GROUPED = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_COUNTED = re.compile(rf"({VALUE.pattern})(?:\s+[^\W\d_]+){{1,2}}")  # "5 hours", "2 red balls"
 _HEDGE_WORDS = re.compile(r"\b(?:either|both|maybe|possibly|perhaps)\b", re.IGNORECASE)
 # What may follow the final value without being it (`_without_afterword`).
 _CHECK = re.compile(
@@ -292,8 +293,8 @@ def _value_in_prose(sentence: str) -> str:
     list (a hedge is not its first value), else what follows its last copula outside
     math spans if that is math, else the first span or number after that copula, else
     the sentence's first span or number, else the sentence itself."""
-    if listed := _listed(sentence):
-        return listed  # "5 or 6", "1 and 2"
+    if listed := _listed(sentence) or _listed(sentence, counted=True):
+        return listed  # "5 or 6", "1 and 2", "5 hours and 30 minutes"
     if copulas := _copulas(sentence):
         after = sentence[copulas[-1].end() :].strip().strip("*").strip()
         if m := SPANS.fullmatch(after):
@@ -305,11 +306,15 @@ def _value_in_prose(sentence: str) -> str:
     return first_value(sentence) or sentence
 
 
-def _listed(text: str) -> str | None:
+def _listed(text: str, *, counted: bool = False) -> str | None:
     """Plain values joined by commas, "and" or "or" (a hedge's words aside) as one
     list, when that is all `text` holds: "5 or 6" is ``5, 6``, "1,000 and 2,000" is
-    ``1000, 2000``."""
+    ``1000, 2000``.  `counted`: each value may name what it counts ("5 hours and 30
+    minutes", "3 boys and 2 girls" are ``5, 30`` and ``3, 2``, not a first value that
+    one gold of 5 or 3 would equal)."""
     values = _ALTERNATIVES.split(_HEDGE_WORDS.sub(" ", text).strip().rstrip(".").strip())
+    if counted:
+        values = [m[1] if (m := _COUNTED.fullmatch(v)) else "" for v in values]
     if len(values) < 2 or not all(VALUE.fullmatch(v) for v in values):
         return None
     return ", ".join(v.replace(",", "") if _GROUPED.fullmatch(v) else v for v in values)

@@ -140,11 +140,11 @@ _FRAC_ALIASES = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 QUALIFIER = re.compile(
     rf"(?<!\\)\b(?:not|(?!{_NO_SOLUTION})no|never|wrong|incorrect|false"
     r"|maybe|perhaps|probably|possibly|except|unless|if|but"
-    r"|at\s+(?:least|most)|(?:more|less|fewer|greater|smaller|larger)\s+than)\b",
+    r"|at\s+(?:least|most)|(?:more|less|fewer|greater|smaller|larger)\s+than|between|almost|nearly|up\s+to)\b",
     re.IGNORECASE,
 )
-"""Words that take back or bound the value beside them ("2 (wrong)", "at least 2"):
-never a unit.  Not a command: ``\\not=`` is a relation; not "no solution", an empty set."""
+"""Words that take back or bound the value beside them ("2 (wrong)", "at least 2",
+"between 5 and 6", "almost 5"): never a unit.  Not a command: ``\\not=`` is a relation; not "no solution", an empty set."""
 # A number followed by a unit: the head must hold a digit and no letters but those of
 # a few numeric commands, so `\text{A} \text{ and } \text{B}` or `2x \text{ cm}`
 # keep their words.

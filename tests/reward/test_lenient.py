@@ -111,6 +111,12 @@ FREE_TEXT = [
     # a bound or a hedge before the value stays with it, for the grader to refuse
     ("The answer is at least 42.", "at least 42"),
     ("The answer is probably 42.", "probably 42"),
+    ("The answer is between 5 and 6.", "between 5 and 6"),
+    # values that name what they count, joined in an answer, are all of it: not the first
+    ("The answer is 5 hours and 30 minutes.", "5, 30"),
+    ("Answer: 3 boys and 2 girls", "3, 2"),
+    ("The answer is 120 dollars.", "120"),
+    ("The answer is almost 42.", "almost 42"),
     ("no numbers here", None),
     ("", None),
     # a metric unit written onto its number; never the head of a longer number or a power
@@ -437,6 +443,8 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("\\boxed{x = 2 \\text{ is wrong}}", "2", 0.0, 0.0),
         ("\\boxed{2 \\text{ (maybe)}}", "2", 0.0, 0.0),
         ("\\boxed{\\text{at least } 2}", "2", 0.0, 0.0),
+        ("\\boxed{\\text{between } 2 \\text{ and } 3}", "2", 0.0, 0.0),
+        ("\\boxed{\\text{up to } 2}", "2", 0.0, 0.0),
         ("\\boxed{2 \\text{ or more}}", "2", 0.0, 0.0),
         ("\\boxed{\\ge 2}", "2", 0.0, 0.0),
         ("\\boxed{\\neg 2}", "2", 0.0, 0.0),
