@@ -55,6 +55,7 @@ from ._spans import (
     statement_value,
     words,
 )
+from ._units import is_unit, stated_unit
 
 __all__ = ["TAIL_CHARS", "anchored_answer", "free_text_answer"]
 
@@ -302,8 +303,25 @@ def _value_in_prose(sentence: str) -> str:
         if after and not words(after):
             return after
         if value := first_value(after):  # "is 120 dollars"
-            return value
-    return first_value(sentence) or sentence
+            return _with_unit(after, value)
+    return _with_unit(sentence, value) if (value := first_value(sentence)) else sentence
+
+
+# A unit's word right after a value, whole: not one a rate, power or longer word goes on from.
+_UNIT_WORD = re.compile(
+    r"\s*((?:(?:square|cubic)\s+)?[a-zA-Z]{3,})(?!\s*(?:/|\^|per\b|squared\b|cubed\b)|[a-zA-Z])", re.IGNORECASE
+)
+
+
+def _with_unit(text: str, value: str) -> str:
+    """`value` with the unit of measure written after it in `text` ("120 dollars" is
+    ``120 \\text{ dollars}``), so an answer in another unit than its gold's is refused
+    in prose as in a box; a word that names no unit (``apples``) stays out."""
+    at = text.find(value)
+    m = _UNIT_WORD.match(text, at + len(value)) if at >= 0 else None
+    if m is None or not is_unit(m[1], value) or stated_unit(unit := f"{value} \\text{{ {m[1]}}}") is None:
+        return value
+    return unit
 
 
 def _listed(text: str, *, counted: bool = False) -> str | None:

@@ -31,7 +31,7 @@ FREE_TEXT = [
     ("Answer: the point $(1,2)$ lies on the line $y=2x$", "(1,2)"),  # `=` inside math is no copula
     ("Answer: the line we want is $y = 2x + 1$", "y = 2x + 1"),
     ("Answer: the roots $1$ and $2$ of the quadratic", "1, 2"),
-    ("Answer: after 3 years the balance is 120 dollars", "120"),
+    ("Answer: after 3 years the balance is 120 dollars", "120 \\text{ dollars}"),
     ("The answer is 5 or 6.", "5, 6"),  # a hedge is both values, not its first
     ("The answer is either 5 or maybe 6.", "5, 6"),
     ("The answer is 1,000 and 2,000.", "1000, 2000"),
@@ -115,7 +115,13 @@ FREE_TEXT = [
     # values that name what they count, joined in an answer, are all of it: not the first
     ("The answer is 5 hours and 30 minutes.", "5, 30"),
     ("Answer: 3 boys and 2 girls", "3, 2"),
-    ("The answer is 120 dollars.", "120"),
+    # a unit of measure after the value stays with it, for the grader to hold to the gold's
+    ("The answer is 120 dollars.", "120 \\text{ dollars}"),
+    ("Answer: 5 square feet", "5 \\text{ square feet}"),
+    ("The answer is 5 apples.", "5"),  # no unit
+    ("The answer is 5 in total.", "5"),  # `in` is no inch in prose
+    ("The answer is 5 miles per hour.", "5"),  # a rate: its number alone, as before
+    ("The answer is 5 cm squared.", "5"),
     ("The answer is almost 42.", "almost 42"),
     ("no numbers here", None),
     ("", None),
@@ -601,6 +607,9 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("\\boxed{\\text{no, 2}}", "2", 0.0, 0.0),
         ("\\beginboxed{8\\sqrt{6}}", "8\\sqrt{6}", 0.0, 1.0),  # lenient reads a box glued to \\begin
         ("The answer is greater than 42.", "42", 0.0, 0.0),
+        ("The answer is 5 minutes.", "5 \\text{ hours}", 0.0, 0.0),  # another unit, in prose too
+        ("The answer is 5 hours.", "5 \\text{ hours}", 0.0, 1.0),
+        ("The answer is 5 hours.", "5", 0.0, 1.0),
         ("The answer is at least 42.", "\\text{at least } 42", 0.0, 1.0),
         # yi-large-preview on GSM8K (ZeroEval): a JSON answer field quoted twice
         ('{"answer": "\\"€1500 - €1423 = €77\\""}', "77", 0.0, 1.0),
