@@ -162,6 +162,19 @@ def _other_unit(answer: str, gold: str) -> bool:
     return unit is not None and stated_unit(gold) not in (None, unit)
 
 
+_MODULUS = re.compile(
+    r"\s*(?:\\pmod\s*(?:\{[^{}]*\}|\w+)|\(?\s*\\(?:bmod|mod)(?![a-zA-Z])\s*(?:\{[^{}]*\}|\w+)\s*\)?"
+    r"|\(\s*\\(?:text|mathrm)\{\s*mod\s*\}\s*\w+\s*\)|\\text\{\s*\(\s*mod\s+\w+\s*\)\s*\})\s*$"
+)
+"""The modulus a residue is written with: ``5 \\pmod{7}``, ``5 \\bmod 7``, ``5 \\text{ (mod 7)}``."""
+
+
+def _without_modulus(answer: str, gold: str) -> str:
+    """``5 \\pmod{7}`` answers a gold of 5 (the remainder a question asked for); a gold
+    written with its modulus is compared with it."""
+    return answer if "mod" in gold else _MODULUS.sub("", answer)
+
+
 def _same_text(text: str, gold: str) -> bool:
     """`text` (a whole response without its end tokens, or its box) is the gold text
     itself, spacing aside."""
@@ -182,6 +195,7 @@ def quick_verdict(response_text: str, gold: str, mode: GradingMode = "strict") -
     if answer is None or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0, "", gold
     answer, gold = _STOP.sub("", _OPEN_VALUE.sub("", python_notation(answer))), _STOP.sub("", gold)
+    answer = _without_modulus(answer, gold)
     if (
         _hedged(answer, gold)
         or _qualified(answer, gold)

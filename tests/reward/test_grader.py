@@ -175,6 +175,11 @@ def test_math_verify_alone_accepts_every_gold_answer(dataset: str) -> None:
         ("<answer>\\boxed{x_1 = 5}</answer>", "x = 5", 1.0),
         ("<answer>\\boxed{a_{1} = 3}</answer>", "a_1 = 3", 1.0),
         ("<answer>\\boxed{5}</answer>", "x = 5", 1.0),
+        # a residue with its modulus answers the remainder a gold gives
+        ("<answer>\\boxed{5 \\pmod{7}}</answer>", "5", 1.0),
+        ("<answer>\\boxed{5 \\text{ (mod 7)}}</answer>", "5", 1.0),
+        ("<answer>\\boxed{12 \\pmod{7}}</answer>", "5", 0.0),
+        ("<answer>\\boxed{5 \\pmod{8}}</answer>", "5 \\pmod{7}", 0.0),
         # a set has no order, and an interval is no two points
         ("<answer>\\boxed{\\{1, 2\\}}</answer>", "(1, 2)", 0.0),
         ("<answer>\\boxed{\\{2, 1\\}}</answer>", "(1, 2)", 0.0),
