@@ -144,7 +144,8 @@ QUALIFIER = re.compile(
     re.IGNORECASE,
 )
 """Words that take back or bound the value beside them ("2 (wrong)", "at least 2",
-"between 5 and 6", "almost 5"): never a unit.  Not a command: ``\\not=`` is a relation; not "no solution", an empty set."""
+"between 5 and 6", "almost 5"): never a unit.  Not a command: ``\\not=`` is a
+relation; not "no solution", an empty set."""
 # A number followed by a unit: the head must hold a digit and no letters but those of
 # a few numeric commands, so `\text{A} \text{ and } \text{B}` or `2x \text{ cm}`
 # keep their words.
