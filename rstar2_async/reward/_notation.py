@@ -36,6 +36,12 @@ _ROMAN_LETTER = re.compile(r"\\mathrm\s*\{\s*([a-z])\s*\}")
 ``i`` and ``e``; math-verify reads no ``\\mathrm{}`` but as text, and so ``3\\mathrm{i}`` as 3."""
 _UNICODE_ROOT = re.compile(r"([√∛∜])\s*(?:\(([^()]*)\)|\{([^{}]*)\}|(\d+(?:\.\d+)?|[a-zA-Z]|\\pi(?![a-zA-Z])))")
 _ROOT_INDEX = {"√": "", "∛": "[3]", "∜": "[4]"}
+_VULGAR = {"½": (1, 2), "⅓": (1, 3), "⅔": (2, 3), "¼": (1, 4), "¾": (3, 4), "⅕": (1, 5), "⅖": (2, 5), "⅗": (3, 5)}
+_VULGAR |= {"⅘": (4, 5), "⅙": (1, 6), "⅚": (5, 6), "⅐": (1, 7), "⅛": (1, 8), "⅜": (3, 8), "⅝": (5, 8), "⅞": (7, 8)}
+_VULGAR |= {"⅑": (1, 9), "⅒": (1, 10)}
+_VULGAR_FRACTION = re.compile(f"[{''.join(_VULGAR)}]")
+_SUPERSCRIPT = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺", "0123456789-+")
+_POWER = re.compile("[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")
 _SCALES = {"hundred": 2, "thousand": 3, "million": 6, "billion": 9, "trillion": 12}
 _SCALE_HINT = re.compile(r"hundred|thousand|[mbr]illion|dozen", re.IGNORECASE)
 _SCALED = re.compile(
@@ -91,8 +97,12 @@ def python_notation(text: str) -> str:
 
 def spelled_math(text: str) -> str:
     """`text` with math spelled in Unicode or in words written as LaTeX: roots (``√13``,
-    ``3√(2x)``, ``∛5``) and a number's scale (``5 million`` is ``5 \\times 10^{6}``,
-    ``2 \\text{ dozen}`` is ``2 \\times 12``), which is no unit to drop."""
+    ``3√(2x)``, ``∛5``), fractions (``2½`` is ``2\\frac{1}{2}``), powers (``10⁶`` is
+    ``10^{6}``, ``cm²`` ``cm^{2}``) and a number's scale (``5 million`` is ``5 \\times
+    10^{6}``, ``2 \\text{ dozen}`` is ``2 \\times 12``), which is no unit to drop."""
+    if not text.isascii():
+        text = _VULGAR_FRACTION.sub(lambda m: "\\frac{{{}}}{{{}}}".format(*_VULGAR[m[0]]), text)
+        text = _POWER.sub(lambda m: f"^{{{m[0].translate(_SUPERSCRIPT)}}}", text)
     if any(c in text for c in _ROOT_INDEX):
         text = _UNICODE_ROOT.sub(
             lambda m: f"\\sqrt{_ROOT_INDEX[m[1]]}{{{next(g for g in m.groups()[1:] if g is not None)}}}", text

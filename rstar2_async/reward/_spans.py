@@ -93,8 +93,10 @@ _WORD = re.compile(
     r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]"
     # Indic, Thai, Lao, Myanmar and Khmer words, whose vowel signs `\w` does not match
     r"|[\u0900-\u0dff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]{2,}"
-    # not variables after a coefficient (`2xy`), nor points' names (`AB`, `ABC`)
-    r"|(?<![\\a-zA-Z\d])(?![A-Z]{2,3}(?![^\W\d_]))[^\W\d_]{2,}"
+    # not variables after a coefficient (`2xy`), nor points' names (`AB`, `ABC`), nor
+    # powers and fractions in Unicode, which `\w` matches (`x³`, `2½`)
+    r"|(?<![\\a-zA-Z\d])(?![A-Z]{2,3}(?![^\W\d_]))"
+    r"[^\W\d_\u00b2\u00b3\u00b9\u00bc-\u00be\u2070-\u209f\u2150-\u215f]{2,}"
 )
 # Between two math spans read as one answer (math-verify's joining).
 JOIN = re.compile(r"\s*(?:,\s*and|,\s*or|and|or|,)\s*")

@@ -10,6 +10,8 @@ from collections.abc import Callable
 Rewrite = Callable[[str], "str | None"]
 """A gold answer in, the rewritten answer out; None where the rewrite does not apply."""
 
+_VULGAR = {"1/2": "½", "1/3": "⅓", "2/3": "⅔", "1/4": "¼", "3/4": "¾", "1/6": "⅙", "5/6": "⅚", "3/8": "⅜", "5/8": "⅝"}
+_SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 _FRACTION = re.compile(r"(-?)\\[dt]?frac\{(\d+)\}\{(\d+)\}")
 _INTEGER = re.compile(r"-?\d+")
 
@@ -253,5 +255,11 @@ SAME_VALUE_REWRITES: dict[str, Rewrite] = {
     ),
     "scale_word": _whole(  # `5000000` as `5 million`
         r"(-?[1-9]\d*?)(0{6}|0{3})", lambda m: f"{m[1]} {'million' if len(m[2]) == 6 else 'thousand'}"
+    ),
+    "unicode_fraction": _substituted(  # `\frac{3}{4}` as `¾`
+        r"\\[dt]?frac\{([1-7])\}\{([2-8])\}", lambda m: _VULGAR.get(f"{m[1]}/{m[2]}", m[0])
+    ),
+    "unicode_power": _substituted(  # `10^{6}` as `10⁶`, `x^2` as `x²`
+        r"(?<=[\w)])\^(?:\{(-?\d+)\}|(\d))", lambda m: (m[1] or m[2]).translate(_SUPERSCRIPT)
     ),
 }

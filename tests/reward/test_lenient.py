@@ -673,6 +673,15 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("\\boxed{3√13}", "3\\sqrt{13}", 1.0, 1.0),
         ("\\boxed{∛(2x)}", "\\sqrt[3]{2x}", 1.0, 1.0),
         ("\\boxed{√12}", "\\sqrt{13}", 0.0, 0.0),
+        # fractions and powers in Unicode
+        ("\\boxed{2½}", "\\frac{5}{2}", 1.0, 1.0),
+        ("The answer is ¾.", "0.75", 0.0, 1.0),
+        ("\\boxed{10⁶}", "1000000", 1.0, 1.0),
+        ("\\boxed{10⁶}", "10^5", 0.0, 0.0),
+        ("The answer is 2³ = 8.", "8", 0.0, 1.0),
+        ("\\boxed{x⁻¹}", "\\frac{1}{x}", 1.0, 1.0),
+        ("\\boxed{5 \\text{ cm}²}", "5 \\text{ cm}^2", 1.0, 1.0),
+        ("\\boxed{5 \\text{ cm}²}", "5 \\text{ cm}", 0.0, 0.0),
         ("\\boxed{7pi}", "7\\pi", 1.0, 1.0),
         ("The final answer is $2sqrt(5)$.", "2\\sqrt{5}", 0.0, 1.0),
         # a scale word is no unit: `5 million` is 5000000, not 5

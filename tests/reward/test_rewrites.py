@@ -97,6 +97,9 @@ def test_each_rewrite_applies_to_real_golds() -> None:
         ("\\frac{3}{4}", {"unreduced_fraction": "\\frac{6}{8}"}),
         ("\\sqrt[3]{5}", {"root_as_power": "5^{1/3}"}),
         ("\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}", {"matrix_as_rows": "[[1, 2], [3, 4]]"}),
+        ("2\\frac{1}{2}", {"unicode_fraction": "2½"}),
+        ("x^2 + 10^{-6}", {"unicode_power": "x² + 10⁻⁶"}),
+        ("2^{1/3}", {"unicode_power": None}),  # no fraction in superscripts
     ],
 )
 def test_same_value_rewrites(gold: str, expected: dict[str, str | None]) -> None:
@@ -127,6 +130,8 @@ def test_same_value_rewrites(gold: str, expected: dict[str, str | None]) -> None
         ("0.375", {"last_decimal_digit": "0.376"}),
         ("66.450", {"last_decimal_digit": None}),  # within lenient mode's tolerance, a policy
         ("3+4i", {"imaginary_dropped": "3+4"}),
+        ("y = 2x + 3", {"variable_named_other": "q = 2x + 3"}),
+        ("5", {"variable_named_other": None}),
     ],
 )
 def test_changed_value_rewrites(gold: str, expected: dict[str, str | None]) -> None:
