@@ -128,6 +128,7 @@ _DOLLAR = re.compile(r"\\\$|[€£¥₹¢]")  # currency signs
 # `10,\!080` and `1{,}000` are explicit thousands separators wherever they appear.
 _EXPLICIT_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!\s*)(?=\d{3}(?!\d))")
 _THOUSANDS_NUMBER = re.compile(r"[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")  # `0,111` is a decimal comma
+_DOTTED_THOUSANDS = re.compile(r"[-+]?[1-9]\d{0,2}(?:\.\d{3}){2,}")  # `1.000.000`: two points, no decimal
 _TRAILING_BACKSLASH = re.compile(r"(?<!\\)\\$")
 # LaTeX escaped once more (as in JSON or a Python string): `-2 \\le x \\le 7`.
 _DOUBLED_ESCAPE = re.compile(r"\\\\(?=[a-zA-Z])")
@@ -216,6 +217,8 @@ def normalize_answer(text: str) -> str:
     # Commas as thousands separators only in a lone number with no space after them.
     if _THOUSANDS_NUMBER.fullmatch(s):
         s = s.replace(",", "")
+    elif _DOTTED_THOUSANDS.fullmatch(s):
+        s = s.replace(".", "")
     if s.count("=") == 1 or "\\in" in s:
         s = _LEADING_VARIABLE.sub("", s, count=1)
     if s.count("=") == 1 and (m := _TRAILING_VARIABLE.fullmatch(s)):

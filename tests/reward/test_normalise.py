@@ -53,6 +53,7 @@ SAME = [
     ("1{,}000", "1000"),
     ("1\\,000", "1000"),
     ("58500", "58,500"),
+    ("1.000.000", "1000000"),  # points between groups of three, twice: no decimal
     # text, units, money, degrees, percentages
     ("Evelyn", "\\text{Evelyn}"),
     ("C", "\\text{(C)}"),
@@ -187,6 +188,8 @@ SAME = [
 ]
 
 DIFFERENT = [
+    ("1.000", "1000"),  # one point may be a decimal one
+    ("1.000.00", "100000"),
     ("5 x/y", "5"),  # no unit: math
     ("2:00 am", "14:00"),  # a time whose half of the day is known
     ("08:34", "20:34"),  # a leading zero: the 24-hour clock
