@@ -161,8 +161,8 @@ FUNCTION_COMMANDS = r"(?:arc)?(?:sin|cos|tan|cot|sec|csc)h?|log|ln|lg|exp|det"
 """LaTeX's function names: `\\sin(x) =` names no variable, as `\\theta =` does."""
 _LEADING_VARIABLE = re.compile(
     rf"^(?:[a-zA-Z]|\\(?!(?:{FUNCTION_COMMANDS})(?![a-zA-Z]))[a-zA-Z]+)(?:_\{{?\w+\}}?)?"
-    r"(?:\s*\(\s*[a-z]\s*\))?\s*(?:=|\\in(?![a-zA-Z]))"
-)
+    r"(?:\s*(?:\^\s*\{\s*-\s*1\s*\}|\^\s*-\s*1)?\s*\(\s*[a-z]\s*\))?\s*(?:=|\\in(?![a-zA-Z]))"
+)  # `f^{-1}(x) =`: an inverse function names no unknown either
 _SINGLE_CHAR_GROUP = re.compile(r"([\^_])\{(\w)\}")
 _SQRT_SHORT = re.compile(r"\\sqrt(\w)")
 _INFINITY = re.compile(r"\+?\\inf(?:ty)?(?![a-zA-Z])")

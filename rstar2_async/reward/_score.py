@@ -61,13 +61,20 @@ _NAMED = re.compile(r"\s*(?P<name>[a-zA-Z])(?:_\{?\s*(?P<index>\w+)\s*\}?)?\s*(?
 1)``).  A Greek letter's statement (``\\theta = 30``) is read as its value before this."""
 
 
+_FUNCTION = re.compile(r"\s*[a-zA-Z]\s*(?P<inverse>\^\s*\{?\s*-\s*1\s*\}?)?\s*\(\s*[a-z]\s*\)\s*=")
+
+
 def _other_variable(answer: str, gold: str) -> bool:
-    """``y = 5`` does not answer ``x = 5``, nor ``a_2 = 3`` ``a_1 = 3``: the normaliser
-    drops a leading ``x =`` from each side (so ``5`` answers ``x = 5``), which paid a
-    value given for another variable.  Letters are compared in either case (``K`` is
-    ``k`` as often as not), and an index only when both have one."""
+    """``y = 5`` does not answer ``x = 5``, nor ``a_2 = 3`` ``a_1 = 3``, nor ``f^{-1}(x) =
+    2x`` ``f(x) = 2x``: the normaliser drops a leading ``x =`` or ``f(x) =`` from each
+    side (so ``5`` answers ``x = 5``), which paid a value given for another variable or
+    function.  Letters are compared in either case (``K`` is ``k`` as often as not), and
+    an index only when both have one."""
     if answer.count("=") > 1 or gold.count("=") > 1:
         return False
+    fa, fg = _FUNCTION.match(answer), _FUNCTION.match(gold)
+    if fa and fg and bool(fa["inverse"]) != bool(fg["inverse"]):
+        return True
     a, g = _NAMED.match(answer), _NAMED.match(gold)
     if a is None or g is None:
         return False

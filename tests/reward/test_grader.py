@@ -175,6 +175,8 @@ def test_math_verify_alone_accepts_every_gold_answer(dataset: str) -> None:
         ("<answer>\\boxed{x_1 = 5}</answer>", "x = 5", 1.0),
         ("<answer>\\boxed{a_{1} = 3}</answer>", "a_1 = 3", 1.0),
         ("<answer>\\boxed{5}</answer>", "x = 5", 1.0),
+        ("<answer>\\boxed{f^{-1}(x) = 2x}</answer>", "2x", 1.0),  # an inverse function names no unknown
+        ("<answer>\\boxed{f^{-1}(x) = 2x}</answer>", "f(x) = 2x", 0.0),
         # a residue with its modulus answers the remainder a gold gives
         ("<answer>\\boxed{5 \\pmod{7}}</answer>", "5", 1.0),
         ("<answer>\\boxed{5 \\text{ (mod 7)}}</answer>", "5", 1.0),
