@@ -162,7 +162,9 @@ def free_text_answer(text: str) -> str | None:
     text = _without_afterword(text)
     if not _VALUE_MARK.search(text, max(0, len(text) - _RUN_ON_CHARS)) or _looping(text):
         return None  # the response ran on past its last value, or loops to its end
-    return _last_sentence_list(text) or last_value(text)
+    if listed := _last_sentence_list(text):
+        return listed
+    return _with_unit(text, value, last=True) if (value := last_value(text)) else None
 
 
 def anchored_answer(text: str) -> str | None:
@@ -313,11 +315,12 @@ _UNIT_WORD = re.compile(
 )
 
 
-def _with_unit(text: str, value: str) -> str:
-    """`value` with the unit of measure written after it in `text` ("120 dollars" is
-    ``120 \\text{ dollars}``), so an answer in another unit than its gold's is refused
-    in prose as in a box; a word that names no unit (``apples``) stays out."""
-    at = text.find(value)
+def _with_unit(text: str, value: str, *, last: bool = False) -> str:
+    """`value` (its first place in `text`, or its `last`) with the unit of measure written
+    after it ("120 dollars" is ``120 \\text{ dollars}``), so an answer in another unit
+    than its gold's is refused in prose as in a box; a word that names no unit
+    (``apples``) stays out."""
+    at = text.rfind(value) if last else text.find(value)
     m = _UNIT_WORD.match(text, at + len(value)) if at >= 0 else None
     if m is None or not is_unit(m[1], value) or stated_unit(unit := f"{value} \\text{{ {m[1]}}}") is None:
         return value

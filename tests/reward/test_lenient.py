@@ -81,7 +81,7 @@ FREE_TEXT = [
     ("### Answer\n3x + 2", "3x + 2"),  # a heading anchors the line below it
     ("**Answer**\n\\frac{1}{2}", "\\frac{1}{2}"),
     ("That leaves 45% of the class.", "45%"),
-    ("He pays $5 and gets $3 back, so he has 18 dollars.", "18"),  # currency, not math
+    ("He pays $5 and gets $3 back, so he has 18 dollars.", "18 \\text{ dollars}"),  # currency, not math
     ("The result is 3.14.", "3.14"),
     ("\\$15{,}000", "\\$15{,}000"),  # an escaped dollar is no math span: a bare answer
     ("The center is at (1, -2).", "(1, -2)"),  # a tuple of numbers in prose
@@ -610,6 +610,8 @@ def test_a_long_response_is_read_at_its_end(think: bool, box: bool) -> None:
         ("The answer is 5 minutes.", "5 \\text{ hours}", 0.0, 0.0),  # another unit, in prose too
         ("The answer is 5 hours.", "5 \\text{ hours}", 0.0, 1.0),
         ("The answer is 5 hours.", "5", 0.0, 1.0),
+        ("It takes 3 hours.", "3 \\text{ minutes}", 0.0, 0.0),  # the last value's unit too
+        ("It takes 3 hours.", "3", 0.0, 1.0),
         ("The answer is at least 42.", "\\text{at least } 42", 0.0, 1.0),
         # yi-large-preview on GSM8K (ZeroEval): a JSON answer field quoted twice
         ('{"answer": "\\"€1500 - €1423 = €77\\""}', "77", 0.0, 1.0),
