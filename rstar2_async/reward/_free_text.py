@@ -28,12 +28,13 @@ It departs from math-verify's extraction where that would accept a wrong answer:
 the text after an anchor ends at the sentence ("The answer is 7, not 5" reads 7), a
 bound or hedge before its value stays with it ("at least 42", which the grader
 refuses), values joined by "or" are read together ("The answer is 5 or 6" is ``5, 6``,
-which one value does not equal; "5 hours and 30 minutes" is ``5, 30``), an anchored sentence or span that is a question ("Is
-the answer 5?", "Answer: $5$?") or starts with "not" is skipped, a span or number
-right after "not" is never taken (nor after "nicht", "не", "não", "non", "pas", "不是";
-"5ではなく7" and "5가 아니라 7" answer 7), and a ``$...$`` span holding prose ("$5 and
-gets $") is currency, not math.  Pure functions whose cost is bounded: free text is
-read in its last `TAIL_CHARS` characters.
+which one value does not equal; "5 hours and 30 minutes" is ``5, 30``), a unit after
+the value stays with it ("5 minutes" is no ``5 \\text{ hours}``), an anchored sentence
+or span that is a question ("Is the answer 5?", "Answer: $5$?") or starts with "not"
+is skipped, a span or number right after "not" is never taken (nor after "nicht",
+"не", "não", "non", "pas", "不是"; "5ではなく7" and "5가 아니라 7" answer 7), and a
+``$...$`` span holding prose ("$5 and gets $") is currency, not math.  Pure functions
+whose cost is bounded: free text is read in its last `TAIL_CHARS` characters.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ def _replaced(old: str, new: str) -> Rewrite:
     return rewrite
 
 
-def _substituted(pattern: str, replacement: str) -> Rewrite:
+def _substituted(pattern: str, replacement: str | Callable[[re.Match[str]], str]) -> Rewrite:
     def rewrite(gold: str) -> str | None:
         new = re.sub(pattern, replacement, gold)
         return new if new != gold else None
