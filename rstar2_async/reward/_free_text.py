@@ -310,9 +310,11 @@ def _value_in_prose(sentence: str) -> str:
     return _with_unit(sentence, value) if (value := first_value(sentence)) else sentence
 
 
-# A unit's word right after a value, whole: not one a rate, power or longer word goes on from.
+# A unit's word right after a value, whole: not one a rate, power or longer word goes
+# on from, nor "in" ("5 in total"), the one unit that is a common word.
 _UNIT_WORD = re.compile(
-    r"\s*((?:(?:square|cubic)\s+)?[a-zA-Z]{3,})(?!\s*(?:/|\^|per\b|squared\b|cubed\b)|[a-zA-Z])", re.IGNORECASE
+    r"\s*((?:(?:square|cubic)\s+)?(?!in\b)[a-zA-Z]{2,})(?!\s*(?:/|\^|per\b|squared\b|cubed\b)|[a-zA-Z])",
+    re.IGNORECASE,
 )
 
 

@@ -65,7 +65,7 @@ FREE_TEXT = [
     ("So the probability is $\\frac{1}{6}$, or about $0.167$.", "\\frac{1}{6}"),
     ("The probability is $\\frac{1}{6}$ (about 16.7%).", "\\frac{1}{6}"),
     ("The area is 25 square units (5 x 5).", "25"),
-    ("It takes 3 hours to travel about 120 km.", "120"),  # no comma: no restatement
+    ("It takes 3 hours to travel about 120 km.", "120 \\text{ km}"),  # no comma: no restatement
     ("The point is (1, 2).", "(1, 2)"),
     ("The pairs are $(7,11), (11,7)$", "(7,11), (11,7)"),  # no aside inside math
     # plain values listed after the last copula of the last sentence
@@ -122,12 +122,13 @@ FREE_TEXT = [
     ("The answer is 5 in total.", "5"),  # `in` is no inch in prose
     ("The answer is 5 miles per hour.", "5"),  # a rate: its number alone, as before
     ("The answer is 5 cm squared.", "5"),
+    ("The answer is 7 km.", "7 \\text{ km}"),  # a unit of two letters too
     ("The answer is almost 42.", "almost 42"),
     ("no numbers here", None),
     ("", None),
     # a metric unit written onto its number; never the head of a longer number or a power
     ("The plot measures 2,500.75m² in all.", "2,500.75"),
-    ("It weighs 12kg.", "12"),
+    ("It weighs 12kg.", "12 \\text{ kg}"),
     ("The side is 4 and the area is 4².", "4"),
     # a parenthesis that opens with a LaTeX command is `\\(...\\)` without its backslashes
     ("答案：每人分到 (\\frac{3}{4}) 个。", "\\frac{3}{4}"),
