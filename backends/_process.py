@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import sys
@@ -26,11 +27,36 @@ LOG_TAIL_BYTES = 6000
 a Python traceback and the few lines before it."""
 
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 10000
+_TRIES = 64
+
+
 def free_port(host: str) -> int:
-    """A TCP port free on ``host`` now (another process may take it before it is bound)."""
+    """A TCP port free on ``host`` now, chosen below the kernel's ephemeral range.
+
+    A port from that range (what binding port 0 gives) may become the source port of
+    any outgoing connection before the server binds it, and an engine binds tens of
+    seconds after its port is chosen: a fleet's proxy failed so with "Address already
+    in use" while the test suite's clients were busy.  Another process may still take
+    the port first; where the range cannot be read, port 0's choice is the answer."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        for port in _below_ephemeral():
+            with contextlib.suppress(OSError):
+                s.bind((host, port))
+                return port
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _below_ephemeral() -> list[int]:
+    """`_TRIES` random ports from `_LOWEST_PORT` up to the ephemeral range; none if it
+    is unknown or starts lower."""
+    try:
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return []
+    return random.sample(range(_LOWEST_PORT, low), min(_TRIES, low - _LOWEST_PORT)) if low > _LOWEST_PORT else []
 
 
 _RENDEZVOUS = (

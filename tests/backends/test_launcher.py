@@ -8,6 +8,7 @@ fails), so start-up, readiness, death and tree shutdown are checked in seconds.
 from __future__ import annotations
 
 import os
+import socket
 import stat
 import sys
 import tempfile
@@ -28,7 +29,7 @@ from backends import (
     launch_vllm,
     serve_vllm,
 )
-from backends._process import descendants
+from backends._process import descendants, free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -282,3 +283,18 @@ async def test_entry_point_dies_with_its_launcher_even_on_sigkill(tmp_path: Path
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_a_free_port_is_below_the_ephemeral_range_outgoing_connections_take() -> None:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {free_port("127.0.0.1") for _ in range(20)}
+    assert all(10000 <= p < low for p in ports) and len(ports) > 1  # random, not one port for all
+
+
+def test_a_free_port_skips_one_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", free_port("127.0.0.1")))
+        held.listen()
+        taken, other = held.getsockname()[1], free_port("127.0.0.1")
+        monkeypatch.setattr("backends._process.random.sample", lambda *_: [taken, other])
+        assert free_port("127.0.0.1") == other
