@@ -161,10 +161,11 @@ class Fleet:
         self._api_key = api_key
         self.model = config.model
         self._log_dir = Path(config.log_dir or tempfile.mkdtemp(prefix="rstar2-fleet-"))
-        self._ports = [config.base_port + i if config.base_port else free_port(config.host) for i in range(config.num_servers)]
+        n = config.num_servers
+        self._ports = [config.base_port + i for i in range(n)] if config.base_port else _new_ports(config.host, n)
         # Where each engine listens: behind the proxy (loopback, a port of its own) when there is a secret.
         self._engine_host = "127.0.0.1" if api_key else config.host
-        self._engine_ports = [free_port("127.0.0.1") for _ in self._ports] if api_key else self._ports
+        self._engine_ports = _new_ports("127.0.0.1", n, self._ports) if api_key else self._ports
         self._servers: list[FleetServer | None] = [None] * config.num_servers
         self._up = [False] * config.num_servers
         self._stack = contextlib.AsyncExitStack()
@@ -285,6 +286,16 @@ class Fleet:
         url = f"http://{self._engine_host}:{self._engine_ports[i]}"
         log = str(self._log_dir / f"server-{i}.log")
         return _SGLangArgs(command, url, self._env(i), log, c.startup_timeout_s, api_key=self._api_key)
+
+
+def _new_ports(host: str, n: int, taken: list[int] | None = None) -> list[int]:
+    """`n` ports free on `host`, none twice nor in `taken`: each is free when chosen, but
+    none is held, so two choices could be one port."""
+    ports: list[int] = []
+    while len(ports) < n:
+        if (port := free_port(host)) not in ports and port not in (taken or []):
+            ports.append(port)
+    return ports
 
 
 def _leaves(group: BaseExceptionGroup) -> list[BaseException]:

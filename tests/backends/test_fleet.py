@@ -185,6 +185,15 @@ async def test_sglang_behind_the_proxy_asks_for_the_secret_on_its_own_port(tmp_p
     assert (tmp_path / "logs" / "server-0.log").stat().st_mode & 0o077 == 0
 
 
+def test_no_two_servers_or_proxies_are_given_one_port(tmp_path: Path, fake_python: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # each choice is free when made, but none is held until its server binds it
+    choices = iter([20001, 20001, 20002, 20001, 20003, 20002, 20004])
+    monkeypatch.setattr("backends._fleet.free_port", lambda _host: next(choices))
+    fleet = Fleet(config(tmp_path, fake_python, num_servers=2), api_key="k3y")
+    public = [int(s.url.rsplit(":", 1)[1]) for s in fleet.specs()]
+    assert public == [20001, 20002] and fleet._engine_ports == [20003, 20004]
+
+
 def test_a_fleet_off_loopback_needs_a_secret_or_insecure(tmp_path: Path, fake_python: Path) -> None:
     cfg = config(tmp_path, fake_python, host="0.0.0.0")
     with pytest.raises(ValueError, match="without a secret"):
