@@ -30,6 +30,9 @@ a Python traceback and the few lines before it."""
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _LOWEST_PORT = 10000
 _TRIES = 64
+_RANDOM = random.SystemRandom()
+"""Not the `random` module's generator: training seeds it (`seed_everything`), and two
+processes seeded alike chose the same ports."""
 
 
 def free_port(host: str) -> int:
@@ -56,7 +59,7 @@ def _below_ephemeral() -> list[int]:
         low = int(_EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return []
-    return random.sample(range(_LOWEST_PORT, low), min(_TRIES, low - _LOWEST_PORT)) if low > _LOWEST_PORT else []
+    return _RANDOM.sample(range(_LOWEST_PORT, low), min(_TRIES, low - _LOWEST_PORT)) if low > _LOWEST_PORT else []
 
 
 _RENDEZVOUS = (

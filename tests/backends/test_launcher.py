@@ -8,6 +8,7 @@ fails), so start-up, readiness, death and tree shutdown are checked in seconds.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import stat
 import sys
@@ -289,6 +290,14 @@ def test_a_free_port_is_below_the_ephemeral_range_outgoing_connections_take() ->
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     ports = {free_port("127.0.0.1") for _ in range(20)}
     assert all(10000 <= p < low for p in ports) and len(ports) > 1  # random, not one port for all
+    state = random.getstate()
+    try:  # seeded as training seeds it, two processes still choose apart
+        random.seed(0)
+        first = [free_port("127.0.0.1") for _ in range(3)]
+        random.seed(0)
+        assert [free_port("127.0.0.1") for _ in range(3)] != first
+    finally:
+        random.setstate(state)
 
 
 def test_a_free_port_skips_one_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -296,5 +305,5 @@ def test_a_free_port_skips_one_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
         held.bind(("127.0.0.1", free_port("127.0.0.1")))
         held.listen()
         taken, other = held.getsockname()[1], free_port("127.0.0.1")
-        monkeypatch.setattr("backends._process.random.sample", lambda *_: [taken, other])
+        monkeypatch.setattr("backends._process._RANDOM.sample", lambda *_: [taken, other])
         assert free_port("127.0.0.1") == other
