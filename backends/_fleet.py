@@ -36,6 +36,7 @@ import os
 import signal
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Annotated, Final, Literal, Self, final
@@ -288,12 +289,12 @@ class Fleet:
         return _SGLangArgs(command, url, self._env(i), log, c.startup_timeout_s, api_key=self._api_key)
 
 
-def _new_ports(host: str, n: int, taken: list[int] | None = None) -> list[int]:
+def _new_ports(host: str, n: int, taken: Sequence[int] = ()) -> list[int]:
     """`n` ports free on `host`, none twice nor in `taken`: each is free when chosen, but
     none is held, so two choices could be one port."""
     ports: list[int] = []
     while len(ports) < n:
-        if (port := free_port(host)) not in ports and port not in (taken or []):
+        if (port := free_port(host)) not in ports and port not in taken:
             ports.append(port)
     return ports
 

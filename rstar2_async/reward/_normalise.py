@@ -55,6 +55,7 @@ from ._units import DEGREE_SIGN, is_unit, unit_tail
 
 __all__ = [
     "FUNCTION_COMMANDS",
+    "INVERSE",
     "MAX_ANSWER_CHARS",
     "QUALIFIER",
     "TEXT_CMD",
@@ -159,9 +160,11 @@ _OR = re.compile(r"\bor\b", re.IGNORECASE)
 _TRAILING_VARIABLE = re.compile(r"([^a-zA-Z=<>!]*[0-9][^a-zA-Z=<>!]*)=\s*[a-zA-Z](?:_\{?\w+\}?)?\s*")
 FUNCTION_COMMANDS = r"(?:arc)?(?:sin|cos|tan|cot|sec|csc)h?|log|ln|lg|exp|det"
 """LaTeX's function names: `\\sin(x) =` names no variable, as `\\theta =` does."""
+INVERSE = r"\^\s*(?:\{\s*-\s*1\s*\}|-\s*1)"
+"""The mark of an inverse function: ``f^{-1}``, ``f^-1``."""
 _LEADING_VARIABLE = re.compile(
     rf"^(?:[a-zA-Z]|\\(?!(?:{FUNCTION_COMMANDS})(?![a-zA-Z]))[a-zA-Z]+)(?:_\{{?\w+\}}?)?"
-    r"(?:\s*(?:\^\s*\{\s*-\s*1\s*\}|\^\s*-\s*1)?\s*\(\s*[a-z]\s*\))?\s*(?:=|\\in(?![a-zA-Z]))"
+    rf"(?:\s*(?:{INVERSE})?\s*\(\s*[a-z]\s*\))?\s*(?:=|\\in(?![a-zA-Z]))"
 )  # `f^{-1}(x) =`: an inverse function names no unknown either
 _SINGLE_CHAR_GROUP = re.compile(r"([\^_])\{(\w)\}")
 _SQRT_SHORT = re.compile(r"\\sqrt(\w)")

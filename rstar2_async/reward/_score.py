@@ -14,7 +14,7 @@ import threading
 
 from ._compare import GradingMode, answers_match, equation_sides, false_equation, rel_tolerance, set_for_ordered
 from ._lenient import answer_box, answer_in, gold_answer, readable
-from ._normalise import FUNCTION_COMMANDS, MAX_ANSWER_CHARS, QUALIFIER, TEXT_CMD
+from ._normalise import FUNCTION_COMMANDS, INVERSE, MAX_ANSWER_CHARS, QUALIFIER, TEXT_CMD
 from ._notation import python_notation
 from ._spans import ALTERNATIVE
 from ._units import stated_unit
@@ -61,7 +61,7 @@ _NAMED = re.compile(r"\s*(?P<name>[a-zA-Z])(?:_\{?\s*(?P<index>\w+)\s*\}?)?\s*(?
 1)``).  A Greek letter's statement (``\\theta = 30``) is read as its value before this."""
 
 
-_FUNCTION = re.compile(r"\s*[a-zA-Z]\s*(?P<inverse>\^\s*\{?\s*-\s*1\s*\}?)?\s*\(\s*[a-z]\s*\)\s*=")
+_FUNCTION = re.compile(rf"\s*[a-zA-Z]\s*(?P<inverse>{INVERSE})?\s*\(\s*[a-z]\s*\)\s*=")
 
 
 def _other_variable(answer: str, gold: str) -> bool:
